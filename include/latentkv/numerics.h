@@ -1,0 +1,190 @@
+// latentkv/numerics.h: the numeric building blocks (SPEC.md section 1), identical on every backend.
+//
+// Every function here is usable from host code and from CUDA device code, and is written on the
+// bits of IEEE floats so that the CPU and the GPU produce the same bytes: bf16 round-to-nearest-even,
+// e4m3 (float8_e4m3fn, finite-only, saturating) encode and decode, ue8m0 scale bytes, e2m1 (fp4),
+// the contest's int8 truncation, and an exact ceil(log2(x)).
+//
+// Conventions: encoders take fp32 and return the raw code; decoders return fp32 (exact for all of
+// these formats). NaN handling is stated per function.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define LKV_HD __host__ __device__ __forceinline__
+#else
+#define LKV_HD inline
+#endif
+
+namespace latentkv::num {
+
+LKV_HD uint32_t f32_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+#endif
+}
+
+LKV_HD float bits_f32(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+#endif
+}
+
+// ---- bf16 ------------------------------------------------------------------------------------
+// Round to nearest, ties to even. NaN stays NaN (quieted, sign kept); infinities stay infinite.
+LKV_HD uint16_t f32_to_bf16(float x) {
+  uint32_t u = f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  // Adding 0x7fff plus the lowest kept bit rounds half to even; it cannot overflow past infinity
+  // because the largest finite value rounds to infinity exactly as RNE requires.
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+LKV_HD float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
+
+// fp32 -> bf16 -> fp32, the "bf16 round trip" of the compressor.
+LKV_HD float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+// ---- exact powers of two and ceil(log2) -------------------------------------------------------
+// 2^e as fp32 for e in [-149, 127]; 0 below, +inf above. Built from bits so it is exact everywhere.
+LKV_HD float exp2i(int e) {
+  if (e > 127) return bits_f32(0x7f800000u);
+  if (e >= -126) return bits_f32(static_cast<uint32_t>(e + 127) << 23);
+  if (e >= -149) return bits_f32(1u << (e + 149));
+  return 0.0f;
+}
+
+// ceil(log2(x)) for finite x > 0, exactly: for x = 2^k it is k, otherwise floor(log2 x) + 1.
+// For x <= 0 or NaN it returns INT32_MIN / 2 (callers clamp); +inf gives 128.
+LKV_HD int ceil_log2(float x) {
+  uint32_t u = f32_bits(x);
+  if (u == 0 || (u >> 31) || (u & 0x7fffffffu) > 0x7f800000u) return -(1 << 30);
+  int exp = static_cast<int>((u >> 23) & 0xffu);
+  uint32_t mant = u & 0x7fffffu;
+  if (exp == 0xff) return 128;
+  if (exp == 0) {
+    // Subnormal: x = mant * 2^-149; its floor(log2) is the position of the top bit - 149.
+    int top = 31;
+    while (!((mant >> top) & 1u)) --top;
+    bool pow2 = (mant & (mant - 1u)) == 0;
+    return top - 149 + (pow2 ? 0 : 1);
+  }
+  return exp - 127 + (mant != 0 ? 1 : 0);
+}
+
+// ---- ue8m0 (float8_e8m0fnu) -------------------------------------------------------------------
+// One byte e + 127 meaning 2^e; the writers clamp to [0, 255] as SPEC.md requires.
+LKV_HD uint8_t ue8m0_from_exp(int e) {
+  int b = e + 127;
+  return static_cast<uint8_t>(b < 0 ? 0 : (b > 255 ? 255 : b));
+}
+// 0xff is NaN in float8_e8m0fnu; 0x00 is 2^-127 (a subnormal fp32).
+LKV_HD float ue8m0_to_f32(uint8_t b) {
+  if (b == 0xff) return bits_f32(0x7fc00000u);
+  if (b == 0) return bits_f32(0x00400000u);
+  return bits_f32(static_cast<uint32_t>(b) << 23);
+}
+
+// ---- e4m3 (float8_e4m3fn) ---------------------------------------------------------------------
+// Layout s.eeee.mmm, bias 7, no infinities, 0x7f/0xff = NaN, max finite 448, min subnormal 2^-9.
+LKV_HD float e4m3_to_f32(uint8_t c) {
+  uint32_t sign = static_cast<uint32_t>(c & 0x80u) << 24;
+  int e = (c >> 3) & 0xf;
+  int m = c & 0x7;
+  if (e == 0xf && m == 0x7) return bits_f32(sign | 0x7fc00000u);
+  if (e == 0) return bits_f32(sign | f32_bits(static_cast<float>(m) * 0.001953125f));  // m * 2^-9
+  return bits_f32(sign | (static_cast<uint32_t>(e - 7 + 127) << 23) | (static_cast<uint32_t>(m) << 20));
+}
+
+// Round to nearest even; magnitudes beyond 448 (including +-inf) saturate to +-448; NaN -> 0x7f
+// with the sign kept.
+LKV_HD uint8_t f32_to_e4m3(float x) {
+  uint32_t u = f32_bits(x);
+  uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7f);
+  if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7e);  // >= 448
+  if (a < 0x3c800000u) {
+    // Below 2^-6: the subnormal range, multiples of 2^-9. x * 2^9 is exact in fp32, and rounding it
+    // to an integer with ties to even gives the mantissa (8 = 2^-6 becomes the smallest normal).
+    float s = bits_f32(a) * 512.0f;
+    uint32_t q = static_cast<uint32_t>(s);
+    float frac = s - static_cast<float>(q);
+    if (frac > 0.5f || (frac == 0.5f && (q & 1u))) ++q;
+    return static_cast<uint8_t>(sign | q);
+  }
+  // Normal range: keep 3 mantissa bits with RNE on the 20 dropped bits, then rebias 127 -> 7.
+  uint32_t rounded = a + 0x7ffffu + ((a >> 20) & 1u);
+  rounded >>= 20;  // exponent(8) mantissa(3)
+  uint32_t code = rounded - ((127u - 7u) << 3);
+  if (code > 0x7eu) code = 0x7eu;  // rounding up past 448 saturates
+  return static_cast<uint8_t>(sign | code);
+}
+
+// ---- e2m1 (fp4) -------------------------------------------------------------------------------
+// Layout s.ee.m, values {0, 0.5, 1, 1.5, 2, 3, 4, 6}; round to nearest even, saturate at 6.
+LKV_HD float e2m1_to_f32(uint8_t c) {
+  const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  float v = mag[c & 7u];
+  return (c & 8u) ? -v : v;
+}
+
+// NaN encodes as +0 (e2m1 has no NaN); callers never produce NaN inputs from finite data.
+LKV_HD uint8_t f32_to_e2m1(float x) {
+  uint32_t u = f32_bits(x);
+  uint8_t sign = static_cast<uint8_t>((u >> 28) & 0x8u);
+  float a = bits_f32(u & 0x7fffffffu);
+  if (!(a == a)) return 0;
+  // Midpoints between neighbours; at a tie choose the code with an even mantissa bit.
+  uint8_t c;
+  if (a < 0.25f) c = 0;
+  else if (a == 0.25f) c = 0;        // tie 0 / 0.5 -> 0 (even)
+  else if (a < 0.75f) c = 1;
+  else if (a == 0.75f) c = 2;        // tie 0.5 / 1 -> 1.0 (even)
+  else if (a < 1.25f) c = 2;
+  else if (a == 1.25f) c = 2;        // tie 1 / 1.5 -> 1.0
+  else if (a < 1.75f) c = 3;
+  else if (a == 1.75f) c = 4;        // tie 1.5 / 2 -> 2.0
+  else if (a < 2.5f) c = 4;
+  else if (a == 2.5f) c = 4;         // tie 2 / 3 -> 2.0
+  else if (a < 3.5f) c = 5;
+  else if (a == 3.5f) c = 6;         // tie 3 / 4 -> 4.0
+  else if (a < 5.0f) c = 6;
+  else if (a == 5.0f) c = 6;         // tie 4 / 6 -> 4.0
+  else c = 7;                         // saturate at 6
+  return static_cast<uint8_t>(sign | c);
+}
+
+// ---- int8 payload of the contest format --------------------------------------------------------
+// Clamp to [-127, 127], then truncate toward zero. NaN -> 0.
+LKV_HD int8_t f32_to_i8_trunc(float x) {
+  if (!(x == x)) return 0;
+  float c = x < -127.0f ? -127.0f : (x > 127.0f ? 127.0f : x);
+  return static_cast<int8_t>(static_cast<int>(c));
+}
+
+// ---- power-of-two scales ------------------------------------------------------------------------
+// Compressor rule (contest int8 and DeepSeek V4 e4m3): e = ceil(log2(max(amax, 1e-4) * fl32(1/qmax))).
+LKV_HD int compressor_scale_exp(float amax, float inv_qmax) {
+  float a = amax > 1.0e-4f ? amax : 1.0e-4f;
+  return ceil_log2(a * inv_qmax);
+}
+
+// Generic cache-quantizer rule (FlashMLA-compatible): e = ceil(log2(max(amax / 448, 1e-4))).
+LKV_HD int cache_scale_exp(float amax) {
+  float a = amax / 448.0f;
+  return ceil_log2(a > 1.0e-4f ? a : 1.0e-4f);
+}
+
+}  // namespace latentkv::num

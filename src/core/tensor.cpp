@@ -1,0 +1,166 @@
+// Core types: dtype names and sizes, devices, TensorView helpers and the shape checker.
+#include "latentkv/error.h"
+#include "latentkv/tensor.h"
+
+#include <sstream>
+
+namespace latentkv {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: case DType::i32: return 4;
+    case DType::f16: case DType::bf16: return 2;
+    case DType::i8: case DType::u8: case DType::e4m3: case DType::e8m0: return 1;
+    case DType::i64: return 8;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::i8: return "i8";
+    case DType::u8: return "u8";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+    case DType::e4m3: return "e4m3";
+    case DType::e8m0: return "e8m0";
+  }
+  return "?";
+}
+
+std::string Device::str() const {
+  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
+}
+
+Device parse_device(const std::string& s) {
+  if (s == "cpu") return Device::cpu();
+  if (s == "cuda") return Device::cuda(0);
+  if (s.rfind("cuda:", 0) == 0) {
+    const std::string n = s.substr(5);
+    LKV_CHECK(!n.empty() && n.find_first_not_of("0123456789") == std::string::npos,
+              "bad device '", s, "': expected cpu, cuda or cuda:N");
+    return Device::cuda(std::stoi(n));
+  }
+  LKV_FAIL(ErrorKind::kValue, "bad device '", s, "': expected cpu, cuda or cuda:N");
+}
+
+namespace {
+void fill_contiguous(TensorView& t) {
+  int64_t s = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    t.strides[i] = s;
+    s *= t.shape[i];
+  }
+}
+}  // namespace
+
+TensorView::TensorView(void* d, DType dt, std::initializer_list<int64_t> shp, Device dev)
+    : TensorView(d, dt, std::vector<int64_t>(shp), dev) {}
+
+TensorView::TensorView(void* d, DType dt, const std::vector<int64_t>& shp, Device dev)
+    : data(d), dtype(dt), device(dev) {
+  LKV_CHECK(static_cast<int>(shp.size()) <= kMaxDims, "tensor rank ", shp.size(), " > ", kMaxDims);
+  ndim = static_cast<int>(shp.size());
+  for (int i = 0; i < ndim; ++i) shape[i] = shp[i];
+  fill_contiguous(*this);
+}
+
+TensorView::TensorView(void* d, DType dt, const std::vector<int64_t>& shp,
+                       const std::vector<int64_t>& str, Device dev)
+    : data(d), dtype(dt), device(dev) {
+  LKV_CHECK(shp.size() == str.size(), "shape rank ", shp.size(), " != strides rank ", str.size());
+  LKV_CHECK(static_cast<int>(shp.size()) <= kMaxDims, "tensor rank ", shp.size(), " > ", kMaxDims);
+  ndim = static_cast<int>(shp.size());
+  for (int i = 0; i < ndim; ++i) {
+    shape[i] = shp[i];
+    strides[i] = str[i];
+  }
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  return n;
+}
+
+bool TensorView::is_contiguous() const {
+  int64_t s = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    if (shape[i] != 1 && strides[i] != s) return false;
+    s *= shape[i];
+  }
+  return true;
+}
+
+std::string TensorView::shape_str() const {
+  std::ostringstream os;
+  os << "[";
+  for (int i = 0; i < ndim; ++i) os << (i ? ", " : "") << shape[i];
+  os << "] " << dtype_name(dtype);
+  return os.str();
+}
+
+int64_t SizeEnv::get(const std::string& name) const {
+  for (const auto& [n, v] : sizes_)
+    if (n == name) return v;
+  return -1;
+}
+
+void SizeEnv::bind(const std::string& name, int64_t v) {
+  for (auto& [n, old] : sizes_)
+    if (n == name) {
+      old = v;
+      return;
+    }
+  sizes_.emplace_back(name, v);
+}
+
+void check_tensor(const TensorView& t, const char* name, std::initializer_list<Dim> dims,
+                  DType dtype, SizeEnv& env) {
+  auto expected = [&] {
+    std::ostringstream os;
+    os << "[";
+    int i = 0;
+    for (const Dim& d : dims) {
+      os << (i++ ? ", " : "");
+      if (d.value >= 0) os << d.value;
+      else os << d.name;
+    }
+    os << "] " << dtype_name(dtype);
+    return os.str();
+  };
+  auto fail = [&](const std::string& why) {
+    LKV_FAIL(ErrorKind::kValue, "expected ", name, " of shape ", expected(), ", got ",
+             t.shape_str(), why);
+  };
+  if (t.dtype != dtype)
+    LKV_FAIL(ErrorKind::kType, "expected ", name, " of shape ", expected(), ", got ", t.shape_str());
+  if (t.ndim != static_cast<int>(dims.size())) fail("");
+  int i = 0;
+  for (const Dim& d : dims) {
+    const int64_t got = t.shape[i];
+    if (d.value >= 0 && got != d.value) fail("");
+    if (d.value < 0 && d.name[0] != '\0') {
+      const int64_t bound = env.get(d.name);
+      if (bound >= 0 && bound != got)
+        fail(std::string(" (") + d.name + " is " + std::to_string(bound) + " elsewhere)");
+      env.bind(d.name, got);
+    }
+    ++i;
+  }
+  if (t.numel() > 0 && t.data == nullptr) fail(" (null data)");
+}
+
+void check_device(const TensorView& t, const char* name, const Device& device) {
+  LKV_CHECK_TYPE(t.device == device, name, " is on ", t.device.str(), ", expected ", device.str());
+}
+
+void check_inner_contiguous(const TensorView& t, const char* name) {
+  LKV_CHECK(t.ndim == 0 || t.shape[t.ndim - 1] <= 1 || t.strides[t.ndim - 1] == 1, name,
+            " must be contiguous in its last dimension, got stride ", t.strides[t.ndim - 1]);
+}
+
+}  // namespace latentkv

@@ -1,0 +1,86 @@
+// Core types: shape checks produce the messages the ops promise, devices parse, errors carry kinds.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "latentkv/error.h"
+#include "latentkv/tensor.h"
+
+using namespace latentkv;
+
+namespace {
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Tensor, ShapeMessageNamesExpectedAndGot) {
+  uint16_t buf[2 * 64 * 512];
+  TensorView q(buf, DType::bf16, {2, 1, 64, 512});
+  SizeEnv env;
+  const std::string msg = message_of(
+      [&] { check_tensor(q, "q", {"b", "s_q", "h_q", 576}, DType::bf16, env); });
+  EXPECT_NE(msg.find("expected q of shape [b, s_q, h_q, 576] bf16, got [2, 1, 64, 512] bf16"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Tensor, DtypeMismatchIsATypeError) {
+  float buf[4];
+  TensorView t(buf, DType::f32, {4});
+  SizeEnv env;
+  try {
+    check_tensor(t, "w", {4}, DType::bf16, env);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kType);
+    EXPECT_NE(std::string(e.what()).find("got [4] f32"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Tensor, NamedSizesMustAgree) {
+  float a[6], b[8];
+  TensorView x(a, DType::f32, {2, 3});
+  TensorView y(b, DType::f32, {2, 4});
+  SizeEnv env;
+  check_tensor(x, "x", {"n", 3}, DType::f32, env);
+  EXPECT_EQ(env.get("n"), 2);
+  check_tensor(y, "y", {"n", 4}, DType::f32, env);
+  TensorView z(b, DType::f32, {4, 2});
+  const std::string msg = message_of([&] { check_tensor(z, "z", {"n", 2}, DType::f32, env); });
+  EXPECT_NE(msg.find("n is 2 elsewhere"), std::string::npos) << msg;
+}
+
+TEST(Tensor, ContiguityAndStrides) {
+  float a[24];
+  TensorView t(a, DType::f32, {2, 3, 4});
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.stride(0), 12);
+  EXPECT_EQ(t.numel(), 24);
+  TensorView s(a, DType::f32, {2, 3}, {12, 1});
+  EXPECT_FALSE(s.is_contiguous());
+  check_inner_contiguous(s, "s");
+  TensorView u(a, DType::f32, {2, 3}, {1, 2});
+  EXPECT_THROW(check_inner_contiguous(u, "u"), Error);
+}
+
+TEST(Tensor, DeviceParsing) {
+  EXPECT_TRUE(parse_device("cpu").is_cpu());
+  EXPECT_EQ(parse_device("cuda:3").index, 3);
+  EXPECT_EQ(parse_device("cuda").str(), "cuda:0");
+  const std::string msg = message_of([] { parse_device("tpu"); });
+  EXPECT_NE(msg.find("bad device 'tpu'"), std::string::npos) << msg;
+}
+
+TEST(Tensor, DtypeSizes) {
+  EXPECT_EQ(dtype_size(DType::bf16), 2u);
+  EXPECT_EQ(dtype_size(DType::e4m3), 1u);
+  EXPECT_EQ(dtype_size(DType::i64), 8u);
+  EXPECT_STREQ(dtype_name(DType::e8m0), "e8m0");
+}
