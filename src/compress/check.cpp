@@ -1,0 +1,128 @@
+// Judging compressor records against the float64 oracle (see check.h for the rule).
+#include "compress/check.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "compress/cpu/compress_cpu.h"
+
+namespace latentkv::compress {
+namespace {
+
+// The bf16 values (as fp32) that rounding any x in [lo, hi] can produce: RNE is monotonic, so they
+// are the bf16 values between round(lo) and round(hi). Returns how many (at most 4 kept).
+int bf16_candidates(double lo, double hi, float* out) {
+  float a = num::round_bf16(static_cast<float>(lo));
+  const float b = num::round_bf16(static_cast<float>(hi));
+  int n = 0;
+  while (n < 4) {
+    out[n++] = a;
+    if (a >= b) break;
+    // Next bf16 value up: step the bf16 code in the direction of increasing value.
+    uint16_t h = num::f32_to_bf16(a);
+    h = (h & 0x8000u) ? (h == 0x8000u ? 0x0001u : static_cast<uint16_t>(h - 1)) : static_cast<uint16_t>(h + 1);
+    a = num::bf16_to_f32(h);
+  }
+  return n;
+}
+
+double bf16_ulp(double x) {
+  const double ax = std::fabs(x);
+  if (ax < 1e-38) return std::ldexp(1.0, -133);
+  return std::ldexp(1.0, static_cast<int>(std::floor(std::log2(ax))) - 7);
+}
+
+}  // namespace
+
+CheckReport check_records(const Params& p, const uint8_t* result) {
+  CheckReport rep;
+  auto fail = [&](int64_t i, const std::string& what) {
+    if (rep.failures++ == 0) {
+      std::ostringstream os;
+      os << "output " << i << " (slot " << p.slot_mapping[p.boundary[i]] << "): " << what;
+      rep.first_failure = os.str();
+    }
+  };
+  for (int64_t i = 0; i < p.num_outputs; ++i) {
+    const int64_t slot = p.slot_mapping[p.boundary[i]];
+    if (slot < 0) continue;
+    ++rep.records;
+    const OracleRecord r = oracle_record(p, i);
+    const uint8_t* data = result + data_offset(p, slot);
+    const uint8_t* scales = result + scale_offset(p, slot);
+
+    for (int g = 0; g < kNumGroups; ++g) {
+      float cand[kGroup][4];
+      int ncand[kGroup];
+      float amax_lo = 0, amax_hi = 0, amax = 0;
+      for (int k = 0; k < kGroup; ++k) {
+        const int d = g * kGroup + k;
+        ncand[k] = bf16_candidates(r.y[d] - r.y_tol[d], r.y[d] + r.y_tol[d], cand[k]);
+        float lo = INFINITY, hi = 0;
+        for (int c = 0; c < ncand[k]; ++c) {
+          lo = std::fmin(lo, std::fabs(cand[k][c]));
+          hi = std::fmax(hi, std::fabs(cand[k][c]));
+        }
+        amax_lo = std::fmax(amax_lo, lo);
+        amax_hi = std::fmax(amax_hi, hi);
+        amax = std::fmax(amax, std::fabs(num::round_bf16(static_cast<float>(r.y[d]))));
+      }
+      const int e_oracle = num::compressor_scale_exp(amax, inv_qmax(p.fp8));
+      const int e_lo = num::compressor_scale_exp(amax_lo, inv_qmax(p.fp8));
+      const int e_hi = num::compressor_scale_exp(amax_hi, inv_qmax(p.fp8));
+      const int e_got = static_cast<int>(scales[g]) - 127;
+      rep.bytes += kGroup + 1;
+      if (e_got != e_oracle) {
+        ++rep.differing_bytes;
+        if (e_got < e_lo || e_got > e_hi) {
+          std::ostringstream os;
+          os << "scale byte of group " << g << " is " << int(scales[g]) << ", expected "
+             << e_oracle + 127;
+          fail(i, os.str());
+          continue;
+        }
+        ++rep.ambiguous_accepted;
+      }
+      const float inv_scale = num::exp2i(-e_got);
+      for (int k = 0; k < kGroup; ++k) {
+        const int d = g * kGroup + k;
+        const uint8_t got = data[d];
+        const uint8_t want =
+            encode_payload(num::round_bf16(static_cast<float>(r.y[d])) * num::exp2i(-e_oracle), p.fp8);
+        if (got == want) continue;
+        ++rep.differing_bytes;
+        bool ok = false;
+        for (int c = 0; c < ncand[k] && !ok; ++c) ok = encode_payload(cand[k][c] * inv_scale, p.fp8) == got;
+        if (ok) {
+          ++rep.ambiguous_accepted;
+        } else {
+          std::ostringstream os;
+          os << "payload byte of dim " << d << " is " << int(got) << ", expected " << int(want)
+             << " (y = " << r.y[d] << ")";
+          fail(i, os.str());
+        }
+      }
+    }
+    rep.bytes += 1;
+    if (scales[kNumGroups] != 0) fail(i, "pad byte is not 0");
+
+    for (int j = 0; j < kRope; ++j) {
+      rep.bytes += 2;
+      const uint16_t h = static_cast<uint16_t>(data[kNope + 2 * j] | (data[kNope + 2 * j + 1] << 8));
+      const double got = num::bf16_to_f32(h);
+      const uint16_t want = num::f32_to_bf16(static_cast<float>(r.rope[j]));
+      if (h == want) continue;
+      ++rep.differing_bytes;
+      if (std::fabs(got - r.rope[j]) <= bf16_ulp(r.rope[j])) {
+        ++rep.ambiguous_accepted;
+      } else {
+        std::ostringstream os;
+        os << "RoPE dim " << kNope + j << " is " << got << ", expected " << r.rope[j];
+        fail(i, os.str());
+      }
+    }
+  }
+  return rep;
+}
+
+}  // namespace latentkv::compress

@@ -1,0 +1,28 @@
+// compress/cpu: the CPU backends of compress_kv and the float64 oracle used to judge every backend.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compress/params.h"
+
+namespace latentkv::compress {
+
+// Float64 oracle: computes each record with double arithmetic, written to read like the math, and
+// writes it (same bytes layout as the fast paths). Inputs must already be validated.
+void compress_oracle(const Params& p);
+
+// Fast fp32 path: OpenMP over outputs, the window streamed once in chunks of rows with one rescale
+// per chunk, vectorisable inner loops over the 512 dimensions.
+void compress_cpu_fast(const Params& p);
+
+// The oracle's view of one output, for judging a backend's bytes (see check.h).
+struct OracleRecord {
+  double y[kDim];      // normalised latent before any rounding: c * rsqrt(mean(c^2) + eps) * w
+  double y_tol[kDim];  // how far an fp32 computation of y may honestly land from y
+  double rope[kRope];  // rotated RoPE values (from the fp32-rounded y, as every backend rotates)
+};
+OracleRecord oracle_record(const Params& p, int64_t i);
+
+}  // namespace latentkv::compress

@@ -1,0 +1,192 @@
+// compress/cuda/compress.cu: the CUDA backend's host side: workspace layout, the index-check
+// kernel, functional-mode zeroing and the launch of the compressor kernel.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "compress/cuda/config.h"
+#include "compress/cuda/launch.h"
+#include "cuda_common/cuda_check.h"
+
+namespace latentkv::compress::cuda {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// Workspace layout. The counter region must be zero between calls (kernels restore it); the other
+// regions are scratch.
+struct Layout {
+  size_t counters = 0;  // int32 [num_outputs]: splits arrived per output
+  size_t partials = 0;  // f32 [num_outputs, num_splits, 3, 512]
+  size_t owners = 0;    // int32 [num_slots]: validation, which output claimed a slot
+  size_t first_bad = 0; // int64 [4]: validation, first failing output and its record
+  size_t total = 0;
+};
+
+int sm_count(int device) {
+  static std::mutex mu;
+  static std::map<int, int> counts;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = counts.find(device);
+  if (it != counts.end()) return it->second;
+  int n = 0;
+  LKV_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  counts[device] = n;
+  return n;
+}
+
+SplitPlan plan_for(const Params& p, int device) {
+  return plan_splits(p.num_outputs, p.compress_ratio, int64_t{2} * kCtasPerSm * sm_count(device));
+}
+
+Layout layout_for(const Params& p, int device) {
+  const SplitPlan plan = plan_for(p, device);
+  Layout l;
+  l.counters = 0;
+  l.partials = align_up(sizeof(int) * p.num_outputs);
+  const size_t partial_bytes =
+      plan.num_splits > 1 ? sizeof(float) * p.num_outputs * plan.num_splits * 3 * kDim : 0;
+  l.owners = l.partials + align_up(partial_bytes);
+  l.first_bad = l.owners + align_up(sizeof(int32_t) * p.num_slots);
+  l.total = l.first_bad + align_up(4 * sizeof(int64_t));
+  return l;
+}
+
+// Checks output i with one warp: lane 0 its own indices, all lanes its window's blocks (the lowest
+// bad block is reported). Returns the code in every lane.
+__device__ int32_t check_output(const Params& p, int64_t i, int lane, int64_t* value,
+                                int64_t* extra) {
+  int64_t req = 0, lb0 = 0, lb1 = -1;
+  int32_t code = validate_header(p, i, value, extra, &req, &lb0, &lb1);
+  if (code != kOk) return code;
+  int64_t bad_lb = INT64_MAX, bad_phys = 0;
+  for (int64_t lb = lb0 + lane; lb <= lb1; lb += 32) {
+    int64_t v = 0, x = 0;
+    if (validate_block(p, req, lb, &v, &x) != kOk) {
+      bad_lb = lb;
+      bad_phys = v;
+      break;
+    }
+  }
+  int64_t min_lb = bad_lb;
+  for (int o = 16; o > 0; o >>= 1) min_lb = min(min_lb, __shfl_xor_sync(0xffffffffu, min_lb, o));
+  if (min_lb == INT64_MAX) return kOk;
+  const unsigned who = __ballot_sync(0xffffffffu, bad_lb == min_lb);
+  *value = __shfl_sync(0xffffffffu, bad_phys, __ffs(who) - 1);
+  *extra = min_lb;
+  return kBlockOutOfRange;
+}
+
+// Pass 1, one warp per output: check it, claim its slot in the owner table (a second claimant is a
+// duplicate), and keep the lowest failing output index.
+__global__ void validate_kernel(const Params p, int32_t* owners, unsigned long long* first_bad) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= p.num_outputs) return;
+  int64_t value = 0, extra = 0;
+  int32_t code = check_output(p, i, lane, &value, &extra);
+  if (lane != 0) return;
+  if (code == kOk) {
+    const int64_t slot = p.slot_mapping[p.boundary[i]];
+    if (slot < 0) return;
+    if (atomicCAS(&owners[slot], -1, static_cast<int32_t>(i)) == -1) return;
+  }
+  atomicMin(first_bad, static_cast<unsigned long long>(i));
+}
+
+// Pass 2, one warp: describe the failing output found by pass 1 (record = code, value, extra).
+__global__ void describe_kernel(const Params p, const int32_t* owners,
+                                const unsigned long long* first_bad, int64_t* record) {
+  const unsigned long long i = *first_bad;
+  if (i == ~0ull) return;
+  int64_t value = 0, extra = 0;
+  int32_t code = check_output(p, static_cast<int64_t>(i), threadIdx.x, &value, &extra);
+  if (threadIdx.x != 0) return;
+  if (code == kOk) {  // it passed alone, so it lost a slot to another output
+    code = kDuplicateSlot;
+    value = p.slot_mapping[p.boundary[i]];
+    extra = owners[value];
+  }
+  record[0] = code;
+  record[1] = value;
+  record[2] = extra;
+}
+
+}  // namespace
+
+size_t workspace_bytes(const Params& p, int device) { return layout_for(p, device).total; }
+
+void* cached_workspace(size_t bytes, int device, Stream stream) {
+  static std::mutex mu;
+  static std::map<std::pair<int, Stream>, std::pair<void*, size_t>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& entry = cache[{device, stream}];
+  if (entry.second < bytes) {
+    // Grow: wait for work that may still use the old buffer, then replace it zeroed.
+    if (entry.first) {
+      LKV_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+      LKV_CUDA_CHECK(cudaFree(entry.first));
+      entry = {nullptr, 0};
+    }
+    const size_t grown = std::max(bytes, entry.second * 2);
+    LKV_CUDA_CHECK(cudaMalloc(&entry.first, grown));
+    LKV_CUDA_CHECK(cudaMemset(entry.first, 0, grown));
+    entry.second = grown;
+  }
+  return entry.first;
+}
+
+ValidationFailure validate(const Params& p, void* workspace, Stream stream) {
+  int device = 0;
+  LKV_CUDA_CHECK(cudaGetDevice(&device));
+  const Layout l = layout_for(p, device);
+  auto* base = static_cast<uint8_t*>(workspace);
+  auto* owners = reinterpret_cast<int32_t*>(base + l.owners);
+  auto* first_bad = reinterpret_cast<unsigned long long*>(base + l.first_bad);
+  auto* record = reinterpret_cast<int64_t*>(base + l.first_bad + 8);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  LKV_CUDA_CHECK(cudaMemsetAsync(owners, 0xff, sizeof(int32_t) * p.num_slots, s));
+  LKV_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xff, 8, s));
+  ValidationFailure f;
+  if (p.num_outputs > 0) {
+    constexpr int kWarps = 8;
+    const int64_t blocks = (p.num_outputs + kWarps - 1) / kWarps;
+    validate_kernel<<<static_cast<unsigned>(blocks), kWarps * 32, 0, s>>>(p, owners, first_bad);
+    LKV_CUDA_CHECK_LAUNCH();
+    describe_kernel<<<1, 32, 0, s>>>(p, owners, first_bad, record);
+    LKV_CUDA_CHECK_LAUNCH();
+  }
+  int64_t host[4];
+  LKV_CUDA_CHECK(cudaMemcpyAsync(host, first_bad, sizeof(host), cudaMemcpyDeviceToHost, s));
+  LKV_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (host[0] == -1) return f;  // 0xff..ff: no failure
+  f.output = host[0];
+  f.code = static_cast<int32_t>(host[1]);
+  f.value = host[2];
+  f.extra = host[3];
+  return f;
+}
+
+void compress(const Params& p, bool functional, int64_t page_extent, void* workspace,
+              Stream stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (functional && p.num_slots > 0)
+    LKV_CUDA_CHECK(cudaMemset2DAsync(p.kv, p.page_stride, 0, page_extent,
+                                     p.num_slots / p.page_size, s));
+  if (p.num_outputs == 0) return;
+  int device = 0;
+  LKV_CUDA_CHECK(cudaGetDevice(&device));
+  const SplitPlan plan = plan_for(p, device);
+  const Layout l = layout_for(p, device);
+  auto* base = static_cast<uint8_t*>(workspace);
+  float* partials = reinterpret_cast<float*>(base + l.partials);
+  int* counters = reinterpret_cast<int*>(base + l.counters);
+  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, stream);
+  else launch_compress_kernel<false>(p, plan, partials, counters, stream);
+}
+
+}  // namespace latentkv::compress::cuda

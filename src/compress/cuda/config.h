@@ -1,0 +1,23 @@
+// compress/cuda/config.h: the compressor kernel's tile constants, each with its reason.
+#pragma once
+
+#include "compress/params.h"
+#include "compress/plan.h"
+
+namespace latentkv::compress::cuda {
+
+// A row of 512 values (then 512 scores) is covered by 128 threads with one 16-byte load each
+// (4 floats): 2 KB contiguous per warp-quad, fully coalesced.
+inline constexpr int kLanesPerRow = kDim / 4;  // 128
+// Two row groups per CTA: 256 threads, so a CTA keeps 2 rows x 4 unrolled x 2 loads x 16 B x 128
+// = 32 KB in flight, and 4 resident CTAs per SM cover the HBM latency-bandwidth product.
+inline constexpr int kRowGroups = 2;
+inline constexpr int kThreads = kLanesPerRow * kRowGroups;  // 256
+// Rows each group loads before it consumes them: 8 independent 16-byte loads per thread in flight,
+// and one rescale of the running sums per 4 rows instead of per row.
+inline constexpr int kUnroll = 4;
+static_assert(kRowGroups * kUnroll == kRowAlign, "the planner's row alignment is one CTA step");
+// Resident CTAs per SM assumed by the planner (256 threads, <= 64 registers each).
+inline constexpr int kCtasPerSm = 4;
+
+}  // namespace latentkv::compress::cuda

@@ -1,0 +1,17 @@
+// compress_kv kernel, fp8 payload (one instantiation per file so they compile in parallel).
+#include "compress/cuda/kernel.cuh"
+#include "compress/cuda/launch.h"
+#include "cuda_common/cuda_check.h"
+
+namespace latentkv::compress::cuda {
+
+template <>
+void launch_compress_kernel<true>(const Params& p, const SplitPlan& plan, float* partials,
+                                 int* counters, Stream stream) {
+  const dim3 grid(static_cast<unsigned>(plan.num_splits), static_cast<unsigned>(p.num_outputs));
+  compress_kernel<true><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, plan, partials,
+                                                                              counters);
+  LKV_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace latentkv::compress::cuda

@@ -1,0 +1,239 @@
+// compress/cuda/kernel.cuh: the single-launch compress_kv kernel.
+//
+// Grid: (num_splits, num_outputs); 256 threads = 2 row groups x 128 lanes; lane l owns dims
+// 4l..4l+3 (one float4 of values, one of scores per row). A CTA:
+//   1. resolves its output (skips it when its indices are invalid or its slot is < 0),
+//   2. resolves the addresses of its window rows once, one block-table read per logical block,
+//   3. streams its rows with a per-dimension online softmax (max, sum, weighted sum),
+//   4. merges its two row groups through shared memory,
+//   5. with several splits, publishes its triple and lets the last CTA of the output merge all
+//      triples in split order (so results are bitwise deterministic),
+//   6. normalises, quantizes, rotates and writes the 584-byte record.
+// Invalid indices are never followed: a bad block skips its rows, a bad output writes nothing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "compress/cuda/config.h"
+#include "compress/params.h"
+
+namespace latentkv::compress::cuda {
+
+struct Triple {
+  float m[4], s[4], acc[4];
+};
+
+// Merges (m2, s2, acc2) into (m, s, acc) for one dim; -inf maxima (nothing seen) contribute nothing.
+__device__ __forceinline__ void merge_one(float& m, float& s, float& acc, float m2, float s2,
+                                          float acc2) {
+  const float nm = fmaxf(m, m2);
+  if (nm == -INFINITY) return;
+  const float a = (m == -INFINITY) ? 0.0f : __expf(m - nm);
+  const float b = (m2 == -INFINITY) ? 0.0f : __expf(m2 - nm);
+  s = s * a + s2 * b;
+  acc = acc * a + acc2 * b;
+  m = nm;
+}
+
+// Streams 16-byte loads that are read exactly once: keep them out of L1.
+__device__ __forceinline__ float4 load_stream(const float* p) {
+  return __ldcs(reinterpret_cast<const float4*>(p));
+}
+
+template <bool kFp8>
+__global__ void __launch_bounds__(kThreads)
+compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
+                int* __restrict__ counters) {
+  __shared__ int64_t s_row[kMaxRowsPerSplit];  // element offset of each row, -1 when invalid
+  __shared__ float s_merge[3][kDim];           // row group 1's triple
+  __shared__ float s_red[kLanesPerRow / 32];
+  __shared__ int s_last;
+
+  const int tid = threadIdx.x;
+  const int group = tid / kLanesPerRow;
+  const int lane = tid % kLanesPerRow;
+  const int64_t out = blockIdx.y;
+  const int64_t split = blockIdx.x;
+
+  // ---- 1. The output. Every CTA of an output reaches the same verdict, so none waits in vain.
+  const int64_t b = p.boundary[out];
+  if (b < 0 || b >= p.num_tokens) return;
+  const int64_t slot = p.slot_mapping[b];
+  const int64_t req = p.token_to_req[b];
+  const int64_t pos = p.positions[b];
+  const int64_t C = p.compress_ratio;
+  const int64_t first = pos - C + 1;
+  if (slot < 0 || slot >= p.num_slots || req < 0 || req >= p.num_reqs || first < 0 ||
+      pos / p.block_size >= p.blocks_per_req || (pos / C) * C >= p.max_pos)
+    return;
+
+  // ---- 2. Row addresses, one block-table read per logical block of this split's rows.
+  const int64_t r0 = split * plan.rows_per_split;
+  const int64_t r1 = min(C, r0 + plan.rows_per_split);
+  {
+    const int64_t lb0 = (first + r0) / p.block_size;
+    const int64_t lb1 = (first + r1 - 1) / p.block_size;
+    for (int64_t lb = lb0 + tid; lb <= lb1; lb += kThreads) {
+      const int64_t phys = p.block_table[req * p.stride_table_req + lb];
+      const bool ok = phys >= 0 && phys < p.num_blocks;
+      const int64_t t_begin = max(lb * p.block_size, first + r0);
+      const int64_t t_end = min((lb + 1) * p.block_size, first + r1);
+      for (int64_t t = t_begin; t < t_end; ++t)
+        s_row[t - first - r0] =
+            ok ? phys * p.stride_state_block + (t - lb * p.block_size) * p.stride_state_row : -1;
+    }
+  }
+  __syncthreads();
+
+  // ---- 3. Stream the rows: group g takes rows g, g+2, ... in steps of kUnroll.
+  Triple t;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    t.m[k] = -INFINITY;
+    t.s[k] = 0.0f;
+    t.acc[k] = 0.0f;
+  }
+  const int n_rows = static_cast<int>(r1 - r0);
+  const int dim0 = lane * 4;
+  for (int base = group; base < n_rows; base += kRowGroups * kUnroll) {
+    float4 v[kUnroll], sc[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int r = base + u * kRowGroups;
+      const int64_t off = r < n_rows ? s_row[r] : -1;
+      if (off >= 0) {
+        v[u] = load_stream(p.state + off + dim0);
+        sc[u] = load_stream(p.state + off + kDim + dim0);
+      } else {
+        v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+        sc[u] = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float cm = t.m[k];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) cm = fmaxf(cm, (&sc[u].x)[k]);
+      if (cm == -INFINITY) continue;  // no valid row yet
+      const float rescale = __expf(t.m[k] - cm);
+      float s = t.s[k] * rescale, acc = t.acc[k] * rescale;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const float w = __expf((&sc[u].x)[k] - cm);
+        s += w;
+        acc = fmaf(w, (&v[u].x)[k], acc);
+      }
+      t.m[k] = cm;
+      t.s[k] = s;
+      t.acc[k] = acc;
+    }
+  }
+
+  // ---- 4. Merge row group 1 into row group 0.
+  if (group == 1) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      s_merge[0][dim0 + k] = t.m[k];
+      s_merge[1][dim0 + k] = t.s[k];
+      s_merge[2][dim0 + k] = t.acc[k];
+    }
+  }
+  __syncthreads();
+  if (group == 1) return;  // no barrier below involves row group 1
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    merge_one(t.m[k], t.s[k], t.acc[k], s_merge[0][dim0 + k], s_merge[1][dim0 + k],
+              s_merge[2][dim0 + k]);
+
+  // ---- 5. Across splits: publish, count, and let the last CTA merge in split order.
+  if (plan.num_splits > 1) {
+    float* mine = partials + (out * plan.num_splits + split) * 3 * kDim;
+    reinterpret_cast<float4*>(mine)[lane] = make_float4(t.m[0], t.m[1], t.m[2], t.m[3]);
+    reinterpret_cast<float4*>(mine + kDim)[lane] = make_float4(t.s[0], t.s[1], t.s[2], t.s[3]);
+    reinterpret_cast<float4*>(mine + 2 * kDim)[lane] =
+        make_float4(t.acc[0], t.acc[1], t.acc[2], t.acc[3]);
+    __threadfence();
+    asm volatile("bar.sync 1, %0;" ::"n"(kLanesPerRow));
+    if (lane == 0) {
+      const int ticket = atomicAdd(&counters[out], 1);
+      s_last = ticket == plan.num_splits - 1;
+      if (s_last) counters[out] = 0;  // every split has arrived: ready for the next call
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(kLanesPerRow));
+    if (!s_last) return;
+    __threadfence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      t.m[k] = -INFINITY;
+      t.s[k] = 0.0f;
+      t.acc[k] = 0.0f;
+    }
+    for (int64_t j = 0; j < plan.num_splits; ++j) {
+      const float* src = partials + (out * plan.num_splits + j) * 3 * kDim;
+      const float4 m = __ldcg(reinterpret_cast<const float4*>(src) + lane);
+      const float4 s = __ldcg(reinterpret_cast<const float4*>(src + kDim) + lane);
+      const float4 a = __ldcg(reinterpret_cast<const float4*>(src + 2 * kDim) + lane);
+      merge_one(t.m[0], t.s[0], t.acc[0], m.x, s.x, a.x);
+      merge_one(t.m[1], t.s[1], t.acc[1], m.y, s.y, a.y);
+      merge_one(t.m[2], t.s[2], t.acc[2], m.z, s.z, a.z);
+      merge_one(t.m[3], t.s[3], t.acc[3], m.w, s.w, a.w);
+    }
+  }
+
+  // ---- 6. Finalise: RMSNorm, NoPE quantization, RoPE, and the record's bytes.
+  float c[4], y[4];
+  float sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    c[k] = t.acc[k] / t.s[k];
+    sq = fmaf(c[k], c[k], sq);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+  if ((lane & 31) == 0) s_red[lane / 32] = sq;
+  asm volatile("bar.sync 1, %0;" ::"n"(kLanesPerRow));
+  const float total = ((s_red[0] + s_red[1]) + s_red[2]) + s_red[3];
+  const float rstd = 1.0f / sqrtf(total / static_cast<float>(kDim) + p.eps);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) y[k] = c[k] * rstd * num::bf16_to_f32(p.rms_weight[dim0 + k]);
+
+  uint8_t* data = p.kv + data_offset(p, slot);
+  uint8_t* scales = p.kv + scale_offset(p, slot);
+  if (dim0 < kNope) {
+    // Groups of 64 dims are 16 aligned lanes; the xor-shuffle stays inside a group.
+    float z[4], amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      z[k] = num::round_bf16(y[k]);
+      amax = fmaxf(amax, fabsf(z[k]));
+    }
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, 16));
+    const int e = num::compressor_scale_exp(amax, kFp8 ? 1.0f / 448.0f : 1.0f / 127.0f);
+    const float inv_scale = num::exp2i(-e);
+    uint32_t word = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      word |= static_cast<uint32_t>(encode_payload(z[k] * inv_scale, kFp8)) << (8 * k);
+    *reinterpret_cast<uint32_t*>(data + dim0) = word;
+    if ((lane & 15) == 0) scales[lane / 16] = num::ue8m0_from_exp(e);
+  } else {
+    if (dim0 == kNope) scales[kNumGroups] = 0;
+    const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
+    const int j = (dim0 - kNope) / 2;  // first of this lane's two pairs
+    uint32_t h[4];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const float u = y[2 * q], w = y[2 * q + 1];
+      const float co = cs[j + q], si = cs[kRope / 2 + j + q];
+      h[2 * q] = num::f32_to_bf16(u * co - w * si);
+      h[2 * q + 1] = num::f32_to_bf16(w * co + u * si);
+    }
+    *reinterpret_cast<uint2*>(data + kNope + 2 * (dim0 - kNope)) =
+        make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+  }
+}
+
+}  // namespace latentkv::compress::cuda

@@ -1,0 +1,42 @@
+// compress/cuda/launch.h: the CUDA backend's entry points (declarations only; no CUDA headers).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compress/params.h"
+#include "compress/plan.h"
+#include "latentkv/tensor.h"
+
+namespace latentkv::compress::cuda {
+
+// The first invalid output found on the device (code 0: none).
+struct ValidationFailure {
+  int32_t code = 0;
+  int64_t output = -1;
+  int64_t value = 0;
+  int64_t extra = 0;
+};
+
+// Bytes of workspace compress_cuda needs for these parameters (counters, partials, validation).
+size_t workspace_bytes(const Params& p, int device);
+
+// Runs the index checks on the device and waits for them (this synchronises the stream).
+ValidationFailure validate(const Params& p, void* workspace, Stream stream);
+
+// Compresses. page_extent: bytes of each page that belong to the cache tensor (zeroed first in
+// functional mode). workspace: workspace_bytes() bytes whose counter region is zero on entry (it is
+// zero again on exit).
+void compress(const Params& p, bool functional, int64_t page_extent, void* workspace, Stream stream);
+
+// A workspace owned by latentkv, one per (device, stream), grown on demand and zero-initialised.
+void* cached_workspace(size_t bytes, int device, Stream stream);
+
+}  // namespace latentkv::compress::cuda
+
+namespace latentkv::compress::cuda {
+// One instantiation per payload kind (instantiations/*.cu).
+template <bool kFp8>
+void launch_compress_kernel(const Params& p, const SplitPlan& plan, float* partials, int* counters,
+                            Stream stream);
+}  // namespace latentkv::compress::cuda

@@ -1,0 +1,288 @@
+// compress_kv on the CPU: the fast path and the oracle against the float64 oracle's judgement
+// (compress/check.h), the two modes, every stress shape of the issue, every error path, determinism.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "compress/check.h"
+#include "compress/params.h"
+#include "compress/plan.h"
+#include "latentkv/compress.h"
+#include "latentkv/error.h"
+#include "testing/compress_workload.h"
+
+using namespace latentkv;
+using latentkv::testing::CompressWorkload;
+using latentkv::testing::make_workload;
+using latentkv::testing::WorkloadOptions;
+
+namespace {
+
+compress::Params params_of(CompressWorkload& w) {
+  // The same Params the dispatcher builds, for the checker (host memory).
+  compress::Params p{};
+  p.state = w.state.data();
+  p.stride_state_block = w.opt.block_size * 1024;
+  p.stride_state_row = 1024;
+  p.token_to_req = w.token_to_req.data();
+  p.positions = w.positions.data();
+  p.boundary = w.boundary.data();
+  p.block_table = w.block_table.data();
+  p.stride_table_req = w.blocks_per_req;
+  p.rms_weight = w.weight.data();
+  p.cos_sin = w.cos_sin.data();
+  p.stride_cos_pos = 64;
+  p.slot_mapping = w.slot_mapping.data();
+  p.kv = w.kv.data();
+  p.page_stride = w.page_stride;
+  p.page_size = w.opt.page_size;
+  p.num_slots = w.num_pages * w.opt.page_size;
+  p.num_blocks = w.num_blocks;
+  p.block_size = w.opt.block_size;
+  p.num_tokens = w.num_tokens;
+  p.num_reqs = w.opt.num_reqs;
+  p.blocks_per_req = w.blocks_per_req;
+  p.max_pos = w.max_pos;
+  p.num_outputs = w.num_outputs;
+  p.compress_ratio = w.opt.compress_ratio;
+  p.eps = 1e-6f;
+  p.fp8 = w.opt.format == CacheFormat::v4_fp8;
+  return p;
+}
+
+// Marks every byte that a record of an output with a valid slot occupies.
+std::vector<bool> record_mask(CompressWorkload& w) {
+  std::vector<bool> m(w.kv.size(), false);
+  const compress::Params p = params_of(w);
+  for (int64_t i = 0; i < w.num_outputs; ++i) {
+    const int64_t slot = w.slot_mapping[w.boundary[i]];
+    if (slot < 0) continue;
+    for (int k = 0; k < compress::kDataBytes; ++k) m[compress::data_offset(p, slot) + k] = true;
+    for (int k = 0; k < compress::kScaleBytes; ++k) m[compress::scale_offset(p, slot) + k] = true;
+  }
+  return m;
+}
+
+// Runs impl on w in place and judges the records; checks that no other byte changed.
+compress::CheckReport run_and_check(CompressWorkload& w, CompressImpl impl) {
+  const std::vector<uint8_t> before = w.kv;
+  compress_kv(w.args(), nullptr, impl);
+  const std::vector<bool> mask = record_mask(w);
+  for (size_t k = 0; k < w.kv.size(); ++k)
+    if (!mask[k]) {
+      EXPECT_EQ(w.kv[k], before[k]) << "byte " << k << " outside every record changed";
+      if (w.kv[k] != before[k]) break;
+    }
+  const compress::CheckReport rep = compress::check_records(params_of(w), w.kv.data());
+  EXPECT_TRUE(rep.ok()) << rep.first_failure << " (" << rep.failures << " wrong bytes)";
+  // SPEC.md: accepted ambiguities must be tiny, about 1e-5 of the bytes or less.
+  EXPECT_LE(rep.ambiguous_accepted, std::max<int64_t>(2, rep.bytes / 20000))
+      << rep.ambiguous_accepted << " ambiguities in " << rep.bytes << " bytes";
+  return rep;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(CompressPlan, FillsTheGpuAndCoversTheWindow) {
+  for (int64_t outputs : {1, 16, 64, 256, 1024, 100000})
+    for (int64_t C : {1, 4, 7, 128, 256, 512, 1000, 4096}) {
+      const compress::SplitPlan p = compress::plan_splits(outputs, C, 1056);
+      EXPECT_GE(p.num_splits * p.rows_per_split, C);
+      EXPECT_LT((p.num_splits - 1) * p.rows_per_split, C) << "an empty split";
+      EXPECT_LE(p.rows_per_split, compress::kMaxRowsPerSplit);
+      EXPECT_GE(p.num_splits, 1);
+    }
+  // 16 outputs of C = 512 (the 8192-token contest case) must spread over many CTAs.
+  EXPECT_GE(compress::plan_splits(16, 512, 1056).num_splits * 16, 256);
+  EXPECT_EQ(compress::plan_splits(100000, 128, 1056).num_splits, 1);
+}
+
+TEST(CompressCpu, ContestShapesInt8AndFp8) {
+  for (CacheFormat f : {CacheFormat::v4_int8, CacheFormat::v4_fp8})
+    for (int64_t C : {128, 256, 512}) {
+      WorkloadOptions o;
+      o.num_reqs = 2;
+      o.tokens_per_req = 2048;
+      o.compress_ratio = C;
+      o.format = f;
+      o.seed = 11 + C;
+      CompressWorkload fast = make_workload(o);
+      const auto rep = run_and_check(fast, CompressImpl::kCpuFast);
+      EXPECT_EQ(rep.records, 2 * 2048 / C);
+      CompressWorkload oracle = make_workload(o);
+      const auto rep2 = run_and_check(oracle, CompressImpl::kCpuOracle);
+      EXPECT_EQ(rep2.differing_bytes, 0) << "the oracle disagrees with its own judgement";
+    }
+}
+
+TEST(CompressCpu, FunctionalModeZeroesEverythingElse) {
+  WorkloadOptions o;
+  o.num_reqs = 2;
+  o.tokens_per_req = 640;
+  o.random_slots = true;
+  o.random_initial_cache = true;
+  o.page_pad_bytes = 48;
+  CompressWorkload w = make_workload(o);
+  compress_kv(w.args(CompressMode::kFunctional), nullptr, CompressImpl::kCpuFast);
+  const std::vector<bool> mask = record_mask(w);
+  int64_t nonzero_outside = 0;
+  for (int64_t page = 0; page < w.num_pages; ++page)
+    for (int64_t k = 0; k < w.page_stride; ++k)
+      if (!mask[page * w.page_stride + k] && w.kv[page * w.page_stride + k] != 0) ++nonzero_outside;
+  EXPECT_EQ(nonzero_outside, 0);
+  EXPECT_TRUE(compress::check_records(params_of(w), w.kv.data()).ok());
+}
+
+TEST(CompressCpu, InPlaceRewritesEveryByteOfItsRecords) {
+  // Poison the cache with two different patterns: the records must come out identical.
+  WorkloadOptions o;
+  o.num_reqs = 3;
+  o.tokens_per_req = 512;
+  o.compress_ratio = 64;
+  CompressWorkload a = make_workload(o), b = make_workload(o);
+  std::memset(a.kv.data(), 0xab, a.kv.size());
+  std::memset(b.kv.data(), 0x00, b.kv.size());
+  compress_kv(a.args(), nullptr, CompressImpl::kCpuFast);
+  compress_kv(b.args(), nullptr, CompressImpl::kCpuFast);
+  const std::vector<bool> mask = record_mask(a);
+  for (size_t k = 0; k < a.kv.size(); ++k)
+    if (mask[k]) {
+      ASSERT_EQ(a.kv[k], b.kv[k]) << "record byte " << k << " was not written";
+    }
+}
+
+struct StressCase {
+  int64_t block_size, C, P, tokens;
+  bool shuffle, repeat, random_slots;
+  float scale;
+};
+
+TEST(CompressCpu, StressGrid) {
+  const StressCase cases[] = {
+      {1, 128, 64, 512, true, false, false, 1.0f},   {4, 4, 2, 64, false, false, true, 1.0f},
+      {8, 128, 64, 1000, true, true, true, 1.0f},   {16, 256, 256, 700, true, false, true, 1.0f},
+      {64, 512, 64, 1100, false, true, false, 1.0f}, {8, 1, 2, 40, true, false, true, 1.0f},
+      {8, 1000, 64, 2100, true, false, true, 1.0f},  {8, 128, 64, 512, true, false, true, 1e-3f},
+      {8, 128, 64, 512, true, false, true, 1e3f},    {3, 37, 53, 300, true, true, true, 1.0f},
+  };
+  for (const StressCase& c : cases)
+    for (CacheFormat f : {CacheFormat::v4_int8, CacheFormat::v4_fp8}) {
+      WorkloadOptions o;
+      o.num_reqs = 2;
+      o.tokens_per_req = c.tokens;
+      o.compress_ratio = c.C;
+      o.block_size = c.block_size;
+      o.page_size = c.P;
+      o.shuffle_blocks = c.shuffle;
+      o.repeat_blocks = c.repeat;
+      o.random_slots = c.random_slots;
+      o.random_initial_cache = true;
+      o.state_scale = c.scale;
+      o.format = f;
+      o.page_pad_bytes = c.P == 53 ? 8 : 0;
+      CompressWorkload w = make_workload(o);
+      SCOPED_TRACE("bs=" + std::to_string(c.block_size) + " C=" + std::to_string(c.C) +
+                   " P=" + std::to_string(c.P) + " scale=" + std::to_string(c.scale));
+      run_and_check(w, CompressImpl::kCpuFast);
+    }
+}
+
+TEST(CompressCpu, BitwiseDeterministic) {
+  WorkloadOptions o;
+  o.num_reqs = 4;
+  o.tokens_per_req = 1024;
+  o.shuffle_blocks = true;
+  CompressWorkload a = make_workload(o);
+  compress_kv(a.args(), nullptr, CompressImpl::kCpuFast);
+  for (int run = 0; run < 3; ++run) {
+    CompressWorkload b = make_workload(o);
+    compress_kv(b.args(), nullptr, CompressImpl::kCpuFast);
+    ASSERT_EQ(a.kv, b.kv) << "run " << run;
+  }
+}
+
+TEST(CompressCpu, ErrorsNameTheValueAndWriteNothing) {
+  WorkloadOptions o;
+  o.num_reqs = 2;
+  o.tokens_per_req = 512;
+  o.random_initial_cache = true;
+  struct Bad {
+    const char* expect;
+    std::function<void(CompressWorkload&, CompressArgs&)> spoil;
+  };
+  const Bad bads[] = {
+      {"boundary_token_indices[1] = 5000", [](auto& w, auto&) { w.boundary[1] = 5000; }},
+      {"slot 100000", [](auto& w, auto&) { w.slot_mapping[w.boundary[2]] = 100000; }},
+      {"request 7", [](auto& w, auto&) { w.token_to_req[w.boundary[0]] = 7; }},
+      {"window starting at -1", [](auto& w, auto&) { w.positions[w.boundary[0]] = 126; }},
+      {"logical block 64", [](auto& w, auto&) { w.positions[w.boundary[3]] = 512; }},
+      {"to block 999", [](auto& w, auto&) { w.block_table[3] = 999; }},
+      {"to block -4", [](auto& w, auto&) { w.block_table[5] = -4; }},
+      {"slot 1 is written by outputs 1 and 2",
+       [](auto& w, auto&) { w.slot_mapping[w.boundary[2]] = 1; }},
+      {"RoPE row 512", [](auto& w, auto& a) {
+         w.positions[w.boundary[3]] = 600;
+         w.block_table.resize(w.block_table.size() * 2, 0);
+         a.block_table = TensorView(w.block_table.data(), DType::i32, {2, 128});
+       }},
+      {"compress_ratio must be >= 1, got 0", [](auto&, auto& a) { a.compress_ratio = 0; }},
+      {"block_size 4 differs", [](auto&, auto& a) { a.block_size = 4; }},
+      {"expected rms_norm_weight of shape [512] bf16, got [512] f32",
+       [](auto&, auto& a) { a.rms_norm_weight.dtype = DType::f32; }},
+      {"expected state_cache of shape [num_blocks, block_size, 1024] f32",
+       [](auto&, auto& a) { a.state_cache.shape[2] = 512; }},
+      {"v4_int8 or v4_fp8", [](auto&, auto& a) { a.format = CacheFormat::v32_fp8; }},
+  };
+  for (const Bad& bad : bads) {
+    CompressWorkload w = make_workload(o);
+    CompressArgs a = w.args();
+    bad.spoil(w, a);
+    const std::vector<uint8_t> before = w.kv;
+    const std::string msg = error_of([&] { compress_kv(a, nullptr, CompressImpl::kCpuFast); });
+    EXPECT_NE(msg.find(bad.expect), std::string::npos) << "got: " << msg;
+    EXPECT_EQ(w.kv, before) << "cache changed after rejecting: " << bad.expect;
+  }
+}
+
+TEST(CompressCpu, NegativeSlotsAreSkipped) {
+  WorkloadOptions o;
+  o.num_reqs = 1;
+  o.tokens_per_req = 512;
+  o.random_initial_cache = true;
+  CompressWorkload w = make_workload(o);
+  for (int64_t i = 0; i < w.num_outputs; ++i) w.slot_mapping[w.boundary[i]] = -1;
+  // A skipped output is not read either: its indices may be garbage.
+  w.token_to_req[w.boundary[0]] = 99;
+  const std::vector<uint8_t> before = w.kv;
+  compress_kv(w.args(), nullptr, CompressImpl::kCpuFast);
+  EXPECT_EQ(w.kv, before);
+}
+
+TEST(CompressCpu, CheckerRejectsWrongBytes) {
+  // The judge must be able to fail: one wrong payload, scale, RoPE or pad byte each is caught.
+  WorkloadOptions o;
+  o.num_reqs = 1;
+  o.tokens_per_req = 256;
+  CompressWorkload w = make_workload(o);
+  compress_kv(w.args(), nullptr, CompressImpl::kCpuFast);
+  const compress::Params p = params_of(w);
+  ASSERT_TRUE(compress::check_records(p, w.kv.data()).ok());
+  const int64_t data = compress::data_offset(p, 1), scales = compress::scale_offset(p, 1);
+  for (int64_t at : {data + 5, data + 447, data + 448 + 1, data + 575, scales + 3, scales + 7}) {
+    std::vector<uint8_t> bad = w.kv;
+    bad[at] = static_cast<uint8_t>(bad[at] + 2);
+    EXPECT_FALSE(compress::check_records(p, bad.data()).ok()) << "byte " << at - data;
+  }
+}
