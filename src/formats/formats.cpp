@@ -54,9 +54,11 @@ static_assert(formats_agree(), "FormatInfo table disagrees with record_codec.h")
 // 16-byte boundaries.
 constexpr int64_t kCudaAlign = 16;
 
+#ifndef LKV_WITH_CUDA
 [[noreturn]] void fail_not_built() {
   LKV_FAIL(ErrorKind::kNotBuilt, "latentkv was built without CUDA");
 }
+#endif
 
 // Rejects CUDA tensors in a CPU-only build before anything else looks at them.
 void require_backend(const Device& device) {
