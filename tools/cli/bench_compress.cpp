@@ -1,0 +1,357 @@
+// `latentkv bench compress`, `latentkv verify` and `latentkv run compress`.
+//
+// bench: the 12 contest workloads (and, with --shuffled, the same with a shuffled block table) on
+// the CPU or the GPU: µs per call, GB/s, the fraction of the HBM read bandwidth measured in the same
+// run, and the speedup against the contest's PyTorch reference when its times are given
+// (--reference FILE, written by bench/compress_reference.py in the same device session).
+// verify: runs small workloads on every backend built and judges them against the float64 oracle.
+// run: loads inputs written by bench/compress_reference.py and writes the functional-mode cache.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "bench_util.h"
+#include "commands.h"
+#include "compress/check.h"
+#include "compress/params.h"
+#include "latentkv/compress.h"
+#include "latentkv/error.h"
+#include "testing/compress_workload.h"
+#ifdef LKV_WITH_CUDA
+#include "cuda_common/bench.h"
+#endif
+
+namespace latentkv::cli {
+namespace {
+
+using testing::CompressWorkload;
+using testing::WorkloadOptions;
+
+#ifdef LKV_WITH_CUDA
+// Device copies of a workload's tensors; args() points a host CompressArgs at them.
+class DeviceCopy {
+ public:
+  explicit DeviceCopy(CompressWorkload& w) : w_(w) {
+    put(w.state);
+    put(w.token_to_req);
+    put(w.positions);
+    put(w.boundary);
+    put(w.block_table);
+    put(w.weight);
+    put(w.cos_sin);
+    put(w.slot_mapping);
+    put(w.kv);
+  }
+  ~DeviceCopy() {
+    for (void* p : ptrs_) bench_cuda::free(p);
+  }
+  CompressArgs args(CompressMode mode) {
+    CompressArgs a = w_.args(mode);
+    TensorView* views[] = {&a.state_cache,   &a.token_to_req,  &a.positions,
+                           &a.boundary_token_indices, &a.block_table, &a.rms_norm_weight,
+                           &a.cos_sin_cache, &a.kv_slot_mapping, &a.kv_cache};
+    for (size_t i = 0; i < ptrs_.size(); ++i) {
+      views[i]->data = ptrs_[i];
+      views[i]->device = Device::cuda(0);
+    }
+    return a;
+  }
+  std::vector<uint8_t> kv() {
+    std::vector<uint8_t> h(w_.kv.size());
+    bench_cuda::to_host(h.data(), ptrs_.back(), h.size());
+    return h;
+  }
+
+ private:
+  template <typename T>
+  void put(const std::vector<T>& v) {
+    void* p = bench_cuda::alloc(v.size() * sizeof(T));
+    bench_cuda::to_device(p, v.data(), v.size() * sizeof(T));
+    ptrs_.push_back(p);
+  }
+  CompressWorkload& w_;
+  std::vector<void*> ptrs_;
+};
+#endif
+
+bool want_cuda(const std::string& device) {
+  if (device == "cpu") return false;
+#ifdef LKV_WITH_CUDA
+  if (device == "auto") return bench_cuda::device_count() > 0;
+  LKV_CHECK(bench_cuda::device_count() > 0, "--device ", device, ": no CUDA device is visible");
+  return true;
+#else
+  LKV_CHECK(device == "auto", "--device ", device, ": latentkv was built without CUDA");
+  return false;
+#endif
+}
+
+CacheFormat compressor_format(const std::string& s) {
+  const CacheFormat f = parse_format(s);
+  LKV_CHECK(f == CacheFormat::v4_int8 || f == CacheFormat::v4_fp8,
+            "--format must be v4_int8 or v4_fp8, got ", s);
+  return f;
+}
+
+compress::Params host_params(CompressWorkload& w, const uint8_t* kv) {
+  compress::Params p{};
+  p.state = w.state.data();
+  p.stride_state_block = w.opt.block_size * 1024;
+  p.stride_state_row = 1024;
+  p.token_to_req = w.token_to_req.data();
+  p.positions = w.positions.data();
+  p.boundary = w.boundary.data();
+  p.block_table = w.block_table.data();
+  p.stride_table_req = w.blocks_per_req;
+  p.rms_weight = w.weight.data();
+  p.cos_sin = w.cos_sin.data();
+  p.stride_cos_pos = 64;
+  p.slot_mapping = w.slot_mapping.data();
+  p.kv = const_cast<uint8_t*>(kv);
+  p.page_stride = w.page_stride;
+  p.page_size = w.opt.page_size;
+  p.num_slots = w.num_pages * w.opt.page_size;
+  p.num_blocks = w.num_blocks;
+  p.block_size = w.opt.block_size;
+  p.num_tokens = w.num_tokens;
+  p.num_reqs = w.opt.num_reqs;
+  p.blocks_per_req = w.blocks_per_req;
+  p.max_pos = w.max_pos;
+  p.num_outputs = w.num_outputs;
+  p.compress_ratio = w.opt.compress_ratio;
+  p.eps = 1e-6f;
+  p.fp8 = w.opt.format == CacheFormat::v4_fp8;
+  return p;
+}
+
+}  // namespace
+
+int cmd_bench_compress(const Args& args) {
+  const bool cuda = want_cuda(args.get("device", "auto"));
+  const CacheFormat format = compressor_format(args.get("format", "v4_int8"));
+  const std::string which = args.get("cases", "contest");
+  const bool shuffled = args.flag("shuffled");
+  const std::string json = args.get("json", "");
+  const std::string ref_path = args.get("reference", "");
+  const int reps = args.get_int("reps", cuda ? 50 : 3);
+  args.check_all_used();
+  LKV_CHECK(which == "contest" || which == "quick", "--cases must be contest or quick, got ",
+            which);
+
+  BenchResult res;
+  res.op = "compress_kv";
+  res.command = args.command_line();
+  res.date = utc_now();
+  res.notes["format"] = format_info(format).name;
+  res.notes["timing"] = cuda ? "median of " + std::to_string(reps) +
+                                   " event-timed calls, L2 flushed before each, checks off"
+                             : "median of " + std::to_string(reps) + " wall-clock calls";
+  std::map<std::string, double> ref;
+  if (!ref_path.empty()) ref = read_reference_times(ref_path);
+  double hbm = 0;
+#ifdef LKV_WITH_CUDA
+  if (cuda) {
+    res.device = bench_cuda::device_name(0);
+    hbm = bench_cuda::measure_hbm_read_GBps();
+    res.ceilings["hbm_read_GBps"] = hbm;
+  }
+#endif
+  if (!cuda) res.device = "cpu";
+
+  std::printf("compress_kv %s on %s%s\n", format_info(format).name, res.device.c_str(),
+              cuda ? "" : " (fast fp32 path)");
+  if (hbm > 0) std::printf("measured HBM read bandwidth: %.0f GB/s\n", hbm);
+  std::printf("%-26s %10s %10s %8s %10s %10s\n", "case", "us", "GB/s", "of HBM", "vs torch",
+              "checked us");
+  std::vector<double> speedups, fracs_large, shuffle_ratio;
+  double worst_8192 = 0;
+  std::map<std::string, double> identity_time;
+  for (const auto& c : testing::contest_cases()) {
+    if (which == "quick" && c.total_tokens > 32768) continue;
+    for (int shuffle = 0; shuffle <= (shuffled ? 1 : 0); ++shuffle) {
+      WorkloadOptions o;
+      o.num_reqs = c.num_reqs;
+      o.tokens_per_req = c.total_tokens / c.num_reqs;
+      o.compress_ratio = c.compress_ratio;
+      o.format = format;
+      o.shuffle_blocks = shuffle;
+      o.seed = 42;
+      CompressWorkload w = testing::make_workload(o);
+      const std::string name = std::string(c.name) + (shuffle ? "_shuffled" : "");
+      const double bytes_read = static_cast<double>(w.state_bytes_read());
+      const double bytes = bytes_read + static_cast<double>(w.num_outputs) * compress::kRecordBytes;
+      BenchCase bc;
+      bc.name = name;
+      double checked_us = 0;
+      if (cuda) {
+#ifdef LKV_WITH_CUDA
+        DeviceCopy d(w);
+        CompressArgs a = d.args(CompressMode::kInPlace);
+        compress_kv(a);  // once with the index checks, which also proves the inputs valid
+        bench_cuda::synchronize();
+        checked_us = bench_cuda::time_us([&] { compress_kv(a); }, 10);
+        a.check_indices = false;
+        bc.time_us = bench_cuda::time_us([&] { compress_kv(a); }, reps);
+#endif
+      } else {
+        CompressArgs a = w.args(CompressMode::kInPlace);
+        bc.time_us = cpu_time_us([&] { compress_kv(a); }, reps);
+      }
+      bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
+      bc.numbers["state_bytes"] = bytes_read;
+      bc.numbers["num_outputs"] = static_cast<double>(w.num_outputs);
+      if (cuda) bc.numbers["checked_time_us"] = checked_us;
+      if (hbm > 0) {
+        bc.numbers["frac_of_ceiling"] = bytes_read / (bc.time_us * 1e-6) / 1e9 / hbm;
+        if (c.total_tokens == 131072 && !shuffle) fracs_large.push_back(bc.numbers["frac_of_ceiling"]);
+      }
+      if (c.total_tokens == 8192 && !shuffle) worst_8192 = std::max(worst_8192, bc.time_us);
+      if (ref.count(name)) {
+        bc.numbers["reference_time_us"] = ref[name];
+        bc.numbers["speedup_vs_reference"] = ref[name] / bc.time_us;
+        if (!shuffle) speedups.push_back(bc.numbers["speedup_vs_reference"]);
+      }
+      if (!shuffle) identity_time[c.name] = bc.time_us;
+      else shuffle_ratio.push_back(bc.time_us / identity_time[c.name]);
+      std::printf("%-26s %10.1f %10.1f %7.1f%% %9.1fx %10.1f\n", name.c_str(), bc.time_us,
+                  bc.numbers["GBps"], 100.0 * (hbm > 0 ? bc.numbers["frac_of_ceiling"] : 0.0),
+                  ref.count(name) ? bc.numbers["speedup_vs_reference"] : 0.0, checked_us);
+      std::fflush(stdout);
+      res.cases.push_back(bc);
+    }
+  }
+  if (!speedups.empty()) res.summary["geomean_speedup_vs_reference"] = geomean(speedups);
+  if (!fracs_large.empty())
+    res.summary["min_frac_of_ceiling_131072"] =
+        *std::min_element(fracs_large.begin(), fracs_large.end());
+  if (worst_8192 > 0) res.summary["max_time_us_8192"] = worst_8192;
+  if (!shuffle_ratio.empty())
+    res.summary["max_shuffled_over_identity"] =
+        *std::max_element(shuffle_ratio.begin(), shuffle_ratio.end());
+  std::vector<double> gbps;
+  for (const auto& c : res.cases) gbps.push_back(c.numbers.at("GBps"));
+  res.summary["geomean_GBps"] = geomean(gbps);
+  std::printf("summary:");
+  for (const auto& [k, v] : res.summary) std::printf(" %s=%.3g", k.c_str(), v);
+  std::printf("\n");
+  if (!json.empty()) write_json(res, json);
+  return 0;
+}
+
+int cmd_verify(const Args& args) {
+  const std::string device = args.get("device", "auto");
+  args.check_all_used();
+  const bool cuda = want_cuda(device);
+  std::vector<std::pair<std::string, CompressImpl>> impls = {{"cpu", CompressImpl::kCpuFast}};
+  if (cuda) impls.push_back({"cuda", CompressImpl::kCuda});
+  int failures = 0;
+  std::printf("%-6s %-24s %8s %10s %10s %8s\n", "impl", "workload", "records", "bytes",
+              "ambiguous", "result");
+  for (const auto& [label, impl] : impls)
+    for (CacheFormat f : {CacheFormat::v4_int8, CacheFormat::v4_fp8})
+      for (int64_t C : {4, 128, 512}) {
+        WorkloadOptions o;
+        o.num_reqs = 2;
+        o.tokens_per_req = 2048;
+        o.compress_ratio = C;
+        o.format = f;
+        o.shuffle_blocks = true;
+        o.random_slots = true;
+        o.seed = 7 + C;
+        CompressWorkload w = testing::make_workload(o);
+        std::vector<uint8_t> out;
+        if (impl == CompressImpl::kCuda) {
+#ifdef LKV_WITH_CUDA
+          DeviceCopy d(w);
+          compress_kv(d.args(CompressMode::kFunctional), nullptr, impl);
+          out = d.kv();
+#endif
+        } else {
+          compress_kv(w.args(CompressMode::kFunctional), nullptr, impl);
+          out = w.kv;
+        }
+        const compress::CheckReport rep = compress::check_records(host_params(w, out.data()), out.data());
+        const std::string name = std::string(format_info(f).name) + " C=" + std::to_string(C);
+        std::printf("%-6s %-24s %8lld %10lld %10lld %8s\n", label.c_str(), name.c_str(),
+                    static_cast<long long>(rep.records), static_cast<long long>(rep.bytes),
+                    static_cast<long long>(rep.ambiguous_accepted), rep.ok() ? "ok" : "FAIL");
+        if (!rep.ok()) {
+          std::printf("  %s\n", rep.first_failure.c_str());
+          ++failures;
+        }
+      }
+  std::printf("verify: %d passed, %d failed\n", static_cast<int>(impls.size()) * 6 - failures,
+              failures);
+  return failures == 0 ? 0 : 1;
+}
+
+int cmd_run_compress(const Args& args) {
+  const std::string dir = args.get("inputs", "");
+  const std::string out_path = args.get("out", "");
+  const CacheFormat format = compressor_format(args.get("format", "v4_int8"));
+  const bool cuda = want_cuda(args.get("device", "auto"));
+  args.check_all_used();
+  LKV_CHECK(!dir.empty() && !out_path.empty(), "run compress needs --inputs DIR and --out FILE");
+  std::ifstream meta(dir + "/meta.txt");
+  LKV_CHECK(meta.good(), "cannot read ", dir, "/meta.txt");
+  int64_t num_blocks, block_size, num_tokens, num_outputs, num_reqs, blocks_per_req, max_pos,
+      num_pages, page_bytes, C, P;
+  meta >> num_blocks >> block_size >> num_tokens >> num_outputs >> num_reqs >> blocks_per_req >>
+      max_pos >> num_pages >> page_bytes >> C >> P;
+  LKV_CHECK(!meta.fail(), dir, "/meta.txt: expected 11 integers");
+  auto load = [&](const std::string& name, auto& vec, int64_t n) {
+    vec.resize(static_cast<size_t>(n));
+    std::ifstream is(dir + "/" + name, std::ios::binary);
+    LKV_CHECK(is.good(), "cannot read ", dir, "/", name);
+    is.read(reinterpret_cast<char*>(vec.data()),
+            static_cast<std::streamsize>(n * sizeof(vec[0])));
+    LKV_CHECK(is.gcount() == static_cast<std::streamsize>(n * sizeof(vec[0])), dir, "/", name,
+              " is shorter than ", n, " elements");
+  };
+  CompressWorkload w;
+  w.opt.num_reqs = num_reqs;
+  w.opt.block_size = block_size;
+  w.opt.compress_ratio = C;
+  w.opt.page_size = P;
+  w.opt.format = format;
+  w.num_tokens = num_tokens;
+  w.num_outputs = num_outputs;
+  w.num_blocks = num_blocks;
+  w.blocks_per_req = blocks_per_req;
+  w.max_pos = max_pos;
+  w.num_pages = num_pages;
+  w.page_stride = page_bytes;
+  load("state.f32", w.state, num_blocks * block_size * 1024);
+  load("token_to_req.i32", w.token_to_req, num_tokens);
+  load("positions.i64", w.positions, num_tokens);
+  load("boundary.i64", w.boundary, num_outputs);
+  load("block_table.i32", w.block_table, num_reqs * blocks_per_req);
+  load("weight.bf16", w.weight, 512);
+  load("cos_sin.f32", w.cos_sin, max_pos * 64);
+  load("slots.i64", w.slot_mapping, num_tokens);
+  w.kv.assign(static_cast<size_t>(num_pages * page_bytes), 0xab);  // functional mode zeroes it
+  std::vector<uint8_t> out;
+  if (cuda) {
+#ifdef LKV_WITH_CUDA
+    DeviceCopy d(w);
+    compress_kv(d.args(CompressMode::kFunctional));
+    out = d.kv();
+#endif
+  } else {
+    compress_kv(w.args(CompressMode::kFunctional));
+    out = w.kv;
+  }
+  std::ofstream os(out_path, std::ios::binary);
+  os.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
+  LKV_CHECK(os.good(), "cannot write ", out_path);
+  const compress::CheckReport rep = compress::check_records(host_params(w, out.data()), out.data());
+  std::printf("run compress: %lld records, %lld ambiguous bytes accepted, %s against the oracle\n",
+              static_cast<long long>(rep.records), static_cast<long long>(rep.ambiguous_accepted),
+              rep.ok() ? "ok" : ("FAIL: " + rep.first_failure).c_str());
+  return rep.ok() ? 0 : 1;
+}
+
+}  // namespace latentkv::cli

@@ -1,0 +1,158 @@
+// Shared benchmark plumbing of the CLI (see bench_util.h).
+#include "bench_util.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include "latentkv/error.h"
+
+namespace latentkv::cli {
+
+Args::Args(int argc, char** argv, int first) {
+  for (int i = 0; i < argc; ++i) {
+    if (i) command_ += ' ';
+    command_ += argv[i];
+  }
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    LKV_CHECK(a.rfind("--", 0) == 0, "unexpected argument '", a, "' (options start with --)");
+    a.erase(0, 2);
+    const size_t eq = a.find('=');
+    if (eq != std::string::npos) values_[a.substr(0, eq)] = a.substr(eq + 1);
+    else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) values_[a] = argv[++i];
+    else values_[a] = "";
+  }
+}
+
+std::string Args::get(const std::string& key, const std::string& fallback) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return fallback;
+  used_[key] = true;
+  return it->second;
+}
+
+int Args::get_int(const std::string& key, int fallback) const {
+  const std::string v = get(key, "");
+  if (v.empty()) return fallback;
+  try {
+    return std::stoi(v);
+  } catch (...) {
+    LKV_FAIL(ErrorKind::kValue, "option --", key, " needs an integer, got '", v, "'");
+  }
+}
+
+bool Args::flag(const std::string& key) const {
+  if (!values_.count(key)) return false;
+  used_[key] = true;
+  return true;
+}
+
+void Args::check_all_used() const {
+  for (const auto& [k, v] : values_)
+    LKV_CHECK(used_.count(k), "unknown option --", k);
+}
+
+double cpu_time_us(const std::function<void()>& fn, int reps, int warmup) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto a = std::chrono::steady_clock::now();
+    fn();
+    const auto b = std::chrono::steady_clock::now();
+    t.push_back(std::chrono::duration<double, std::micro>(b - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+double geomean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double s = 0;
+  for (double x : v) s += std::log(x);
+  return std::exp(s / static_cast<double>(v.size()));
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::ostringstream os;
+  os << std::put_time(&tm, "%Y-%m-%dT%H:%M:%SZ");
+  return os.str();
+}
+
+namespace {
+std::string quote(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+std::string num(double x) {
+  std::ostringstream os;
+  os << std::setprecision(6) << x;
+  return os.str();
+}
+template <typename M, typename F>
+void write_map(std::ostream& os, const M& m, F fmt) {
+  os << "{";
+  bool first = true;
+  for (const auto& [k, v] : m) {
+    os << (first ? "" : ", ") << quote(k) << ": " << fmt(v);
+    first = false;
+  }
+  os << "}";
+}
+}  // namespace
+
+void write_json(const BenchResult& r, const std::string& path) {
+  std::ofstream os(path);
+  LKV_CHECK(os.good(), "cannot write ", path);
+  os << "{\n  \"op\": " << quote(r.op) << ",\n  \"device\": " << quote(r.device)
+     << ",\n  \"command\": " << quote(r.command) << ",\n  \"date\": " << quote(r.date)
+     << ",\n  \"ceilings\": ";
+  write_map(os, r.ceilings, num);
+  os << ",\n  \"cases\": [\n";
+  for (size_t i = 0; i < r.cases.size(); ++i) {
+    const BenchCase& c = r.cases[i];
+    os << "    {\"name\": " << quote(c.name) << ", \"time_us\": " << num(c.time_us);
+    for (const auto& [k, v] : c.numbers) os << ", " << quote(k) << ": " << num(v);
+    for (const auto& [k, v] : c.labels) os << ", " << quote(k) << ": " << quote(v);
+    os << "}" << (i + 1 < r.cases.size() ? "," : "") << "\n";
+  }
+  os << "  ],\n  \"summary\": ";
+  write_map(os, r.summary, num);
+  os << ",\n  \"notes\": ";
+  write_map(os, r.notes, quote);
+  os << "\n}\n";
+}
+
+std::map<std::string, double> read_reference_times(const std::string& path) {
+  std::ifstream is(path);
+  LKV_CHECK(is.good(), "cannot read reference times from ", path);
+  std::stringstream ss;
+  ss << is.rdbuf();
+  const std::string s = ss.str();
+  // A deliberately small reader for the one shape the reference driver writes.
+  std::map<std::string, double> out;
+  size_t at = 0;
+  while ((at = s.find("\"name\"", at)) != std::string::npos) {
+    const size_t q1 = s.find('"', s.find(':', at) + 1);
+    const size_t q2 = s.find('"', q1 + 1);
+    const std::string name = s.substr(q1 + 1, q2 - q1 - 1);
+    const size_t next = s.find("\"name\"", q2);
+    const size_t t = s.find("\"reference_time_us\"", q2);
+    if (t != std::string::npos && (next == std::string::npos || t < next))
+      out[name] = std::stod(s.substr(s.find(':', t) + 1));
+    at = q2;
+  }
+  return out;
+}
+
+}  // namespace latentkv::cli

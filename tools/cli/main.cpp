@@ -1,1 +1,53 @@
-int main() { return 0; }
+// latentkv: the command-line tool. Errors from the library arrive as latentkv::Error and end the
+// program with status 2 and the message; a failed verification ends it with status 1.
+#include <cstdio>
+#include <string>
+
+#include "commands.h"
+#include "latentkv/error.h"
+#ifdef LKV_WITH_CUDA
+#include "cuda_common/bench.h"
+#endif
+
+namespace {
+
+const char* kUsage =
+    "usage: latentkv <command> [options]\n"
+    "  info                                   what this build contains and which devices it sees\n"
+    "  verify [--device auto|cpu|cuda]        judge every backend against the float64 oracle\n"
+    "  bench compress [--device auto|cpu|cuda] [--format v4_int8|v4_fp8] [--cases contest|quick]\n"
+    "                 [--shuffled] [--reps N] [--reference FILE] [--json FILE]\n"
+    "  run compress --inputs DIR --out FILE [--format F] [--device D]\n";
+
+int info() {
+  std::printf("latentkv 0.1.0\n");
+#ifdef LKV_WITH_CUDA
+  const int n = latentkv::bench_cuda::device_count();
+  std::printf("backends: cpu, cuda (built for sm_80 and sm_90a); CUDA devices visible: %d\n", n);
+  for (int i = 0; i < n; ++i)
+    std::printf("  cuda:%d %s, %d SMs\n", i, latentkv::bench_cuda::device_name(i).c_str(),
+                latentkv::bench_cuda::sm_count(i));
+#else
+  std::printf("backends: cpu (built without CUDA)\n");
+#endif
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace latentkv::cli;
+  try {
+    const std::string a1 = argc > 1 ? argv[1] : "";
+    const std::string a2 = argc > 2 ? argv[2] : "";
+    if (a1 == "info") return info();
+    if (a1 == "verify") return cmd_verify(Args(argc, argv, 2));
+    if (a1 == "bench" && a2 == "compress") return cmd_bench_compress(Args(argc, argv, 3));
+    if (a1 == "run" && a2 == "compress") return cmd_run_compress(Args(argc, argv, 3));
+    std::fputs(kUsage, a1 == "--help" || a1 == "help" ? stdout : stderr);
+    return a1 == "--help" || a1 == "help" ? 0 : 2;
+  } catch (const latentkv::Error& e) {
+    std::fprintf(stderr, "latentkv: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,32 @@
+// cuda_common/bench.h: device helpers for benchmarks and tools (declarations only, no CUDA headers):
+// memory, copies, an L2 flush, event timing and the measured HBM read ceiling. Every call is checked.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace latentkv::bench_cuda {
+
+int device_count();  // 0 when no driver or device
+std::string device_name(int device);
+int sm_count(int device);
+
+void* alloc(size_t bytes);  // cudaMalloc (never managed memory)
+void free(void* p);
+void to_device(void* dst, const void* src, size_t bytes);
+void to_host(void* dst, const void* src, size_t bytes);
+void synchronize();
+
+// Writes a buffer larger than L2 so the next kernel starts with a cold cache.
+void flush_l2();
+
+// Median device time of fn in microseconds over reps runs after warmup runs; each run is bracketed
+// by events, with an L2 flush before it (outside the events) when flush is true.
+double time_us(const std::function<void()>& fn, int reps, int warmup = 3, bool flush = true);
+
+// HBM read bandwidth: a 16-byte-load streaming reduction over a buffer many times the L2 size,
+// bytes read / median time, in GB/s (1e9 bytes per second).
+double measure_hbm_read_GBps();
+
+}  // namespace latentkv::bench_cuda

@@ -1,0 +1,56 @@
+// tools/cli/bench_util.h: what every `latentkv bench` shares: argument parsing, timing statistics,
+// and the one benchmark-results JSON shape (docs/benchmarks.md).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace latentkv::cli {
+
+// --key value / --flag arguments after the subcommand words.
+class Args {
+ public:
+  Args(int argc, char** argv, int first);
+  std::string get(const std::string& key, const std::string& fallback) const;
+  int get_int(const std::string& key, int fallback) const;
+  bool flag(const std::string& key) const;
+  const std::string& command_line() const { return command_; }
+  // Throws naming every option that was given but never read.
+  void check_all_used() const;
+
+ private:
+  std::map<std::string, std::string> values_;
+  mutable std::map<std::string, bool> used_;
+  std::string command_;
+};
+
+// Median wall time of fn in microseconds (CPU benchmarks).
+double cpu_time_us(const std::function<void()>& fn, int reps, int warmup = 1);
+
+double geomean(const std::vector<double>& v);
+std::string utc_now();
+
+struct BenchCase {
+  std::string name;
+  double time_us = 0;
+  std::map<std::string, double> numbers;      // GBps, frac_of_ceiling, speedup_vs_reference, ...
+  std::map<std::string, std::string> labels;  // anything else worth keeping
+};
+
+struct BenchResult {
+  std::string op, device, command, date;
+  std::map<std::string, double> ceilings;  // hbm_read_GBps, ...
+  std::vector<BenchCase> cases;
+  std::map<std::string, double> summary;  // geomeans
+  std::map<std::string, std::string> notes;
+};
+
+void write_json(const BenchResult& r, const std::string& path);
+// Reads {"cases": [{"name": ..., "reference_time_us": ...}]} written by bench/compress_reference.py.
+std::map<std::string, double> read_reference_times(const std::string& path);
+
+}  // namespace latentkv::cli
