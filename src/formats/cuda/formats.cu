@@ -100,16 +100,17 @@ void launch_dequantize(const DequantizeParams& p, cudaStream_t stream) {
   LKV_CUDA_CHECK_LAUNCH();
 }
 
-// One token per CTA: grid.x is limited to 2^31 - 1.
-void check_grid(int64_t n) {
-  LKV_CHECK(n <= INT32_MAX, "too many tokens for one launch: n=", n, " > ", INT32_MAX);
+// grid.x is limited to 2^31 - 1 CTAs.
+void check_grid(int64_t num_ctas, const char* what) {
+  LKV_CHECK(num_ctas <= INT32_MAX, what, " needs ", num_ctas, " CTAs, more than one launch allows (",
+            INT32_MAX, ")");
 }
 
 }  // namespace
 
 void quantize(const QuantizeParams& p, int device, Stream stream) {
   if (p.n == 0) return;
-  check_grid(p.n);
+  check_grid(p.n, "quantize");
   DeviceGuard guard(device);
   const auto s = static_cast<cudaStream_t>(stream);
   switch (p.format) {
@@ -123,7 +124,7 @@ void quantize(const QuantizeParams& p, int device, Stream stream) {
 
 void dequantize(const DequantizeParams& p, int device, Stream stream) {
   if (p.n == 0) return;
-  check_grid(p.n);
+  check_grid(p.n, "dequantize");
   DeviceGuard guard(device);
   const auto s = static_cast<cudaStream_t>(stream);
   switch (p.format) {
@@ -139,7 +140,7 @@ void positions_to_slots(const PositionsToSlotsParams& p, int device, Stream stre
   const int64_t total = p.b * p.n;
   if (total == 0) return;
   const int64_t blocks = (total + kSlotsThreads - 1) / kSlotsThreads;
-  check_grid(blocks);
+  check_grid(blocks, "positions_to_slots");
   DeviceGuard guard(device);
   positions_to_slots_kernel<<<static_cast<unsigned>(blocks), kSlotsThreads, 0,
                               static_cast<cudaStream_t>(stream)>>>(p);
