@@ -4,6 +4,7 @@
 // slot validation, positions_to_slots and parse_format.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -314,6 +315,26 @@ TEST(FormatAll, Bf16LatentsMatchTheirF32Values) {
     quantize(f, TensorView(xh.data(), DType::bf16, {n, l.d_qk}),
              TensorView(slots.data(), DType::i64, {n}), b.view4());
     EXPECT_EQ(a.bytes, b.bytes);
+  }
+}
+
+// dequantize honours a padded row stride of out and leaves the padding alone.
+TEST(FormatAll, DequantizeIntoStridedRows) {
+  const CacheFormat f = CacheFormat::v41_fp8;
+  const int64_t n = 3, row = 600;
+  std::vector<float> x = lkv_test::random_latents(n, 512, 32, 31);
+  std::vector<int64_t> slots = {2, 0, 1};
+  HostCache c(f, 1, 3, 3 * 528);
+  quantize(f, TensorView(x.data(), DType::f32, {n, 512}), TensorView(slots.data(), DType::i64, {n}),
+           c.view4());
+  std::vector<uint16_t> out(n * row, 0x7777);
+  dequantize(f, c.view4(), TensorView(slots.data(), DType::i64, {n}),
+             TensorView(out.data(), DType::bf16, {n, 512}, {row, 1}));
+  for (int64_t t = 0; t < n; ++t) {
+    const std::vector<uint16_t> want = lkv_test::ref_decode(f, c.record(slots[t]));
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), out.begin() + t * row)) << "token " << t;
+    EXPECT_TRUE(std::all_of(out.begin() + t * row + 512, out.begin() + (t + 1) * row,
+                            [](uint16_t v) { return v == 0x7777; }));
   }
 }
 
