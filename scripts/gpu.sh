@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The GPU workflow, run on the device machine (H200) in one call:
+#   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench]   (default: all five)
+# build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
+# test: the CPU suites and every CUDA suite; sanitize: compute-sanitizer memcheck on the adversarial
+# index tests; reference: bench/compress_reference.py (PyTorch reference times and byte comparison);
+# bench: `latentkv bench compress` for both payload formats, with the reference times.
+# Logs and JSON results go to $OUT (or ./out); a short table is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+stages="${*:-build test sanitize reference bench}"
+has() { [[ " $stages " == *" $1 "* ]]; }
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
+  | tee "$OUT/gpu.txt"
+
+if has build; then
+  start=$(date +%s)
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" >"$OUT/build.log" 2>&1 &&
+    cmake --build build-gpu -j "$(nproc)" >>"$OUT/build.log" 2>&1
+  rc=$?
+  tail -5 "$OUT/build.log"
+  note "build rc=$rc ($(( $(date +%s) - start )) s)"
+  [ $rc -eq 0 ] || { printf '%s\n' "${summary[@]}"; exit 1; }
+fi
+
+if has test; then
+  ./build-gpu/lkv_tests --gtest_brief=1 >"$OUT/cpu_tests.log" 2>&1
+  note "cpu tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cpu_tests.log" | tr '\n' ' ')"
+  ./build-gpu/lkv_cuda_tests >"$OUT/cuda_tests.log" 2>&1
+  rc=$?
+  grep -E '^\[check\]|FAILED|Failure|error' "$OUT/cuda_tests.log" | head -80
+  note "cuda tests rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests.log" | tr '\n' ' ')"
+  ./build-gpu/latentkv verify --device cuda >"$OUT/verify.log" 2>&1
+  note "verify rc=$? $(tail -1 "$OUT/verify.log")"
+fi
+
+if has sanitize; then
+  compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
+    --gtest_filter='*Unchecked*:*Errors*:FormatCuda*' >"$OUT/memcheck.log" 2>&1
+  note "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+fi
+
+if has reference; then
+  PYTHONUNBUFFERED=1 python3 bench/compress_reference.py --device cuda --out "$OUT/reference.json" \
+    --latentkv ./build-gpu/latentkv --dump-dir /tmp/lkv_dump >"$OUT/reference.log" 2>&1
+  rc=$?
+  tail -40 "$OUT/reference.log"
+  note "reference rc=$rc"
+fi
+
+if has bench; then
+  ref=()
+  [ -f "$OUT/reference.json" ] && ref=(--reference "$OUT/reference.json")
+  for fmt in v4_int8 v4_fp8; do
+    ./build-gpu/latentkv bench compress --device cuda --format $fmt --shuffled "${ref[@]}" \
+      --json "$OUT/compress-$fmt-h200.json" 2>&1 | tee "$OUT/bench-$fmt.log"
+    note "bench $fmt: $(tail -1 "$OUT/bench-$fmt.log")"
+  done
+fi
+
+echo
+echo "==================== summary ===================="
+printf '%s\n' "${summary[@]}"
