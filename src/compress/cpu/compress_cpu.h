@@ -22,6 +22,7 @@ struct OracleRecord {
   double y[kDim];      // normalised latent before any rounding: c * rsqrt(mean(c^2) + eps) * w
   double y_tol[kDim];  // how far an fp32 computation of y may honestly land from y
   double rope[kRope];  // rotated RoPE values (from the fp32-rounded y, as every backend rotates)
+  double rope_tol[kRope];  // how far an fp32 rotation of an honest fp32 y may land from rope
 };
 OracleRecord oracle_record(const Params& p, int64_t i);
 

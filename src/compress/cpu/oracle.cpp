@@ -73,6 +73,10 @@ OracleRecord oracle_record(const Params& p, int64_t i) {
     const double co = cs[j], si = cs[kRope / 2 + j];
     out.rope[2 * j] = u * co - v * si;
     out.rope[2 * j + 1] = v * co + u * si;
+    const double du = out.y_tol[kNope + 2 * j], dv = out.y_tol[kNope + 2 * j + 1];
+    const double mag = std::fabs(u * co) + std::fabs(v * si) + std::fabs(v * co) + std::fabs(u * si);
+    out.rope_tol[2 * j] = du * std::fabs(co) + dv * std::fabs(si) + 4.0 * kU32 * mag;
+    out.rope_tol[2 * j + 1] = dv * std::fabs(co) + du * std::fabs(si) + 4.0 * kU32 * mag;
   }
   return out;
 }

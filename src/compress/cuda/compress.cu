@@ -17,10 +17,10 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
-// Workspace layout. The counter region must be zero between calls (kernels restore it); the other
-// regions are scratch.
+// Scratch layout. Every region is written before it is read within one call, so a workspace may be
+// reused by calls of any shape. (The split counters, which must stay zero between calls, live in a
+// buffer of their own: see cached_counters.)
 struct Layout {
-  size_t counters = 0;  // int32 [num_outputs]: splits arrived per output
   size_t partials = 0;  // f32 [num_outputs, num_splits, 3, 512]
   size_t owners = 0;    // int32 [num_slots]: validation, which output claimed a slot
   size_t first_bad = 0; // int64 [4]: validation, first failing output and its record
@@ -46,8 +46,7 @@ SplitPlan plan_for(const Params& p, int device) {
 Layout layout_for(const Params& p, int device) {
   const SplitPlan plan = plan_for(p, device);
   Layout l;
-  l.counters = 0;
-  l.partials = align_up(sizeof(int) * p.num_outputs);
+  l.partials = 0;
   const size_t partial_bytes =
       plan.num_splits > 1 ? sizeof(float) * p.num_outputs * plan.num_splits * 3 * kDim : 0;
   l.owners = l.partials + align_up(partial_bytes);
@@ -140,6 +139,26 @@ void* cached_workspace(size_t bytes, int device, Stream stream) {
   return entry.first;
 }
 
+int* cached_counters(int64_t n, int device, Stream stream) {
+  static std::mutex mu;
+  static std::map<std::pair<int, Stream>, std::pair<void*, size_t>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& entry = cache[{device, stream}];
+  const size_t bytes = sizeof(int) * static_cast<size_t>(std::max<int64_t>(n, 1));
+  if (entry.second < bytes) {
+    if (entry.first) {
+      LKV_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+      LKV_CUDA_CHECK(cudaFree(entry.first));
+      entry = {nullptr, 0};
+    }
+    const size_t grown = std::max(bytes, entry.second * 2);
+    LKV_CUDA_CHECK(cudaMalloc(&entry.first, grown));
+    LKV_CUDA_CHECK(cudaMemset(entry.first, 0, grown));  // the kernels keep it zero from here on
+    entry.second = grown;
+  }
+  return static_cast<int*>(entry.first);
+}
+
 ValidationFailure validate(const Params& p, void* workspace, Stream stream) {
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
@@ -184,7 +203,7 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
   const Layout l = layout_for(p, device);
   auto* base = static_cast<uint8_t*>(workspace);
   float* partials = reinterpret_cast<float*>(base + l.partials);
-  int* counters = reinterpret_cast<int*>(base + l.counters);
+  int* counters = cached_counters(p.num_outputs, device, stream);
   if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, stream);
   else launch_compress_kernel<false>(p, plan, partials, counters, stream);
 }

@@ -18,19 +18,21 @@ struct ValidationFailure {
   int64_t extra = 0;
 };
 
-// Bytes of workspace compress_cuda needs for these parameters (counters, partials, validation).
+// Bytes of scratch workspace compress() needs for these parameters (partials, validation).
 size_t workspace_bytes(const Params& p, int device);
 
 // Runs the index checks on the device and waits for them (this synchronises the stream).
 ValidationFailure validate(const Params& p, void* workspace, Stream stream);
 
 // Compresses. page_extent: bytes of each page that belong to the cache tensor (zeroed first in
-// functional mode). workspace: workspace_bytes() bytes whose counter region is zero on entry (it is
-// zero again on exit).
+// functional mode). workspace: workspace_bytes() bytes of scratch. The per-output split counters
+// come from cached_counters(): zero when allocated, and every completed call leaves them zero.
 void compress(const Params& p, bool functional, int64_t page_extent, void* workspace, Stream stream);
 
-// A workspace owned by latentkv, one per (device, stream), grown on demand and zero-initialised.
+// A scratch workspace owned by latentkv, one per (device, stream), grown on demand.
 void* cached_workspace(size_t bytes, int device, Stream stream);
+// Split counters [n] owned by latentkv, one buffer per (device, stream), zeroed when (re)allocated.
+int* cached_counters(int64_t n, int device, Stream stream);
 
 }  // namespace latentkv::compress::cuda
 
