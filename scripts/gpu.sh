@@ -64,6 +64,9 @@ if has bench; then
   done
 fi
 
+# At most 8 files come back from the device machine: the logs travel as one archive.
+(cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
+
 echo
 echo "==================== summary ===================="
 printf '%s\n' "${summary[@]}"

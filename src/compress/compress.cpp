@@ -185,6 +185,8 @@ void compress_kv(const CompressArgs& a, Stream stream, CompressImpl impl) {
                 p.stride_state_row % 4 == 0,
             "compress_kv on CUDA needs state_cache rows aligned to 16 bytes (strides ",
             p.stride_state_block, ", ", p.stride_state_row, " elements)");
+  LKV_CHECK(reinterpret_cast<uintptr_t>(p.rms_weight) % 8 == 0,
+            "compress_kv on CUDA needs rms_norm_weight aligned to 8 bytes");
   void* ws = compress::cuda::cached_workspace(compress::cuda::workspace_bytes(p, dev.index),
                                               dev.index, stream);
   if (a.check_indices) {

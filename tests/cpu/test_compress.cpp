@@ -98,15 +98,19 @@ std::string error_of(const std::function<void()>& f) {
 TEST(CompressPlan, FillsTheGpuAndCoversTheWindow) {
   for (int64_t outputs : {1, 16, 64, 256, 1024, 100000})
     for (int64_t C : {1, 4, 7, 128, 256, 512, 1000, 4096}) {
-      const compress::SplitPlan p = compress::plan_splits(outputs, C, 1056);
+      const compress::SplitPlan p = compress::plan_splits(outputs, C, 528);
       EXPECT_GE(p.num_splits * p.rows_per_split, C);
       EXPECT_LT((p.num_splits - 1) * p.rows_per_split, C) << "an empty split";
       EXPECT_LE(p.rows_per_split, compress::kMaxRowsPerSplit);
       EXPECT_GE(p.num_splits, 1);
     }
   // 16 outputs of C = 512 (the 8192-token contest case) must spread over many CTAs.
-  EXPECT_GE(compress::plan_splits(16, 512, 1056).num_splits * 16, 256);
-  EXPECT_EQ(compress::plan_splits(100000, 128, 1056).num_splits, 1);
+  EXPECT_GE(compress::plan_splits(16, 512, 528).num_splits * 16, 256);
+  // Enough outputs to fill the GPU: no splits (no merge traffic).
+  EXPECT_EQ(compress::plan_splits(100000, 128, 528).num_splits, 1);
+  EXPECT_EQ(compress::plan_splits(1024, 128, 528).num_splits, 1);
+  // A wave's worth of CTAs: 256 outputs of C = 512 in 2 splits fill 528 slots once.
+  EXPECT_EQ(compress::plan_splits(256, 512, 528).num_splits, 2);
 }
 
 TEST(CompressCpu, ContestShapesInt8AndFp8) {

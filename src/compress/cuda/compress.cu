@@ -40,7 +40,7 @@ int sm_count(int device) {
 }
 
 SplitPlan plan_for(const Params& p, int device) {
-  return plan_splits(p.num_outputs, p.compress_ratio, int64_t{2} * kCtasPerSm * sm_count(device));
+  return plan_splits(p.num_outputs, p.compress_ratio, int64_t{kCtasPerSm} * sm_count(device));
 }
 
 Layout layout_for(const Params& p, int device) {

@@ -17,7 +17,8 @@ inline constexpr int kThreads = kLanesPerRow * kRowGroups;  // 256
 // and one rescale of the running sums per 4 rows instead of per row.
 inline constexpr int kUnroll = 4;
 static_assert(kRowGroups * kUnroll == kRowAlign, "the planner's row alignment is one CTA step");
-// Resident CTAs per SM assumed by the planner (256 threads, <= 64 registers each).
+// Resident CTAs per SM assumed by the planner: 256 threads at 64 registers (ptxas -v) fill the
+// 64K-register file four times.
 inline constexpr int kCtasPerSm = 4;
 
 }  // namespace latentkv::compress::cuda

@@ -43,7 +43,7 @@ __device__ __forceinline__ float4 load_stream(const float* p) {
 }
 
 template <bool kFp8>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
 compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
                 int* __restrict__ counters) {
   __shared__ int64_t s_row[kMaxRowsPerSplit];  // element offset of each row, -1 when invalid
@@ -68,6 +68,18 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   if (slot < 0 || slot >= p.num_slots || req < 0 || req >= p.num_reqs || first < 0 ||
       pos / p.block_size >= p.blocks_per_req || (pos / C) * C >= p.max_pos)
     return;
+
+  // The finishing CTA needs its lanes' RMSNorm weights and RoPE cos/sin; loading them now keeps
+  // two dependent memory latencies off the end of the kernel.
+  const int dim0 = lane * 4;
+  const uint2 w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + dim0);
+  float2 cs_cos = make_float2(0.f, 0.f), cs_sin = make_float2(0.f, 0.f);
+  if (dim0 >= kNope && group == 0) {
+    const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
+    const int j = (dim0 - kNope) / 2;
+    cs_cos = make_float2(cs[j], cs[j + 1]);
+    cs_sin = make_float2(cs[kRope / 2 + j], cs[kRope / 2 + j + 1]);
+  }
 
   // ---- 2. Row addresses, one block-table read per logical block of this split's rows.
   const int64_t r0 = split * plan.rows_per_split;
@@ -96,7 +108,6 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     t.acc[k] = 0.0f;
   }
   const int n_rows = static_cast<int>(r1 - r0);
-  const int dim0 = lane * 4;
   for (int base = group; base < n_rows; base += kRowGroups * kUnroll) {
     float4 v[kUnroll], sc[kUnroll];
 #pragma unroll
@@ -170,15 +181,30 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       t.s[k] = 0.0f;
       t.acc[k] = 0.0f;
     }
-    for (int64_t j = 0; j < plan.num_splits; ++j) {
-      const float* src = partials + (out * plan.num_splits + j) * 3 * kDim;
-      const float4 m = __ldcg(reinterpret_cast<const float4*>(src) + lane);
-      const float4 s = __ldcg(reinterpret_cast<const float4*>(src + kDim) + lane);
-      const float4 a = __ldcg(reinterpret_cast<const float4*>(src + 2 * kDim) + lane);
-      merge_one(t.m[0], t.s[0], t.acc[0], m.x, s.x, a.x);
-      merge_one(t.m[1], t.s[1], t.acc[1], m.y, s.y, a.y);
-      merge_one(t.m[2], t.s[2], t.acc[2], m.z, s.z, a.z);
-      merge_one(t.m[3], t.s[3], t.acc[3], m.w, s.w, a.w);
+    // Loads of kMergeBatch splits are issued before any is merged, so the L2 latency is paid once
+    // per batch rather than once per split.
+    constexpr int kMergeBatch = 2;
+    for (int64_t j0 = 0; j0 < plan.num_splits; j0 += kMergeBatch) {
+      float4 m[kMergeBatch], s[kMergeBatch], a[kMergeBatch];
+#pragma unroll
+      for (int q = 0; q < kMergeBatch; ++q) {
+        if (j0 + q < plan.num_splits) {
+          const float* src = partials + (out * plan.num_splits + j0 + q) * 3 * kDim;
+          m[q] = __ldcg(reinterpret_cast<const float4*>(src) + lane);
+          s[q] = __ldcg(reinterpret_cast<const float4*>(src + kDim) + lane);
+          a[q] = __ldcg(reinterpret_cast<const float4*>(src + 2 * kDim) + lane);
+        } else {
+          m[q] = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+          s[q] = a[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < kMergeBatch; ++q) {
+        merge_one(t.m[0], t.s[0], t.acc[0], m[q].x, s[q].x, a[q].x);
+        merge_one(t.m[1], t.s[1], t.acc[1], m[q].y, s[q].y, a[q].y);
+        merge_one(t.m[2], t.s[2], t.acc[2], m[q].z, s[q].z, a[q].z);
+        merge_one(t.m[3], t.s[3], t.acc[3], m[q].w, s[q].w, a[q].w);
+      }
     }
   }
 
@@ -196,8 +222,10 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   asm volatile("bar.sync 1, %0;" ::"n"(kLanesPerRow));
   const float total = ((s_red[0] + s_red[1]) + s_red[2]) + s_red[3];
   const float rstd = 1.0f / sqrtf(total / static_cast<float>(kDim) + p.eps);
+  const uint16_t w16[4] = {static_cast<uint16_t>(w_bits.x & 0xffffu), static_cast<uint16_t>(w_bits.x >> 16),
+                           static_cast<uint16_t>(w_bits.y & 0xffffu), static_cast<uint16_t>(w_bits.y >> 16)};
 #pragma unroll
-  for (int k = 0; k < 4; ++k) y[k] = c[k] * rstd * num::bf16_to_f32(p.rms_weight[dim0 + k]);
+  for (int k = 0; k < 4; ++k) y[k] = c[k] * rstd * num::bf16_to_f32(w16[k]);
 
   uint8_t* data = p.kv + data_offset(p, slot);
   uint8_t* scales = p.kv + scale_offset(p, slot);
@@ -221,13 +249,12 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     if ((lane & 15) == 0) scales[lane / 16] = num::ue8m0_from_exp(e);
   } else {
     if (dim0 == kNope) scales[kNumGroups] = 0;
-    const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
-    const int j = (dim0 - kNope) / 2;  // first of this lane's two pairs
+    // This lane's two pairs are j and j + 1, j = (dim0 - 448) / 2; their cos/sin were prefetched.
     uint32_t h[4];
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       const float u = y[2 * q], w = y[2 * q + 1];
-      const float co = cs[j + q], si = cs[kRope / 2 + j + q];
+      const float co = q ? cs_cos.y : cs_cos.x, si = q ? cs_sin.y : cs_sin.x;
       h[2 * q] = num::f32_to_bf16(u * co - w * si);
       h[2 * q + 1] = num::f32_to_bf16(w * co + u * si);
     }
