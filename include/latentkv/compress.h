@@ -40,7 +40,16 @@ struct CompressArgs {
   // GPU only: run the index checks (default). A caller that guarantees valid input may turn them
   // off; kernels still never access memory out of bounds (a bad index is skipped).
   bool check_indices = true;
+  // GPU only: scratch memory for the split merge and the index checks. Null: latentkv uses memory
+  // it allocates once per (device, stream) and grows only when a larger problem arrives. Given: at
+  // least compress_workspace_bytes(args) bytes on the tensors' device, and latentkv allocates
+  // nothing (a call then also clears the workspace's small counter region, one memset node).
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
+
+// Bytes of caller-provided workspace compress_kv needs for these arguments (0 on the CPU).
+size_t compress_workspace_bytes(const CompressArgs& args);
 
 // Backends. kAuto picks the device of the tensors; on the CPU it is the fast path.
 enum class CompressImpl : uint8_t { kAuto, kCpuOracle, kCpuFast, kCuda };

@@ -104,7 +104,7 @@ CheckReport check_records(const Params& p, const uint8_t* result) {
       // The rotation of an honest fp32 y may land up to rope_tol from the float64 one (the pair's
       // own tolerances through cos/sin, and the fp32 products); then 1 bf16 ulp for the rounding.
       if (std::fabs(got - r.rope[j]) <= r.rope_tol[j] + bf16_ulp(r.rope[j])) {
-        ++rep.ambiguous_accepted;
+        ++rep.rope_accepted;
       } else {
         std::ostringstream os;
         os << "RoPE dim " << kNope + j << " is " << got << ", expected " << r.rope[j];

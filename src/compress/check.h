@@ -19,7 +19,8 @@ struct CheckReport {
   int64_t records = 0;           // records judged (outputs with a slot >= 0)
   int64_t bytes = 0;             // bytes judged
   int64_t differing_bytes = 0;   // bytes that differ from the oracle's own bytes
-  int64_t ambiguous_accepted = 0;  // of those, accepted as rounding ambiguities
+  int64_t ambiguous_accepted = 0;  // of those, NoPE payload or scale bytes accepted as ambiguities
+  int64_t rope_accepted = 0;       // of those, RoPE bytes within the RoPE tolerance
   int64_t failures = 0;          // bytes that are wrong
   std::string first_failure;     // description of the first wrong byte
   bool ok() const { return failures == 0; }

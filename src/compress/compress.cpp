@@ -67,6 +67,11 @@ int64_t page_extent(const TensorView& kv) {
   LKV_FAIL(ErrorKind::kValue, os.str());
 }
 
+// The counter region at the start of a caller-provided workspace (256-byte aligned).
+[[maybe_unused]] size_t counter_bytes(const Params& p) {
+  return (sizeof(int) * static_cast<size_t>(p.num_outputs) + 255) / 256 * 256;
+}
+
 // Host-side index checks, in output order, before anything is written.
 void validate_host(const Params& p) {
   std::vector<std::pair<int64_t, int64_t>> slots;  // (slot, output)
@@ -120,7 +125,9 @@ Params make_params(const CompressArgs& a, const CacheGeometry& g) {
 
 }  // namespace
 
-void compress_kv(const CompressArgs& a, Stream stream, CompressImpl impl) {
+namespace {
+// Checks every argument that does not need the index data; returns the geometry of the cache.
+CacheGeometry check_args(const CompressArgs& a) {
   // ---- Shapes, dtypes, layouts.
   SizeEnv env;
   check_tensor(a.state_cache, "state_cache", {"num_blocks", "block_size", 1024}, DType::f32, env);
@@ -162,6 +169,25 @@ void compress_kv(const CompressArgs& a, Stream stream, CompressImpl impl) {
                                 {&a.kv_slot_mapping, "kv_slot_mapping"},
                                 {&a.kv_cache, "kv_cache"}})
     check_device(*t, name, dev);
+  return g;
+}
+}  // namespace
+
+size_t compress_workspace_bytes(const CompressArgs& a) {
+  const CacheGeometry g = check_args(a);
+  if (!a.state_cache.device.is_cuda()) return 0;
+#ifdef LKV_WITH_CUDA
+  const Params p = make_params(a, g);
+  return counter_bytes(p) + compress::cuda::workspace_bytes(p, a.state_cache.device.index);
+#else
+  (void)g;
+  LKV_FAIL(ErrorKind::kNotBuilt, "compress_kv: latentkv was built without CUDA");
+#endif
+}
+
+void compress_kv(const CompressArgs& a, Stream stream, CompressImpl impl) {
+  const CacheGeometry g = check_args(a);
+  const Device dev = a.state_cache.device;
   if (impl == CompressImpl::kAuto) impl = dev.is_cuda() ? CompressImpl::kCuda : CompressImpl::kCpuFast;
   LKV_CHECK_TYPE((impl == CompressImpl::kCuda) == dev.is_cuda(), "compress_kv: implementation ",
                  impl == CompressImpl::kCuda ? "cuda" : "cpu", " cannot run on tensors on ",
@@ -187,14 +213,28 @@ void compress_kv(const CompressArgs& a, Stream stream, CompressImpl impl) {
             p.stride_state_block, ", ", p.stride_state_row, " elements)");
   LKV_CHECK(reinterpret_cast<uintptr_t>(p.rms_weight) % 8 == 0,
             "compress_kv on CUDA needs rms_norm_weight aligned to 8 bytes");
-  void* ws = compress::cuda::cached_workspace(compress::cuda::workspace_bytes(p, dev.index),
-                                              dev.index, stream);
+  const size_t scratch = compress::cuda::workspace_bytes(p, dev.index);
+  void* ws = nullptr;
+  int* counters = nullptr;
+  if (a.workspace) {
+    const size_t need = counter_bytes(p) + scratch;
+    LKV_CHECK(a.workspace_bytes >= need, "compress_kv: workspace of ", a.workspace_bytes,
+              " bytes is too small, these arguments need ", need,
+              " (compress_workspace_bytes)");
+    LKV_CHECK(reinterpret_cast<uintptr_t>(a.workspace) % 256 == 0,
+              "compress_kv: workspace must be 256-byte aligned");
+    counters = static_cast<int*>(a.workspace);
+    ws = static_cast<uint8_t*>(a.workspace) + counter_bytes(p);
+  } else {
+    ws = compress::cuda::cached_workspace(scratch, dev.index, stream);
+    counters = compress::cuda::cached_counters(p.num_outputs, dev.index, stream);
+  }
   if (a.check_indices) {
     const compress::cuda::ValidationFailure f = compress::cuda::validate(p, ws, stream);
     if (f.code != compress::kOk) raise_output_error(p, f.output, f.code, f.value, f.extra);
   }
   compress::cuda::compress(p, a.mode == CompressMode::kFunctional, page_extent(a.kv_cache), ws,
-                           stream);
+                           counters, a.workspace != nullptr, stream);
 #else
   (void)stream;
   LKV_FAIL(ErrorKind::kNotBuilt, "compress_kv: latentkv was built without CUDA");

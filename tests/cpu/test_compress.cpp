@@ -78,8 +78,8 @@ compress::CheckReport run_and_check(CompressWorkload& w, CompressImpl impl) {
     }
   const compress::CheckReport rep = compress::check_records(params_of(w), w.kv.data());
   EXPECT_TRUE(rep.ok()) << rep.first_failure << " (" << rep.failures << " wrong bytes)";
-  // SPEC.md: accepted ambiguities must be tiny, about 1e-5 of the bytes or less.
-  EXPECT_LE(rep.ambiguous_accepted, std::max<int64_t>(2, rep.bytes / 20000))
+  // SPEC.md: accepted payload/scale ambiguities must be tiny, about 1e-5 of the bytes or less.
+  EXPECT_LE(rep.ambiguous_accepted, std::max<int64_t>(3, rep.bytes / 50000))
       << rep.ambiguous_accepted << " ambiguities in " << rep.bytes << " bytes";
   return rep;
 }

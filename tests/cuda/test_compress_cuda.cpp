@@ -123,11 +123,14 @@ compress::CheckReport gpu_run_and_check(CompressWorkload& w, const std::string& 
   EXPECT_EQ(changed_outside, 0) << label << ": bytes outside the records changed";
   const compress::CheckReport rep = compress::check_records(host_params(w), got.data());
   EXPECT_TRUE(rep.ok()) << label << ": " << rep.first_failure << " (" << rep.failures << " wrong)";
-  EXPECT_LE(rep.ambiguous_accepted, std::max<int64_t>(2, rep.bytes / 20000)) << label;
-  std::printf("[check] %-28s records %7lld bytes %9lld differing %4lld accepted %4lld wrong %lld\n",
+  // SPEC.md: accepted payload/scale ambiguities must be tiny, about 1e-5 of the bytes or less.
+  EXPECT_LE(rep.ambiguous_accepted, std::max<int64_t>(3, rep.bytes / 50000)) << label;
+  std::printf("[check] %-28s records %7lld bytes %9lld differing %4lld ambiguous %4lld rope-ulp %4lld "
+              "wrong %lld\n",
               label.c_str(), static_cast<long long>(rep.records), static_cast<long long>(rep.bytes),
               static_cast<long long>(rep.differing_bytes),
-              static_cast<long long>(rep.ambiguous_accepted), static_cast<long long>(rep.failures));
+              static_cast<long long>(rep.ambiguous_accepted),
+              static_cast<long long>(rep.rope_accepted), static_cast<long long>(rep.failures));
   return rep;
 }
 
@@ -276,4 +279,50 @@ TEST(CompressCuda, UncheckedBadIndicesAreSkippedNeverFollowed) {
     if (!mask[k]) {
       ASSERT_EQ(got[k], w.kv[k]) << "byte " << k << " of a skipped output changed";
     }
+}
+
+TEST(CompressCuda, CallerWorkspaceOnAStreamCapturedInAGraph) {
+  REQUIRE_GPU();
+  // With a caller-provided workspace and the checks off, a call allocates nothing and never
+  // synchronises: it can be captured in a CUDA graph, and replays give the same bytes as a plain
+  // call with latentkv's own workspace.
+  WorkloadOptions o;
+  o.num_reqs = 1;
+  o.tokens_per_req = 8192;
+  o.compress_ratio = 512;  // 16 outputs: many splits, so the counters matter
+  o.shuffle_blocks = true;
+  CompressWorkload w = make_workload(o);
+  DeviceWorkload d(w);
+  compress_kv(d.args(CompressMode::kFunctional), nullptr, CompressImpl::kCuda);
+  const std::vector<uint8_t> expected = d.kv.download();
+
+  CompressArgs a = d.args(CompressMode::kFunctional);
+  a.check_indices = false;
+  const size_t bytes = compress_workspace_bytes(a);
+  ASSERT_GT(bytes, 0u);
+  std::vector<uint8_t> garbage(bytes, 0x5a);  // a workspace need not be zeroed by the caller
+  DeviceBuffer<uint8_t> ws(garbage);
+  a.workspace = ws.get();
+  a.workspace_bytes = bytes;
+  a.workspace_bytes = bytes - 1;
+  EXPECT_NE(error_of([&] { compress_kv(a); }).find("too small"), std::string::npos);
+  a.workspace_bytes = bytes;
+
+  cudaStream_t stream;
+  LKV_TEST_CUDA(cudaStreamCreate(&stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  LKV_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  compress_kv(a, stream, CompressImpl::kCuda);
+  LKV_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+  LKV_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    d.kv.upload(w.kv);
+    LKV_TEST_CUDA(cudaGraphLaunch(exec, stream));
+    LKV_TEST_CUDA(cudaStreamSynchronize(stream));
+    ASSERT_EQ(d.kv.download(), expected) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }

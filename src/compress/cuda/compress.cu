@@ -191,7 +191,7 @@ ValidationFailure validate(const Params& p, void* workspace, Stream stream) {
 }
 
 void compress(const Params& p, bool functional, int64_t page_extent, void* workspace,
-              Stream stream) {
+              int* counters, bool zero_counters, Stream stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (functional && p.num_slots > 0)
     LKV_CUDA_CHECK(cudaMemset2DAsync(p.kv, p.page_stride, 0, page_extent,
@@ -203,7 +203,8 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
   const Layout l = layout_for(p, device);
   auto* base = static_cast<uint8_t*>(workspace);
   float* partials = reinterpret_cast<float*>(base + l.partials);
-  int* counters = cached_counters(p.num_outputs, device, stream);
+  if (zero_counters && plan.num_splits > 1)
+    LKV_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(int) * p.num_outputs, s));
   if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, stream);
   else launch_compress_kernel<false>(p, plan, partials, counters, stream);
 }

@@ -37,6 +37,20 @@ __device__ __forceinline__ void merge_one(float& m, float& s, float& acc, float 
   m = nm;
 }
 
+__device__ __forceinline__ void store_triple(float (*sm)[kDim], int dim0, const Triple& t) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    sm[0][dim0 + k] = t.m[k];
+    sm[1][dim0 + k] = t.s[k];
+    sm[2][dim0 + k] = t.acc[k];
+  }
+}
+
+__device__ __forceinline__ void merge_triple(Triple& t, const float (*sm)[kDim], int dim0) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) merge_one(t.m[k], t.s[k], t.acc[k], sm[0][dim0 + k], sm[1][dim0 + k], sm[2][dim0 + k]);
+}
+
 // Streams 16-byte loads that are read exactly once: keep them out of L1.
 __device__ __forceinline__ float4 load_stream(const float* p) {
   return __ldcs(reinterpret_cast<const float4*>(p));
@@ -143,36 +157,27 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   }
 
   // ---- 4. Merge row group 1 into row group 0.
-  if (group == 1) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      s_merge[0][dim0 + k] = t.m[k];
-      s_merge[1][dim0 + k] = t.s[k];
-      s_merge[2][dim0 + k] = t.acc[k];
-    }
-  }
+  if (group == 1) store_triple(s_merge, dim0, t);
   __syncthreads();
-  if (group == 1) return;  // no barrier below involves row group 1
-#pragma unroll
-  for (int k = 0; k < 4; ++k)
-    merge_one(t.m[k], t.s[k], t.acc[k], s_merge[0][dim0 + k], s_merge[1][dim0 + k],
-              s_merge[2][dim0 + k]);
+  if (group == 0) merge_triple(t, s_merge, dim0);
 
   // ---- 5. Across splits: publish, count, and let the last CTA merge in split order.
   if (plan.num_splits > 1) {
-    float* mine = partials + (out * plan.num_splits + split) * 3 * kDim;
-    reinterpret_cast<float4*>(mine)[lane] = make_float4(t.m[0], t.m[1], t.m[2], t.m[3]);
-    reinterpret_cast<float4*>(mine + kDim)[lane] = make_float4(t.s[0], t.s[1], t.s[2], t.s[3]);
-    reinterpret_cast<float4*>(mine + 2 * kDim)[lane] =
-        make_float4(t.acc[0], t.acc[1], t.acc[2], t.acc[3]);
-    __threadfence();
-    asm volatile("bar.sync 1, %0;" ::"n"(kLanesPerRow));
-    if (lane == 0) {
+    if (group == 0) {
+      float* mine = partials + (out * plan.num_splits + split) * 3 * kDim;
+      reinterpret_cast<float4*>(mine)[lane] = make_float4(t.m[0], t.m[1], t.m[2], t.m[3]);
+      reinterpret_cast<float4*>(mine + kDim)[lane] = make_float4(t.s[0], t.s[1], t.s[2], t.s[3]);
+      reinterpret_cast<float4*>(mine + 2 * kDim)[lane] =
+          make_float4(t.acc[0], t.acc[1], t.acc[2], t.acc[3]);
+      __threadfence();
+    }
+    __syncthreads();
+    if (tid == 0) {
       const int ticket = atomicAdd(&counters[out], 1);
       s_last = ticket == plan.num_splits - 1;
       if (s_last) counters[out] = 0;  // every split has arrived: ready for the next call
     }
-    asm volatile("bar.sync 1, %0;" ::"n"(kLanesPerRow));
+    __syncthreads();
     if (!s_last) return;
     __threadfence();
 #pragma unroll
@@ -181,15 +186,17 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       t.s[k] = 0.0f;
       t.acc[k] = 0.0f;
     }
-    // Loads of kMergeBatch splits are issued before any is merged, so the L2 latency is paid once
-    // per batch rather than once per split.
+    // Row group g merges splits g, g + 2, g + 4, ...; loads of kMergeBatch splits are issued
+    // before any is merged, so the L2 latency is paid once per batch, and the two groups' chains
+    // run side by side. The fixed order keeps the result bitwise deterministic.
     constexpr int kMergeBatch = 2;
-    for (int64_t j0 = 0; j0 < plan.num_splits; j0 += kMergeBatch) {
+    for (int64_t j0 = group; j0 < plan.num_splits; j0 += kRowGroups * kMergeBatch) {
       float4 m[kMergeBatch], s[kMergeBatch], a[kMergeBatch];
 #pragma unroll
       for (int q = 0; q < kMergeBatch; ++q) {
-        if (j0 + q < plan.num_splits) {
-          const float* src = partials + (out * plan.num_splits + j0 + q) * 3 * kDim;
+        const int64_t j = j0 + q * kRowGroups;
+        if (j < plan.num_splits) {
+          const float* src = partials + (out * plan.num_splits + j) * 3 * kDim;
           m[q] = __ldcg(reinterpret_cast<const float4*>(src) + lane);
           s[q] = __ldcg(reinterpret_cast<const float4*>(src + kDim) + lane);
           a[q] = __ldcg(reinterpret_cast<const float4*>(src + 2 * kDim) + lane);
@@ -206,7 +213,11 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
         merge_one(t.m[3], t.s[3], t.acc[3], m[q].w, s[q].w, a[q].w);
       }
     }
+    if (group == 1) store_triple(s_merge, dim0, t);
+    __syncthreads();
+    if (group == 0) merge_triple(t, s_merge, dim0);
   }
+  if (group == 1) return;  // no barrier below involves row group 1
 
   // ---- 6. Finalise: RMSNorm, NoPE quantization, RoPE, and the record's bytes.
   float c[4], y[4];

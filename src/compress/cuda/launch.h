@@ -27,7 +27,10 @@ ValidationFailure validate(const Params& p, void* workspace, Stream stream);
 // Compresses. page_extent: bytes of each page that belong to the cache tensor (zeroed first in
 // functional mode). workspace: workspace_bytes() bytes of scratch. The per-output split counters
 // come from cached_counters(): zero when allocated, and every completed call leaves them zero.
-void compress(const Params& p, bool functional, int64_t page_extent, void* workspace, Stream stream);
+// counters: [num_outputs] split counters, zero on entry unless zero_counters asks the call to clear
+// them first (caller-provided workspaces); every completed call leaves them zero.
+void compress(const Params& p, bool functional, int64_t page_extent, void* workspace,
+              int* counters, bool zero_counters, Stream stream);
 
 // A scratch workspace owned by latentkv, one per (device, stream), grown on demand.
 void* cached_workspace(size_t bytes, int device, Stream stream);
