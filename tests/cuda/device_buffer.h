@@ -20,7 +20,12 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
+  // Same size: copies into the existing allocation (pointers captured in a graph stay valid).
   void upload(const std::vector<T>& host) {
+    if (ptr_ && n_ == host.size()) {
+      if (n_) cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice);
+      return;
+    }
     if (ptr_) cudaFree(ptr_);
     n_ = host.size();
     ptr_ = nullptr;
