@@ -1,0 +1,152 @@
+// The fast fp32 CPU path of sparse_decode.
+//
+// Work split: OpenMP threads take (request, query token) pairs (dynamic schedule: lengths differ per
+// request). A pair's attended tokens are dequantized once into an fp32 buffer shared by all of its
+// heads; heads then go kHeadBlock at a time, so each key row is loaded into L1 once per block rather
+// than once per head. Softmax takes two passes over the scores (max, then exponentials), with fp32
+// scores, sums and accumulators. Inner loops run over the contiguous d dimension and vectorise.
+//
+// The result of a pair depends only on its inputs and the compiled order of operations, never on the
+// thread that ran it, so the output is bitwise identical from run to run.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "decode/cpu/decode_cpu.h"
+
+namespace latentkv::decode {
+namespace {
+
+// Heads per block: 4 accumulators of 512 floats (8 KiB) and the current key row (2.3 KiB) stay in L1.
+constexpr int kHeadBlock = 4;
+
+struct Scratch {
+  std::vector<const CacheRef*> cache;  // [n] the cache of each attended token
+  std::vector<int64_t> slot;           // [n] its slot
+  std::vector<uint16_t> row;           // [d_qk] one dequantized token, bf16
+  std::vector<float> k;                // [n, d_qk] the attended keys
+  std::vector<float> q;                // [kHeadBlock, d_qk] scaled queries of the block
+  std::vector<float> s;                // [kHeadBlock, n] scores, then exp(s - max)
+  alignas(64) float acc[kHeadBlock][kDimV];
+};
+
+float dot(const float* a, const float* b, int n) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int d = 0; d < n; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// Gathers the attended tokens of (i, j), main then extra, and dequantizes each once.
+int64_t gather(const Params& p, int64_t i, int64_t j, Scratch& w) {
+  w.cache.clear();
+  w.slot.clear();
+  for (const CacheRef* c : {&p.main, &p.extra}) {
+    const int64_t count = valid_count(*c, i);
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t slot = candidate_slot(*c, i, j, k, count);
+      if (slot == -1) continue;
+      w.cache.push_back(c);
+      w.slot.push_back(slot);
+    }
+  }
+  const int64_t n = static_cast<int64_t>(w.slot.size());
+  if (static_cast<int64_t>(w.k.size()) < n * p.d_qk) w.k.resize(static_cast<size_t>(n * p.d_qk));
+  if (static_cast<int64_t>(w.s.size()) < kHeadBlock * n) w.s.resize(static_cast<size_t>(kHeadBlock * n));
+  for (int64_t t = 0; t < n; ++t) {
+    dequantize_token(p.format, *w.cache[t], w.slot[t], w.row.data());
+    float* kt = w.k.data() + t * p.d_qk;
+    for (int d = 0; d < p.d_qk; ++d) kt[d] = num::bf16_to_f32(w.row[d]);
+  }
+  return n;
+}
+
+// Heads [h0, h0 + nh) of pair (i, j) over its n > 0 gathered keys.
+void head_block(const Params& p, int64_t i, int64_t j, int64_t h0, int nh, int64_t n, Scratch& w) {
+  const int d_qk = p.d_qk;
+  // Queries with the softmax scale folded in (one multiply per element instead of per score).
+  for (int hh = 0; hh < nh; ++hh) {
+    const uint16_t* q = p.q + i * p.stride_q_b + j * p.stride_q_s + (h0 + hh) * p.stride_q_h;
+    float* qf = w.q.data() + hh * d_qk;
+    for (int d = 0; d < d_qk; ++d) qf[d] = num::bf16_to_f32(q[d]) * p.scale;
+  }
+
+  // Pass 1: scores, each key row read once for the whole block.
+  float m[kHeadBlock];
+  std::fill(m, m + kHeadBlock, -std::numeric_limits<float>::infinity());
+  for (int64_t t = 0; t < n; ++t) {
+    const float* kt = w.k.data() + t * d_qk;
+    for (int hh = 0; hh < nh; ++hh) {
+      const float s = dot(w.q.data() + hh * d_qk, kt, d_qk);
+      w.s[hh * n + t] = s;
+      m[hh] = std::fmax(m[hh], s);
+    }
+  }
+
+  // Pass 2: unnormalised weights, their sum, and the weighted sum of V (the first 512 dims of K).
+  float sum[kHeadBlock] = {};
+  for (int hh = 0; hh < nh; ++hh) {
+    float* s = w.s.data() + hh * n;
+    for (int64_t t = 0; t < n; ++t) {
+      s[t] = std::exp(s[t] - m[hh]);
+      sum[hh] += s[t];
+    }
+    std::fill(w.acc[hh], w.acc[hh] + kDimV, 0.0f);
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    const float* vt = w.k.data() + t * d_qk;
+    for (int hh = 0; hh < nh; ++hh) {
+      const float pw = w.s[hh * n + t];
+      float* acc = w.acc[hh];
+#pragma omp simd
+      for (int d = 0; d < kDimV; ++d) acc[d] += pw * vt[d];
+    }
+  }
+
+  // Normalise, apply the sink (lse unchanged; a +inf sink zeroes the output), write.
+  for (int hh = 0; hh < nh; ++hh) {
+    const int64_t h = h0 + hh;
+    const float lse = m[hh] + std::log(sum[hh]);
+    float factor = 1.0f;
+    if (p.sink) {
+      const float sink = p.sink[h];
+      factor = sink == std::numeric_limits<float>::infinity() ? 0.0f
+                                                              : 1.0f / (1.0f + std::exp(sink - lse));
+    }
+    const float inv = factor / sum[hh];
+    uint16_t* out = p.out + i * p.stride_out_b + j * p.stride_out_s + h * p.stride_out_h;
+    for (int d = 0; d < kDimV; ++d) out[d] = num::f32_to_bf16(w.acc[hh][d] * inv);
+    p.lse[i * p.stride_lse_b + h * p.stride_lse_h + j] = lse;
+  }
+}
+
+}  // namespace
+
+void sparse_decode_cpu_fast(const Params& p) {
+  const int64_t pairs = p.b * p.s_q;
+#pragma omp parallel
+  {
+    Scratch w;
+    w.row.resize(static_cast<size_t>(p.d_qk));
+    w.q.resize(static_cast<size_t>(kHeadBlock * p.d_qk));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t pair = 0; pair < pairs; ++pair) {
+      const int64_t i = pair / p.s_q, j = pair % p.s_q;
+      const int64_t n = gather(p, i, j, w);
+      if (n == 0) {
+        // A lonely query: out 0, lse +inf, with or without a sink.
+        for (int64_t h = 0; h < p.h_q; ++h) {
+          uint16_t* out = p.out + i * p.stride_out_b + j * p.stride_out_s + h * p.stride_out_h;
+          std::fill(out, out + kDimV, uint16_t{0});
+          p.lse[i * p.stride_lse_b + h * p.stride_lse_h + j] = std::numeric_limits<float>::infinity();
+        }
+        continue;
+      }
+      for (int64_t h0 = 0; h0 < p.h_q; h0 += kHeadBlock)
+        head_block(p, i, j, h0, static_cast<int>(std::min<int64_t>(kHeadBlock, p.h_q - h0)), n, w);
+    }
+  }
+}
+
+}  // namespace latentkv::decode

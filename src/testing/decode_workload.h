@@ -1,0 +1,96 @@
+// testing/decode_workload.h: seeded sparse_decode inputs in host memory, and the comparison of one
+// backend's outputs with a reference's, shared by the CPU tests, the CUDA tests and the benchmarks.
+//
+// A workload is: q ~ randn (bf16), a paged cache whose every slot holds the format's quantization of
+// a randn latent, indices drawn uniformly from the cache's slots (as FlashMLA's tests draw them;
+// repeats are possible and legal), optional per-request lengths, sinks and an extra cache with its
+// own page size. Options bend it into the corner cases of SPEC.md section 4: adversarial index
+// values, every index invalid, zero lengths, infinite sinks, NaN bytes in every record that no
+// attended index references. The outputs come poisoned (bf16 NaN, fp32 NaN) so that an element a
+// backend forgets to write shows up in nan_out / lse_mismatch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "latentkv/decode.h"
+#include "latentkv/formats.h"
+
+namespace latentkv::testing {
+
+struct DecodeWorkloadOptions {
+  int64_t b = 2, s_q = 1, h_q = 16, topk = 64, page_size = 64;
+  CacheFormat format = CacheFormat::v32_fp8;
+  int64_t num_pages = 0;          // 0: enough pages for b * topk * 2 tokens
+  bool topk_length = false;       // per-request lengths (request 0 gets topk, others random)
+  bool sink = false;              // attn_sink [h_q]
+  bool extra = false;             // an extra cache with its own indices
+  int64_t extra_topk = 0;         // 0 with extra: 64
+  int64_t extra_page_size = 64;
+  bool extra_topk_length = false;
+  bool nan_unused = false;        // every record no attended index references holds NaN bytes
+  bool adversarial = false;       // ~10% of indices become INT_MIN, -2, num_slots, INT_MAX or -1
+  bool all_invalid = false;       // every index (main and extra) is invalid
+  bool zero_lengths = false;      // topk_length (and extra_topk_length) 0 for the even requests
+  float sink_special = 0.0f;      // 0: random sinks; +inf or -inf: every sink that value
+  uint64_t seed = 1;
+  int64_t page_pad_bytes = 0;     // extra bytes after every page (the stride is then rounded to 16)
+};
+
+struct DecodeWorkload {
+  DecodeWorkloadOptions opt;
+  int64_t d_qk = 0;
+  int64_t num_pages = 0, page_stride = 0;              // main cache; stride in bytes
+  int64_t extra_num_pages = 0, extra_page_stride = 0;  // extra cache (0 when absent)
+  std::vector<uint16_t> q;                 // [b, s_q, h_q, d_qk] bf16
+  std::vector<uint8_t> kv, extra_kv;       // [num_pages, page_stride] bytes
+  std::vector<int32_t> indices;            // [b, s_q, topk]
+  std::vector<int32_t> extra_indices;      // [b, s_q, extra_topk]
+  std::vector<int32_t> topk_length;        // [b]
+  std::vector<int32_t> extra_topk_length;  // [b]
+  std::vector<float> sink;                 // [h_q]
+  std::vector<uint16_t> out;               // [b, s_q, h_q, 512] bf16, poisoned with NaN
+  std::vector<float> lse;                  // [b, h_q, s_q], poisoned with NaN
+
+  int64_t topk() const { return opt.topk; }
+  int64_t extra_topk() const;  // 0 without an extra cache
+  int64_t num_slots() const { return num_pages * opt.page_size; }
+  int64_t extra_num_slots() const { return extra_num_pages * opt.extra_page_size; }
+
+  // Host views over the vectors. Absent optionals have data == nullptr; caches are 4-D
+  // [num_pages, P, 1, bpt] with strides {page_stride, bpt, bpt, 1}; softmax_scale 0 (d_qk^-0.5).
+  SparseDecodeArgs args();
+  // Refills out and lse with the poison values.
+  void poison_outputs();
+};
+
+DecodeWorkload make_decode_workload(const DecodeWorkloadOptions& opt);
+
+// How a backend's outputs differ from a reference's (usually the float64 oracle's).
+struct DecodeDiff {
+  double max_abs = 0;       // max |out - ref| over every output element
+  double max_rel = 0;       // max_abs / max |ref| over the tensor (max_abs when ref is all zero)
+  double cos_sim = 1;       // cosine similarity of the two outputs as flat vectors (1 if both zero)
+  int64_t lse_mismatch = 0;  // lse elements differing beyond 1e-5 + 1e-5 * |ref| (finite), or in
+                             // class (+inf, -inf, NaN, finite must match exactly)
+  int64_t mask_mismatch = 0;  // (i, j, h) whose lonely-query pattern (lse +inf, out all zero) differs
+  int64_t nan_out = 0;        // NaN elements in out
+};
+
+DecodeDiff compare_decode(const DecodeWorkload& w, const std::vector<uint16_t>& out,
+                          const std::vector<float>& lse, const std::vector<uint16_t>& ref_out,
+                          const std::vector<float>& ref_lse);
+
+// Tolerances fitted to bf16 outputs. Rounding the output to bf16 alone moves each element by up to
+// 2^-9 of its magnitude, so a correct backend differs from the float64 oracle by about that much
+// plus its own accumulation error: an fp32 backend (fp32 scores, fp32 softmax and accumulation, or
+// bf16 probabilities times bf16 V on tensor cores) lands within ~1e-2 of max |ref| and above 0.9999
+// cosine similarity. A wrong index, a missed token or a bad scale moves either far beyond that.
+inline constexpr double kDecodeMaxRelTol = 1e-2;
+inline constexpr double kDecodeCosTol = 0.9999;
+
+// True when no NaN, no lse or lonely-query mismatch, max_rel <= max_rel_tol and cos_sim >= cos_tol.
+bool decode_close(const DecodeDiff& d, double max_rel_tol = kDecodeMaxRelTol,
+                  double cos_tol = kDecodeCosTol);
+
+}  // namespace latentkv::testing

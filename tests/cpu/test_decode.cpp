@@ -1,0 +1,555 @@
+// sparse_decode on the CPU: the fast fp32 path against the float64 oracle over a FlashMLA-style
+// grid of shapes (sized for a 2-core CI), the corner cases of SPEC.md section 4 (invalid and
+// adversarial indices, zero lengths, infinite sinks, NaN in unattended records), bitwise
+// determinism, strided views, every error path, the planner's properties, and a hand-computed case.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "latentkv/decode.h"
+#include "latentkv/error.h"
+#include "latentkv/numerics.h"
+#include "testing/decode_workload.h"
+
+using namespace latentkv;
+using latentkv::testing::compare_decode;
+using latentkv::testing::decode_close;
+using latentkv::testing::DecodeDiff;
+using latentkv::testing::DecodeWorkload;
+using latentkv::testing::DecodeWorkloadOptions;
+using latentkv::testing::make_decode_workload;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+struct Result {
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+};
+
+// Runs one implementation on poisoned outputs and returns copies of them.
+Result run(DecodeWorkload& w, DecodeImpl impl, float softmax_scale = 0.0f) {
+  w.poison_outputs();
+  SparseDecodeArgs a = w.args();
+  a.softmax_scale = softmax_scale;
+  sparse_decode(a, nullptr, impl);
+  return {w.out, w.lse};
+}
+
+std::string describe(const DecodeWorkloadOptions& o) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "%s b=%ld s_q=%ld h_q=%ld topk=%ld P=%ld len=%d sink=%d extra=%d(topk %ld, P %ld, "
+                "len %d)",
+                format_info(o.format).name, static_cast<long>(o.b), static_cast<long>(o.s_q),
+                static_cast<long>(o.h_q), static_cast<long>(o.topk), static_cast<long>(o.page_size),
+                o.topk_length, o.sink, o.extra, static_cast<long>(o.extra_topk),
+                static_cast<long>(o.extra_page_size), o.extra_topk_length);
+  return buf;
+}
+
+// The worst fast-vs-oracle agreement seen by a test, printed at its end.
+struct Worst {
+  double max_rel = 0, cos_sim = 1;
+  void add(const DecodeDiff& d) {
+    max_rel = std::max(max_rel, d.max_rel);
+    cos_sim = std::min(cos_sim, d.cos_sim);
+  }
+  void print(const char* what) const {
+    std::printf("[ decode   ] %s: worst max_rel %.3e, worst cos_sim %.9f\n", what, max_rel, cos_sim);
+  }
+};
+
+// Runs the fast path and the oracle on one workload and expects them close.
+DecodeDiff expect_fast_matches_oracle(const DecodeWorkloadOptions& o, float softmax_scale = 0.0f) {
+  DecodeWorkload w = make_decode_workload(o);
+  const Result ref = run(w, DecodeImpl::kCpuOracle, softmax_scale);
+  const Result fast = run(w, DecodeImpl::kCpuFast, softmax_scale);
+  const DecodeDiff d = compare_decode(w, fast.out, fast.lse, ref.out, ref.lse);
+  EXPECT_TRUE(decode_close(d)) << describe(o) << ": max_rel " << d.max_rel << " cos " << d.cos_sim
+                               << " lse_mismatch " << d.lse_mismatch << " mask_mismatch "
+                               << d.mask_mismatch << " nan_out " << d.nan_out;
+  // The oracle itself must write every element and never produce NaN from finite inputs.
+  const DecodeDiff self = compare_decode(w, ref.out, ref.lse, ref.out, ref.lse);
+  EXPECT_EQ(self.nan_out, 0) << describe(o);
+  for (float l : ref.lse) EXPECT_FALSE(std::isnan(l)) << describe(o);
+  return d;
+}
+
+bool is_zero_bf16(uint16_t x) { return (x & 0x7fffu) == 0; }
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The grid of one format: b x s_q x (topk, page) with heads and features cycling through the cases.
+void run_grid(CacheFormat f, const char* name) {
+  const int64_t topk_page[4][2] = {{64, 2}, {64, 64}, {64, 69}, {576, 61}};
+  const int64_t heads[3] = {1, 16, 64};
+  const int64_t extra_pages[3] = {64, 2, 61};
+  Worst worst;
+  int c = 0;
+  for (int64_t b : {1, 4})
+    for (int64_t s_q : {1, 3})
+      for (const auto& tp : topk_page) {
+        DecodeWorkloadOptions o;
+        o.format = f;
+        o.b = b;
+        o.s_q = s_q;
+        o.topk = tp[0];
+        o.page_size = tp[1];
+        o.h_q = heads[c % 3];
+        o.topk_length = c % 2 == 1;
+        o.sink = (c / 2) % 2 == 1;
+        o.extra = (c / 4) % 2 == 1;
+        o.extra_topk = c % 3 == 0 ? 64 : 100;
+        o.extra_page_size = extra_pages[(c / 2) % 3];
+        o.extra_topk_length = o.extra && c % 3 != 1;
+        o.seed = 100 + c;
+        // Every fifth case passes an explicit softmax scale instead of the default d_qk^-0.5.
+        worst.add(expect_fast_matches_oracle(o, c % 5 == 4 ? 0.07f : 0.0f));
+        ++c;
+      }
+  worst.print(name);
+}
+
+}  // namespace
+
+// ---- fast path against the oracle ------------------------------------------------------------
+
+TEST(DecodeCpu, GridV32Fp8) { run_grid(CacheFormat::v32_fp8, "grid v32_fp8"); }
+
+TEST(DecodeCpu, GridV4Fp8) { run_grid(CacheFormat::v4_fp8, "grid v4_fp8"); }
+
+TEST(DecodeCpu, LongTopk2048) {
+  Worst worst;
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+    DecodeWorkloadOptions o;
+    o.format = f;
+    o.b = 2;
+    o.h_q = 8;
+    o.topk = 2048;
+    o.page_size = 64;
+    o.topk_length = true;
+    o.sink = true;
+    worst.add(expect_fast_matches_oracle(o));
+  }
+  worst.print("topk 2048");
+}
+
+TEST(DecodeCpu, Heads128) {
+  DecodeWorkloadOptions o;
+  o.b = 1;
+  o.h_q = 128;
+  o.topk = 576;
+  o.page_size = 64;
+  o.extra = true;
+  o.extra_topk = 64;
+  o.sink = true;
+  Worst worst;
+  worst.add(expect_fast_matches_oracle(o));
+  worst.print("h_q 128");
+}
+
+// ---- corner cases -----------------------------------------------------------------------------
+
+TEST(DecodeCorner, AllIndicesInvalidGiveZeroAndPlusInf) {
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+    for (bool sink : {false, true}) {
+      DecodeWorkloadOptions o;
+      o.format = f;
+      o.b = 2;
+      o.s_q = 2;
+      o.h_q = 5;
+      o.all_invalid = true;
+      o.extra = true;
+      o.sink = sink;
+      o.nan_unused = true;  // every record is then NaN: nothing may be read
+      DecodeWorkload w = make_decode_workload(o);
+      for (DecodeImpl impl : {DecodeImpl::kCpuOracle, DecodeImpl::kCpuFast}) {
+        const Result r = run(w, impl);
+        for (uint16_t x : r.out) ASSERT_EQ(x, 0u) << describe(o);
+        for (float l : r.lse) ASSERT_EQ(l, kInf) << describe(o);
+      }
+    }
+}
+
+TEST(DecodeCorner, ZeroTopkLengthIsLonelyUnlessTheExtraCacheAttends) {
+  for (bool extra : {false, true}) {
+    DecodeWorkloadOptions o;
+    o.b = 4;
+    o.s_q = 2;
+    o.h_q = 3;
+    o.topk_length = true;
+    o.zero_lengths = true;  // requests 0 and 2 attend no main candidate
+    o.extra = extra;
+    o.sink = true;
+    expect_fast_matches_oracle(o);
+    DecodeWorkload w = make_decode_workload(o);
+    const Result r = run(w, DecodeImpl::kCpuFast);
+    for (int64_t i = 0; i < o.b; ++i)
+      for (int64_t h = 0; h < o.h_q; ++h)
+        for (int64_t j = 0; j < o.s_q; ++j) {
+          const float l = r.lse[(i * o.h_q + h) * o.s_q + j];
+          if (i % 2 == 0 && !extra) {
+            EXPECT_EQ(l, kInf) << "request " << i;
+            for (int d = 0; d < 512; ++d)
+              ASSERT_EQ(r.out[((i * o.s_q + j) * o.h_q + h) * 512 + d], 0u);
+          } else {
+            EXPECT_TRUE(std::isfinite(l)) << "request " << i << " extra " << extra;
+          }
+        }
+  }
+}
+
+TEST(DecodeCorner, SinkPlusInfZeroesOutputAndKeepsLse) {
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+    DecodeWorkloadOptions o;
+    o.format = f;
+    o.s_q = 2;
+    o.h_q = 6;
+    o.topk_length = true;
+    DecodeWorkload plain = make_decode_workload(o);
+    o.sink = true;
+    o.sink_special = kInf;
+    DecodeWorkload sunk = make_decode_workload(o);
+    for (DecodeImpl impl : {DecodeImpl::kCpuOracle, DecodeImpl::kCpuFast}) {
+      const Result a = run(plain, impl), r = run(sunk, impl);
+      for (uint16_t x : r.out) ASSERT_TRUE(is_zero_bf16(x));
+      ASSERT_EQ(std::memcmp(a.lse.data(), r.lse.data(), a.lse.size() * sizeof(float)), 0);
+    }
+  }
+}
+
+TEST(DecodeCorner, SinkMinusInfHasNoEffect) {
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+    DecodeWorkloadOptions o;
+    o.format = f;
+    o.s_q = 2;
+    o.h_q = 6;
+    o.extra = true;
+    DecodeWorkload plain = make_decode_workload(o);
+    o.sink = true;
+    o.sink_special = -kInf;
+    DecodeWorkload sunk = make_decode_workload(o);
+    for (DecodeImpl impl : {DecodeImpl::kCpuOracle, DecodeImpl::kCpuFast}) {
+      const Result a = run(plain, impl), r = run(sunk, impl);
+      ASSERT_EQ(a.out, r.out);
+      ASSERT_EQ(std::memcmp(a.lse.data(), r.lse.data(), a.lse.size() * sizeof(float)), 0);
+    }
+  }
+}
+
+TEST(DecodeCorner, AdversarialIndicesAreSkippedLikeMinusOne) {
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+    DecodeWorkloadOptions o;
+    o.format = f;
+    o.b = 3;
+    o.s_q = 2;
+    o.h_q = 16;
+    o.topk = 128;
+    o.page_size = 61;
+    o.topk_length = true;
+    o.extra = true;
+    o.extra_page_size = 5;
+    o.adversarial = true;
+    o.sink = true;
+    expect_fast_matches_oracle(o);
+    DecodeWorkload w = make_decode_workload(o);
+    DecodeWorkload minus_one = w;
+    int64_t replaced = 0;
+    for (int32_t& s : minus_one.indices)
+      if (s < 0 || s >= w.num_slots()) s = -1, ++replaced;
+    for (int32_t& s : minus_one.extra_indices)
+      if (s < 0 || s >= w.extra_num_slots()) s = -1, ++replaced;
+    ASSERT_GT(replaced, 0);
+    for (DecodeImpl impl : {DecodeImpl::kCpuOracle, DecodeImpl::kCpuFast}) {
+      const Result a = run(w, impl), r = run(minus_one, impl);
+      ASSERT_EQ(a.out, r.out);
+      ASSERT_EQ(std::memcmp(a.lse.data(), r.lse.data(), a.lse.size() * sizeof(float)), 0);
+    }
+  }
+}
+
+TEST(DecodeCorner, NanInUnattendedRecordsNeverReachesTheOutput) {
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+    DecodeWorkloadOptions o;
+    o.format = f;
+    o.b = 4;
+    o.s_q = 2;
+    o.h_q = 8;
+    o.topk = 64;
+    o.page_size = 7;
+    o.topk_length = true;  // entries past the length point at NaN records too
+    o.extra = true;
+    o.extra_topk_length = true;
+    o.adversarial = true;
+    o.sink = true;
+    o.nan_unused = true;
+    // The workload must really hold NaN records for the test to mean anything.
+    const DecodeWorkload w = make_decode_workload(o);
+    int64_t nan_bytes = 0;
+    for (uint8_t x : w.kv) nan_bytes += x == 0x7f;
+    ASSERT_GT(nan_bytes, 10000) << describe(o);
+    const DecodeDiff d = expect_fast_matches_oracle(o);
+    EXPECT_EQ(d.nan_out, 0);
+  }
+}
+
+TEST(DecodeCorner, PaddedPagesAndStridedViews) {
+  DecodeWorkloadOptions o;
+  o.format = CacheFormat::v4_fp8;
+  o.b = 2;
+  o.s_q = 3;
+  o.h_q = 5;
+  o.page_size = 13;
+  o.page_pad_bytes = 100;
+  o.extra = true;
+  expect_fast_matches_oracle(o);
+  DecodeWorkload w = make_decode_workload(o);
+  const Result ref = run(w, DecodeImpl::kCpuFast);
+
+  // The same inputs and outputs through padded rows, and the main cache in its 2-D form.
+  const int64_t b = o.b, s_q = o.s_q, h_q = o.h_q, d_qk = w.d_qk, pad = 8;
+  std::vector<uint16_t> q(static_cast<size_t>(b * s_q * h_q * (d_qk + pad)), 0x7fc0);
+  for (int64_t r = 0; r < b * s_q * h_q; ++r)
+    std::memcpy(&q[r * (d_qk + pad)], &w.q[r * d_qk], d_qk * sizeof(uint16_t));
+  std::vector<uint16_t> out(static_cast<size_t>(b * s_q * h_q * (512 + pad)), 0x7fc0);
+  std::vector<float> lse(static_cast<size_t>(b * h_q * (s_q + 1)), 0.0f);
+  SparseDecodeArgs a = w.args();
+  a.q = TensorView(q.data(), DType::bf16, {b, s_q, h_q, d_qk},
+                   {s_q * h_q * (d_qk + pad), h_q * (d_qk + pad), d_qk + pad, 1});
+  a.k_cache = TensorView(w.kv.data(), DType::u8, {w.num_pages, w.page_stride});
+  a.page_size = o.page_size;
+  a.out = TensorView(out.data(), DType::bf16, {b, s_q, h_q, 512},
+                     {s_q * h_q * (512 + pad), h_q * (512 + pad), 512 + pad, 1});
+  a.lse = TensorView(lse.data(), DType::f32, {b, h_q, s_q}, {h_q * (s_q + 1), s_q + 1, 1});
+  sparse_decode(a, nullptr, DecodeImpl::kCpuFast);
+  for (int64_t r = 0; r < b * s_q * h_q; ++r)
+    ASSERT_EQ(std::memcmp(&out[r * (512 + pad)], &ref.out[r * 512], 512 * sizeof(uint16_t)), 0);
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t h = 0; h < h_q; ++h)
+      for (int64_t j = 0; j < s_q; ++j)
+        ASSERT_EQ(lse[(i * h_q + h) * (s_q + 1) + j], ref.lse[(i * h_q + h) * s_q + j]);
+}
+
+TEST(DecodeCpu, FastPathIsBitwiseDeterministic) {
+  DecodeWorkloadOptions o;
+  o.format = CacheFormat::v4_fp8;
+  o.b = 4;
+  o.s_q = 3;
+  o.h_q = 16;
+  o.topk = 576;
+  o.page_size = 61;
+  o.topk_length = true;
+  o.extra = true;
+  o.sink = true;
+  DecodeWorkload w = make_decode_workload(o);
+  const Result first = run(w, DecodeImpl::kCpuFast);
+  for (int rep = 0; rep < 5; ++rep) {
+    const Result again = run(w, DecodeImpl::kCpuFast);
+    ASSERT_EQ(again.out, first.out) << "rerun " << rep;
+    ASSERT_EQ(std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * sizeof(float)), 0);
+  }
+  // The thread count changes which thread computes a pair, never the pair's result.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Result single = run(w, DecodeImpl::kCpuFast);
+  omp_set_num_threads(threads);
+  ASSERT_EQ(single.out, first.out);
+  // kAuto on host tensors is the fast path.
+  const Result automatic = run(w, DecodeImpl::kAuto);
+  ASSERT_EQ(automatic.out, first.out);
+}
+
+// ---- a case small enough to compute by hand ---------------------------------------------------
+// One request, one query, one head, two tokens of v32_fp8 whose values quantize exactly:
+//   k0 = e_0 + 0.5 e_1 + 0.25 e_575,  k1 = 3 e_0,  q = e_0 + 2 e_575, softmax_scale 1.
+// s0 = 1 + 2 * 0.25 = 1.5 (the RoPE dim counts in the score), s1 = 3; lse = ln(e^1.5 + e^3);
+// out = p0 * (1, 0.5, 0, ...) + p1 * (3, 0, ...) with p = softmax(s); V stops at dim 512.
+TEST(DecodeOracle, HandComputedTwoTokens) {
+  const CacheFormat f = CacheFormat::v32_fp8;
+  const int64_t d_qk = 576, P = 4, bpt = 656;
+  std::vector<uint8_t> kv(static_cast<size_t>(P * bpt), 0);
+  std::vector<float> lat(2 * d_qk, 0.0f);
+  lat[0] = 1.0f;
+  lat[1] = 0.5f;
+  lat[575] = 0.25f;
+  lat[d_qk + 0] = 3.0f;
+  std::vector<int32_t> slots = {2, 0};  // token 0 at slot 2, token 1 at slot 0
+  const TensorView cache(kv.data(), DType::u8, {1, P, 1, bpt});
+  quantize(f, TensorView(lat.data(), DType::f32, {2, d_qk}), TensorView(slots.data(), DType::i32, {2}),
+           cache);
+
+  std::vector<uint16_t> q(d_qk, 0);
+  q[0] = num::f32_to_bf16(1.0f);
+  q[575] = num::f32_to_bf16(2.0f);
+  // Candidates: token 1, an invalid -1, an out-of-range 4, token 0, then garbage past topk_length.
+  std::vector<int32_t> idx = {0, -1, 4, 2, 1};
+  std::vector<int32_t> len = {4};
+
+  const double s0 = 1.5, s1 = 3.0;
+  const double lse = std::log(std::exp(s0) + std::exp(s1));
+  const double p0 = std::exp(s0 - lse), p1 = std::exp(s1 - lse);
+  const double want0 = p0 * 1.0 + p1 * 3.0, want1 = p0 * 0.5;
+
+  for (float sink : {std::numeric_limits<float>::quiet_NaN(), static_cast<float>(lse)})
+    for (DecodeImpl impl : {DecodeImpl::kCpuOracle, DecodeImpl::kCpuFast}) {
+      std::vector<uint16_t> out(512, 0x7fc0);
+      float lse_out = 0;
+      SparseDecodeArgs a;
+      a.q = TensorView(q.data(), DType::bf16, {1, 1, 1, d_qk});
+      a.k_cache = cache;
+      a.format = f;
+      a.indices = TensorView(idx.data(), DType::i32, {1, 1, 5});
+      a.topk_length = TensorView(len.data(), DType::i32, {1});
+      // A sink equal to lse halves the output: 1 / (1 + e^0).
+      const bool with_sink = !std::isnan(sink);
+      if (with_sink) a.attn_sink = TensorView(&sink, DType::f32, {1});
+      a.softmax_scale = 1.0f;
+      a.out = TensorView(out.data(), DType::bf16, {1, 1, 1, 512});
+      a.lse = TensorView(&lse_out, DType::f32, {1, 1, 1});
+      sparse_decode(a, nullptr, impl);
+      const double factor = with_sink ? 0.5 : 1.0;
+      const double got0 = num::bf16_to_f32(out[0]), got1 = num::bf16_to_f32(out[1]);
+      if (impl == DecodeImpl::kCpuOracle) {
+        // The oracle rounds the exact value once (double -> float -> bf16).
+        EXPECT_EQ(out[0], num::f32_to_bf16(static_cast<float>(want0 * factor)));
+        EXPECT_EQ(out[1], num::f32_to_bf16(static_cast<float>(want1 * factor)));
+      } else {
+        // fp32 may land on the other side of a bf16 rounding boundary: one bf16 ulp (2^-8 rel).
+        EXPECT_NEAR(got0, want0 * factor, want0 * factor / 256);
+        EXPECT_NEAR(got1, want1 * factor, want1 * factor / 256);
+      }
+      for (int d = 2; d < 512; ++d) EXPECT_EQ(out[d], 0u) << "dim " << d;
+      EXPECT_NEAR(lse_out, lse, 1e-6);
+    }
+}
+
+// ---- errors -----------------------------------------------------------------------------------
+
+TEST(DecodeErrors, BadShapesAndDtypesAreNamed) {
+  DecodeWorkloadOptions o;
+  o.h_q = 4;
+  o.s_q = 2;
+  DecodeWorkload w = make_decode_workload(o);
+  std::vector<uint16_t> q512(static_cast<size_t>(o.b * o.s_q * o.h_q * 512));
+  std::vector<int64_t> idx64(w.indices.begin(), w.indices.end());
+  std::vector<uint16_t> out576(static_cast<size_t>(o.b * o.s_q * o.h_q * 576));
+
+  struct Case {
+    const char* what;
+    std::function<void(SparseDecodeArgs&)> bend;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"q with d_qk 512 for v32_fp8",
+       [&](SparseDecodeArgs& a) { a.q = TensorView(q512.data(), DType::bf16, {o.b, o.s_q, o.h_q, 512}); },
+       "expected q of shape [b, s_q, h_q, 576] bf16"},
+      {"q as f32", [&](SparseDecodeArgs& a) { a.q.dtype = DType::f32; },
+       "expected q of shape [b, s_q, h_q, 576] bf16"},
+      {"indices as i64",
+       [&](SparseDecodeArgs& a) { a.indices = TensorView(idx64.data(), DType::i64, {o.b, o.s_q, o.topk}); },
+       "expected indices of shape [b, s_q, topk] i32"},
+      {"out with 576 dims",
+       [&](SparseDecodeArgs& a) { a.out = TensorView(out576.data(), DType::bf16, {o.b, o.s_q, o.h_q, 576}); },
+       "expected out of shape [b, s_q, h_q, 512] bf16"},
+      {"lse as [b, s_q, h_q]",
+       [&](SparseDecodeArgs& a) { a.lse = TensorView(w.lse.data(), DType::f32, {o.b, o.s_q, o.h_q}); },
+       "expected lse of shape [b, h_q, s_q] f32"},
+      {"sink of the wrong length",
+       [&](SparseDecodeArgs& a) { a.attn_sink = TensorView(w.lse.data(), DType::f32, {o.h_q + 1}); },
+       "expected attn_sink of shape [h_q] f32"},
+      {"topk_length of the wrong length",
+       [&](SparseDecodeArgs& a) { a.topk_length = TensorView(w.indices.data(), DType::i32, {o.b + 1}); },
+       "expected topk_length of shape [b] i32"},
+      {"extra indices without an extra cache",
+       [&](SparseDecodeArgs& a) { a.extra_indices = a.indices; },
+       "extra_k_cache and extra_indices must be given together"},
+      {"a v4_int8 cache", [&](SparseDecodeArgs& a) { a.format = CacheFormat::v4_int8; },
+       "sparse_decode supports v32_fp8 and v4_fp8 caches, got v4_int8"},
+      {"a negative softmax scale", [&](SparseDecodeArgs& a) { a.softmax_scale = -1.0f; },
+       "softmax_scale must be finite and >= 0"},
+      {"a NaN softmax scale",
+       [&](SparseDecodeArgs& a) { a.softmax_scale = std::numeric_limits<float>::quiet_NaN(); },
+       "softmax_scale must be finite and >= 0"},
+  };
+  for (const Case& c : cases)
+    for (DecodeImpl impl : {DecodeImpl::kCpuOracle, DecodeImpl::kCpuFast}) {
+      w.poison_outputs();
+      SparseDecodeArgs a = w.args();
+      c.bend(a);
+      const std::string msg = error_of([&] { sparse_decode(a, nullptr, impl); });
+      EXPECT_NE(msg.find(c.message), std::string::npos) << c.what << ": got \"" << msg << "\"";
+      // Nothing is written before every check has passed.
+      for (float l : w.lse) ASSERT_TRUE(std::isnan(l)) << c.what;
+    }
+}
+
+TEST(DecodeErrors, CudaImplOnHostTensorsIsATypeError) {
+  DecodeWorkload w = make_decode_workload({});
+  try {
+    sparse_decode(w.args(), nullptr, DecodeImpl::kCuda);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kType);
+    EXPECT_NE(std::string(e.what()).find("cannot run on tensors on cpu"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DecodeErrors, PlanForOtherShapes) {
+  GTEST_SKIP() << "the plan is only used, and checked, on the GPU path (tests/cuda)";
+}
+
+// ---- the planner ------------------------------------------------------------------------------
+
+TEST(DecodePlan, CoversEveryCandidateInWholeBlocks) {
+  for (int64_t b : {1, 2, 8, 64})
+    for (int64_t s_q : {1, 2, 4})
+      for (int64_t h_q : {1, 16, 64, 128})
+        for (int64_t topk : {1, 64, 100, 576, 2048})
+          for (int64_t extra : {0, 64, 513})
+            for (int sms : {1, 78, 132}) {
+              const DecodePlan p = plan_decode(b, s_q, h_q, topk, extra, sms);
+              const int64_t total = topk + extra;
+              EXPECT_GE(p.num_splits, 1);
+              EXPECT_EQ(p.keys_per_split % 64, 0);
+              EXPECT_GE(p.num_splits * p.keys_per_split, total);
+              EXPECT_LT((p.num_splits - 1) * p.keys_per_split, total) << "an empty split";
+              EXPECT_EQ(p.b, b);
+              EXPECT_EQ(p.topk, topk);
+              EXPECT_EQ(p.extra_topk, extra);
+              // A pure function: the same arguments, the same plan.
+              const DecodePlan again = plan_decode(b, s_q, h_q, topk, extra, sms);
+              EXPECT_EQ(again.num_splits, p.num_splits);
+              EXPECT_EQ(again.keys_per_split, p.keys_per_split);
+              EXPECT_EQ(sparse_decode_workspace_bytes(p) == 0, p.num_splits == 1);
+            }
+}
+
+TEST(DecodePlan, SplitsFewItemsAndNotMany) {
+  // One request, one query, 64 heads: one item for 132 SMs, so topk 2048 is split.
+  EXPECT_GT(plan_decode(1, 1, 64, 2048, 0, 132).num_splits, 1);
+  EXPECT_GT(plan_decode(2, 1, 128, 2048, 512, 132).num_splits, 1);
+  // 128 requests x 2 query tokens x 2 head blocks: 512 items already fill 132 SMs.
+  EXPECT_EQ(plan_decode(128, 2, 128, 2048, 0, 132).num_splits, 1);
+  // Too few candidates to split: fewer than two blocks of 64.
+  EXPECT_EQ(plan_decode(1, 1, 64, 64, 0, 132).num_splits, 1);
+  EXPECT_EQ(plan_decode(1, 1, 16, 100, 0, 132).num_splits, 1);
+  EXPECT_THROW(plan_decode(0, 1, 64, 64, 0, 132), Error);
+  EXPECT_THROW(plan_decode(1, 1, 64, 64, 0, 0), Error);
+}
