@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
-#   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench]   (default: all five)
+#   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode]   (default: all)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
 # test: the CPU suites and every CUDA suite; sanitize: compute-sanitizer memcheck on the adversarial
 # index tests; reference: bench/compress_reference.py (PyTorch reference times and byte comparison);
-# bench: `latentkv bench compress` for both payload formats, with the reference times.
+# bench: `latentkv bench compress` for both payload formats, with the reference times;
+# decode: `latentkv bench decode` (FlashMLA's sparse-decode cases).
 # Logs and JSON results go to $OUT (or ./out); a short table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
-stages="${*:-build test sanitize reference bench}"
+stages="${*:-build test sanitize reference bench decode}"
 has() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
@@ -42,7 +43,7 @@ fi
 
 if has sanitize; then
   compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
-    --gtest_filter='*Unchecked*:*Errors*:FormatCuda*' >"$OUT/memcheck.log" 2>&1
+    --gtest_filter='*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases' >"$OUT/memcheck.log" 2>&1
   note "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 fi
 
@@ -62,6 +63,11 @@ if has bench; then
       --json "$OUT/compress-$fmt-h200.json" 2>&1 | tee "$OUT/bench-$fmt.log"
     note "bench $fmt: $(tail -1 "$OUT/bench-$fmt.log")"
   done
+fi
+
+if has decode; then
+  ./build-gpu/latentkv bench decode --device cuda --json "$OUT/decode-h200.json" 2>&1 | tee "$OUT/bench-decode.log"
+  note "bench decode: $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode.log" | tr -s ' ' | tr '\n' ';')"
 fi
 
 # At most 8 files come back from the device machine: the logs travel as one archive.

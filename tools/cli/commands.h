@@ -7,4 +7,5 @@ namespace latentkv::cli {
 int cmd_bench_compress(const Args& args);
 int cmd_verify(const Args& args);
 int cmd_run_compress(const Args& args);
+int cmd_bench_decode(const Args& args);
 }  // namespace latentkv::cli

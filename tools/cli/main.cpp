@@ -17,6 +17,7 @@ const char* kUsage =
     "  verify [--device auto|cpu|cuda]        judge every backend against the float64 oracle\n"
     "  bench compress [--device auto|cpu|cuda] [--format v4_int8|v4_fp8] [--cases contest|quick]\n"
     "                 [--shuffled] [--reps N] [--reference FILE] [--json FILE]\n"
+    "  bench decode [--device auto|cpu|cuda] [--filter TEXT] [--reps N] [--json FILE]\n"
     "  run compress --inputs DIR --out FILE [--format F] [--device D]\n";
 
 int info() {
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
     if (a1 == "info") return info();
     if (a1 == "verify") return cmd_verify(Args(argc, argv, 2));
     if (a1 == "bench" && a2 == "compress") return cmd_bench_compress(Args(argc, argv, 3));
+    if (a1 == "bench" && a2 == "decode") return cmd_bench_decode(Args(argc, argv, 3));
     if (a1 == "run" && a2 == "compress") return cmd_run_compress(Args(argc, argv, 3));
     std::fputs(kUsage, a1 == "--help" || a1 == "help" ? stdout : stderr);
     return a1 == "--help" || a1 == "help" ? 0 : 2;

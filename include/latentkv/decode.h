@@ -1,0 +1,64 @@
+// latentkv/decode.h: sparse MLA decode over quantized paged caches (SPEC.md section 4), its split-KV
+// planner and its combine step.
+//
+// Per request i, query token j, head h: the attended set is the valid entries among
+// indices[i][j][:topk_length[i]] (flat slots of k_cache) plus the valid entries among
+// extra_indices[i][j][:extra_topk_length[i]] (flat slots of extra_k_cache). K of a token is its
+// dequantized d_qk-wide record and V its first 512 dims. s = softmax_scale * q . k;
+// lse = ln(sum exp(s)); out = softmax(s) @ V. With a sink: out *= 1 / (1 + exp(sink[h] - lse)),
+// lse unchanged. A query with no valid key gets out = 0 and lse = +inf. An index outside
+// [0, num_pages * P) is invalid: never read, skipped.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "latentkv/formats.h"
+#include "latentkv/tensor.h"
+
+namespace latentkv {
+
+// How the attended candidates of one (request, query token) are divided among CTAs. Candidate
+// positions run over the main indices then the extra ones: [0, topk + extra_topk); split s covers
+// [s * keys_per_split, (s + 1) * keys_per_split). It depends only on shapes, so one plan serves every
+// layer of a decode step (and every step with the same shapes), and making it needs no device data.
+struct DecodePlan {
+  int64_t num_splits = 1;
+  int64_t keys_per_split = 1;
+  // The shapes the plan was made for; sparse_decode checks them on use.
+  int64_t b = 0, s_q = 0, h_q = 0, topk = 0, extra_topk = 0;
+};
+
+// Plans for num_sms multiprocessors (a pure function; CPU-testable).
+DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_t extra_topk,
+                       int num_sms);
+
+struct SparseDecodeArgs {
+  TensorView q;                  // bf16 [b, s_q, h_q, d_qk]; d_qk = 576 (v32_fp8) or 512 (v4_fp8)
+  TensorView k_cache;            // u8 paged cache of `format` ([num_pages, P, 1, bpt] or 2-D)
+  CacheFormat format = CacheFormat::v32_fp8;
+  int64_t page_size = -1;        // needed for the 2-D cache form
+  TensorView indices;            // i32 [b, s_q, topk]
+  TensorView topk_length;        // i32 [b]; may be absent (data == nullptr)
+  TensorView attn_sink;          // f32 [h_q]; may be absent
+  TensorView extra_k_cache;      // u8 paged cache of `format`; may be absent
+  int64_t extra_page_size = -1;
+  TensorView extra_indices;      // i32 [b, s_q, extra_topk]; present iff extra_k_cache is
+  TensorView extra_topk_length;  // i32 [b]; may be absent
+  float softmax_scale = 0.0f;    // 0: d_qk^-0.5
+  TensorView out;                // bf16 [b, s_q, h_q, 512]
+  TensorView lse;                // f32 [b, h_q, s_q]
+  const DecodePlan* plan = nullptr;  // GPU: null plans per call
+  void* workspace = nullptr;         // GPU: null uses latentkv's cached workspace
+  size_t workspace_bytes = 0;
+};
+
+enum class DecodeImpl : uint8_t { kAuto, kCpuOracle, kCpuFast, kCuda };
+
+void sparse_decode(const SparseDecodeArgs& args, Stream stream = nullptr,
+                   DecodeImpl impl = DecodeImpl::kAuto);
+
+// Bytes of caller-provided workspace sparse_decode needs with this plan (partial outputs and LSEs).
+size_t sparse_decode_workspace_bytes(const DecodePlan& plan);
+
+}  // namespace latentkv

@@ -1,0 +1,40 @@
+// decode/cuda/config.h: tile constants of the portable (sm_80+) sparse decode kernel, with reasons.
+#pragma once
+
+#include "decode/params.h"
+
+namespace latentkv::decode::cuda {
+
+// 64 heads per CTA: four 16-row MMA tiles, so every dequantized token in shared memory serves 64
+// query rows (MLA decode is MQA: one latent KV head for all query heads). Fewer heads are padded
+// with zero rows inside the kernel.
+inline constexpr int kHeadsPerCta = 64;
+// 8 warps: warp w owns heads 16 * (w % 4) .. +15 and half (w / 4) of the tokens in the score
+// product and half of the 512 output dims in the value product, which keeps its accumulator at
+// 16 x 256 fp32 = 128 registers per thread.
+inline constexpr int kWarps = 8;
+inline constexpr int kThreads = kWarps * 32;
+// Tokens per tile: 32 = 2 warps x 16 score columns. A tile of dequantized bf16 keys is 32 x 576 x 2
+// = 36 KB of shared memory.
+inline constexpr int kTileTokens = 32;
+// Shared-memory rows are padded by 8 bf16 (16 bytes) so that row strides are odd multiples of 16
+// bytes and ldmatrix reads of 8 consecutive rows hit 8 different bank groups.
+inline constexpr int kRowPad = 8;
+// Splits hold whole blocks of this many candidates (the planner's unit).
+inline constexpr int kSplitUnit = 64;
+
+template <int kDqk>
+struct SmemLayout {
+  static constexpr int q_stride = kDqk + kRowPad;            // bf16 elements per Q row
+  static constexpr int k_stride = kDqk + kRowPad;            // bf16 elements per K row
+  static constexpr int p_stride = kTileTokens + kRowPad;     // bf16 elements per P row
+  static constexpr int q_bytes = kHeadsPerCta * q_stride * 2;
+  static constexpr int k_bytes = kTileTokens * k_stride * 2;
+  static constexpr int p_bytes = kHeadsPerCta * p_stride * 2;
+  static constexpr int red_bytes = 2 * 2 * kHeadsPerCta * 4;  // [max|sum][n-half][head] fp32
+  static constexpr int slot_bytes = kTileTokens * 8;
+  static constexpr int total = q_bytes + k_bytes + p_bytes + red_bytes + slot_bytes;
+};
+static_assert(SmemLayout<576>::total <= 160 * 1024, "must fit an A100's 163 KB of shared memory");
+
+}  // namespace latentkv::decode::cuda

@@ -1,0 +1,195 @@
+// sparse_decode: validation of every argument, the split-KV planner, and dispatch to the CPU
+// oracle, the CPU fast path or the CUDA backend. Nothing is written before every check has passed.
+#include <algorithm>
+#include <cmath>
+
+#include "decode/cpu/decode_cpu.h"
+#include "decode/params.h"
+#include "latentkv/decode.h"
+#include "latentkv/error.h"
+#ifdef LKV_WITH_CUDA
+#include "decode/cuda/launch.h"
+#endif
+
+namespace latentkv {
+
+DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_t extra_topk,
+                       int num_sms) {
+  LKV_CHECK(b >= 1 && s_q >= 1 && h_q >= 1 && topk >= 1 && extra_topk >= 0 && num_sms >= 1,
+            "plan_decode: bad shape b=", b, " s_q=", s_q, " h_q=", h_q, " topk=", topk,
+            " extra_topk=", extra_topk, " num_sms=", num_sms);
+  DecodePlan plan;
+  plan.b = b;
+  plan.s_q = s_q;
+  plan.h_q = h_q;
+  plan.topk = topk;
+  plan.extra_topk = extra_topk;
+  // Work items before splitting: one per (request, query token, block of 64 heads). Split the
+  // candidates until there are about two items per SM, but keep at least 64 candidates per split
+  // (below that the combine costs more than the parallelism gains).
+  const int64_t total = topk + extra_topk;
+  const int64_t head_blocks = (h_q + 63) / 64;
+  const int64_t items = b * s_q * head_blocks;
+  const int64_t want = (2 * static_cast<int64_t>(num_sms) + items - 1) / items;
+  const int64_t max_splits = std::max<int64_t>(1, total / 64);
+  plan.num_splits = std::clamp<int64_t>(want, 1, max_splits);
+  // Whole blocks of 64 candidates per split, so kernels never see a partial block except at the end.
+  plan.keys_per_split = ((total + plan.num_splits - 1) / plan.num_splits + 63) / 64 * 64;
+  plan.num_splits = (total + plan.keys_per_split - 1) / plan.keys_per_split;
+  return plan;
+}
+
+size_t sparse_decode_workspace_bytes(const DecodePlan& plan) {
+  if (plan.num_splits <= 1) return 0;
+  const size_t rows = static_cast<size_t>(plan.b * plan.s_q * plan.h_q * plan.num_splits);
+  return (rows * decode::kDimV * sizeof(float) + 255) / 256 * 256 + rows * sizeof(float);
+}
+
+namespace {
+
+decode::CacheRef cache_ref(const TensorView& cache, CacheFormat f, int64_t page_size,
+                           const TensorView& indices) {
+  const CacheGeometry g = cache_geometry(cache, f, page_size);
+  decode::CacheRef c{};
+  c.base = g.base;
+  c.page_size = g.page_size;
+  c.page_stride = g.page_stride;
+  c.num_slots = g.num_slots();
+  c.indices = indices.ptr<const int32_t>();
+  c.stride_idx_b = indices.stride(0);
+  c.stride_idx_s = indices.stride(1);
+  c.topk = indices.size(2);
+  return c;
+}
+
+}  // namespace
+
+void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
+  // ---- Shapes and dtypes.
+  LKV_CHECK(a.format == CacheFormat::v32_fp8 || a.format == CacheFormat::v4_fp8,
+            "sparse_decode supports v32_fp8 and v4_fp8 caches, got ", format_info(a.format).name);
+  const int64_t d_qk = format_info(a.format).d_qk;
+  SizeEnv env;
+  check_tensor(a.q, "q", {"b", "s_q", "h_q", d_qk}, DType::bf16, env);
+  check_tensor(a.indices, "indices", {"b", "s_q", "topk"}, DType::i32, env);
+  const bool has_extra = a.extra_k_cache.data != nullptr;
+  LKV_CHECK(has_extra == (a.extra_indices.data != nullptr),
+            "sparse_decode: extra_k_cache and extra_indices must be given together");
+  if (has_extra) check_tensor(a.extra_indices, "extra_indices", {"b", "s_q", "extra_topk"}, DType::i32, env);
+  if (a.topk_length.data) check_tensor(a.topk_length, "topk_length", {"b"}, DType::i32, env);
+  if (a.extra_topk_length.data) {
+    LKV_CHECK(has_extra, "sparse_decode: extra_topk_length given without extra_k_cache");
+    check_tensor(a.extra_topk_length, "extra_topk_length", {"b"}, DType::i32, env);
+  }
+  if (a.attn_sink.data) check_tensor(a.attn_sink, "attn_sink", {"h_q"}, DType::f32, env);
+  check_tensor(a.out, "out", {"b", "s_q", "h_q", decode::kDimV}, DType::bf16, env);
+  check_tensor(a.lse, "lse", {"b", "h_q", "s_q"}, DType::f32, env);
+  const int64_t b = env.get("b"), s_q = env.get("s_q"), h_q = env.get("h_q");
+  LKV_CHECK(b >= 1 && s_q >= 1 && h_q >= 1 && env.get("topk") >= 1,
+            "sparse_decode: empty problem (b=", b, ", s_q=", s_q, ", h_q=", h_q, ", topk=",
+            env.get("topk"), ")");
+  for (const auto& [t, name] : {std::pair{&a.q, "q"}, {&a.indices, "indices"},
+                                {&a.out, "out"}, {&a.lse, "lse"}})
+    check_inner_contiguous(*t, name);
+  if (has_extra) check_inner_contiguous(a.extra_indices, "extra_indices");
+  for (const auto& [t, name] : {std::pair{&a.topk_length, "topk_length"},
+                                {&a.extra_topk_length, "extra_topk_length"},
+                                {&a.attn_sink, "attn_sink"}})
+    LKV_CHECK(!t->data || t->size(0) <= 1 || t->stride(0) == 1, name, " must be contiguous");
+  LKV_CHECK(a.lse.stride(2) == 1 || s_q == 1, "lse must be contiguous in s_q");
+  LKV_CHECK(std::isfinite(a.softmax_scale) && a.softmax_scale >= 0.0f,
+            "sparse_decode: softmax_scale must be finite and >= 0 (0 = d_qk^-0.5), got ",
+            a.softmax_scale);
+
+  // ---- Devices.
+  const Device dev = a.q.device;
+  for (const auto& [t, name] : {std::pair{&a.k_cache, "k_cache"}, {&a.indices, "indices"},
+                                {&a.topk_length, "topk_length"}, {&a.attn_sink, "attn_sink"},
+                                {&a.extra_k_cache, "extra_k_cache"},
+                                {&a.extra_indices, "extra_indices"},
+                                {&a.extra_topk_length, "extra_topk_length"}, {&a.out, "out"},
+                                {&a.lse, "lse"}})
+    if (t->data) check_device(*t, name, dev);
+  if (impl == DecodeImpl::kAuto) impl = dev.is_cuda() ? DecodeImpl::kCuda : DecodeImpl::kCpuFast;
+  LKV_CHECK_TYPE((impl == DecodeImpl::kCuda) == dev.is_cuda(), "sparse_decode: implementation ",
+                 impl == DecodeImpl::kCuda ? "cuda" : "cpu", " cannot run on tensors on ",
+                 dev.str());
+
+  // ---- Parameters.
+  decode::Params p{};
+  p.q = a.q.ptr<const uint16_t>();
+  p.stride_q_b = a.q.stride(0);
+  p.stride_q_s = a.q.stride(1);
+  p.stride_q_h = a.q.stride(2);
+  p.main = cache_ref(a.k_cache, a.format, a.page_size, a.indices);
+  p.main.topk_length = a.topk_length.ptr<const int32_t>();
+  if (has_extra) {
+    p.extra = cache_ref(a.extra_k_cache, a.format, a.extra_page_size, a.extra_indices);
+    p.extra.topk_length = a.extra_topk_length.ptr<const int32_t>();
+  }
+  p.sink = a.attn_sink.ptr<const float>();
+  p.out = a.out.ptr<uint16_t>();
+  p.stride_out_b = a.out.stride(0);
+  p.stride_out_s = a.out.stride(1);
+  p.stride_out_h = a.out.stride(2);
+  p.lse = a.lse.ptr<float>();
+  p.stride_lse_b = a.lse.stride(0);
+  p.stride_lse_h = a.lse.stride(1);
+  p.b = b;
+  p.s_q = s_q;
+  p.h_q = h_q;
+  p.d_qk = static_cast<int>(d_qk);
+  p.format = a.format;
+  p.scale = a.softmax_scale > 0.0f ? a.softmax_scale
+                                   : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_qk)));
+  p.num_splits = 1;
+  p.keys_per_split = p.main.topk + p.extra.topk;
+
+  if (impl != DecodeImpl::kCuda) {
+    if (impl == DecodeImpl::kCpuOracle) decode::sparse_decode_oracle(p);
+    else decode::sparse_decode_cpu_fast(p);
+    return;
+  }
+#ifdef LKV_WITH_CUDA
+  // The kernel reads q rows and writes out rows with 16-byte accesses.
+  const auto aligned16 = [](const TensorView& t) {
+    return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride(0) % 8 == 0 &&
+           t.stride(1) % 8 == 0 && t.stride(2) % 8 == 0;
+  };
+  LKV_CHECK(aligned16(a.q), "sparse_decode on CUDA needs q rows aligned to 16 bytes");
+  LKV_CHECK(aligned16(a.out), "sparse_decode on CUDA needs out rows aligned to 16 bytes");
+  DecodePlan local;
+  const DecodePlan* plan = a.plan;
+  if (!plan) {
+    local = plan_decode(b, s_q, h_q, p.main.topk, p.extra.topk, decode::cuda::sm_count(dev.index));
+    plan = &local;
+  }
+  LKV_CHECK(plan->b == b && plan->s_q == s_q && plan->h_q == h_q && plan->topk == p.main.topk &&
+                plan->extra_topk == p.extra.topk,
+            "sparse_decode: the plan was made for b=", plan->b, " s_q=", plan->s_q, " h_q=",
+            plan->h_q, " topk=", plan->topk, " extra_topk=", plan->extra_topk, ", not for b=", b,
+            " s_q=", s_q, " h_q=", h_q, " topk=", p.main.topk, " extra_topk=", p.extra.topk);
+  p.num_splits = plan->num_splits;
+  p.keys_per_split = plan->keys_per_split;
+  const size_t need = sparse_decode_workspace_bytes(*plan);
+  void* ws = a.workspace;
+  if (ws) {
+    LKV_CHECK(a.workspace_bytes >= need, "sparse_decode: workspace of ", a.workspace_bytes,
+              " bytes is too small, the plan needs ", need, " (sparse_decode_workspace_bytes)");
+  } else if (need > 0) {
+    ws = decode::cuda::cached_workspace(need, dev.index, stream);
+  }
+  if (p.num_splits > 1) {
+    const size_t rows = static_cast<size_t>(b * s_q * h_q * p.num_splits);
+    p.partial_out = static_cast<float*>(ws);
+    p.partial_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(ws) +
+                                             (rows * decode::kDimV * sizeof(float) + 255) / 256 * 256);
+  }
+  decode::cuda::sparse_decode(p, stream);
+#else
+  (void)stream;
+  LKV_FAIL(ErrorKind::kNotBuilt, "sparse_decode: latentkv was built without CUDA");
+#endif
+}
+
+}  // namespace latentkv

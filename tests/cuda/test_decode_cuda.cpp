@@ -1,0 +1,222 @@
+// sparse_decode on the GPU against the float64 CPU oracle: a FlashMLA-style grid of shapes, both
+// cache formats, the optional features, the corner cases (all indices invalid, zero lengths,
+// infinite sinks, adversarial index values, NaN in unattended slots), plan reuse, and bitwise
+// determinism. Runs only where a CUDA device exists.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cstring>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cuda/device_buffer.h"
+#include "latentkv/decode.h"
+#include "latentkv/error.h"
+#include "testing/decode_workload.h"
+
+using namespace latentkv;
+using latentkv::testing::DecodeWorkload;
+using latentkv::testing::DecodeWorkloadOptions;
+using latentkv::testing::DeviceBuffer;
+
+namespace {
+
+struct GpuResult {
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+};
+
+// Copies the workload to the device, runs sparse_decode there, returns out and lse.
+GpuResult run_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr) {
+  SparseDecodeArgs a = w.args();
+  DeviceBuffer<uint16_t> q(w.q), out(w.out);
+  DeviceBuffer<uint8_t> kv(w.kv), extra_kv(w.extra_kv.empty() ? std::vector<uint8_t>(16) : w.extra_kv);
+  DeviceBuffer<int32_t> idx(w.indices), eidx(w.extra_indices.empty() ? std::vector<int32_t>(1) : w.extra_indices);
+  DeviceBuffer<int32_t> len(w.topk_length.empty() ? std::vector<int32_t>(1) : w.topk_length);
+  DeviceBuffer<int32_t> elen(w.extra_topk_length.empty() ? std::vector<int32_t>(1) : w.extra_topk_length);
+  DeviceBuffer<float> sink(w.sink.empty() ? std::vector<float>(1) : w.sink), lse(w.lse);
+  auto move = [](TensorView& t, void* p) {
+    if (t.data) {
+      t.data = p;
+      t.device = Device::cuda(0);
+    }
+  };
+  move(a.q, q.get());
+  move(a.k_cache, kv.get());
+  move(a.indices, idx.get());
+  move(a.topk_length, len.get());
+  move(a.attn_sink, sink.get());
+  move(a.extra_k_cache, extra_kv.get());
+  move(a.extra_indices, eidx.get());
+  move(a.extra_topk_length, elen.get());
+  move(a.out, out.get());
+  move(a.lse, lse.get());
+  a.plan = plan;
+  sparse_decode(a, nullptr, DecodeImpl::kCuda);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return {out.download(), lse.download()};
+}
+
+GpuResult run_oracle(DecodeWorkload& w) {
+  w.poison_outputs();
+  sparse_decode(w.args(), nullptr, DecodeImpl::kCpuOracle);
+  return {w.out, w.lse};
+}
+
+// lse: the same class (+inf / finite) everywhere, finite values within fp32 accumulation error.
+int64_t lse_errors(const std::vector<float>& got, const std::vector<float>& ref, double* max_err) {
+  int64_t bad = 0;
+  *max_err = 0;
+  for (size_t k = 0; k < ref.size(); ++k) {
+    if (std::isinf(ref[k]) || std::isinf(got[k]) || std::isnan(got[k]) || std::isnan(ref[k])) {
+      bad += !(got[k] == ref[k]);
+      continue;
+    }
+    const double e = std::fabs(static_cast<double>(got[k]) - ref[k]);
+    *max_err = std::max(*max_err, e);
+    bad += e > 1e-4 + 1e-5 * std::fabs(ref[k]);
+  }
+  return bad;
+}
+
+void check_case(const DecodeWorkloadOptions& o, const std::string& label) {
+  DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+  const GpuResult ref = run_oracle(w);
+  w.poison_outputs();
+  const GpuResult got = run_gpu(w);
+  const auto d = latentkv::testing::compare_decode(w, got.out, got.lse, ref.out, ref.lse);
+  double lse_max_err = 0;
+  const int64_t lse_bad = lse_errors(got.lse, ref.lse, &lse_max_err);
+  std::printf("[decode] %-52s max_rel %.2e cos %.7f lse_err %.1e masks %lld nan %lld\n",
+              label.c_str(), d.max_rel, d.cos_sim, lse_max_err,
+              static_cast<long long>(d.mask_mismatch), static_cast<long long>(d.nan_out));
+  EXPECT_EQ(d.nan_out, 0) << label;
+  EXPECT_EQ(d.mask_mismatch, 0) << label;
+  EXPECT_EQ(lse_bad, 0) << label << " (max lse error " << lse_max_err << ")";
+  EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label;
+  EXPECT_GE(d.cos_sim, latentkv::testing::kDecodeCosTol) << label;
+}
+
+#define REQUIRE_GPU() \
+  if (!latentkv::testing::has_cuda_device()) GTEST_SKIP() << "no CUDA device"
+
+}  // namespace
+
+TEST(DecodeCuda, FlashMlaStyleGrid) {
+  REQUIRE_GPU();
+  struct Shape { int64_t b, s_q, topk, page, h_q; };
+  // A sample of FlashMLA's grid sized so the float64 oracle stays within seconds.
+  const Shape shapes[] = {
+      {4, 1, 64, 2, 1},     {4, 3, 64, 64, 16},   {74, 1, 64, 69, 64},  {4, 3, 576, 61, 128},
+      {74, 3, 576, 61, 16}, {4, 1, 2048, 64, 64}, {4, 3, 2048, 576, 16}, {321, 1, 64, 64, 1},
+      {74, 1, 2048, 64, 128}, {321, 3, 64, 2, 16},
+  };
+  int n = 0;
+  for (const Shape& s : shapes)
+    for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+      for (int features = 0; features < 2; ++features) {
+        DecodeWorkloadOptions o;
+        o.b = s.b;
+        o.s_q = s.s_q;
+        o.topk = s.topk;
+        o.page_size = s.page;
+        o.h_q = s.h_q;
+        o.format = f;
+        o.topk_length = features;
+        o.sink = features;
+        o.extra = features && f == CacheFormat::v4_fp8;
+        o.extra_topk = 512;
+        o.extra_page_size = (n % 2) ? 2 : 64;
+        o.extra_topk_length = features;
+        o.seed = 100 + n++;
+        check_case(o, std::string(format_info(f).name) + " b" + std::to_string(s.b) + " sq" +
+                          std::to_string(s.s_q) + " topk" + std::to_string(s.topk) + " P" +
+                          std::to_string(s.page) + " h" + std::to_string(s.h_q) +
+                          (features ? " +len+sink" : "") + (o.extra ? "+extra" : ""));
+      }
+}
+
+TEST(DecodeCuda, CornerCases) {
+  REQUIRE_GPU();
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+    const std::string fmt = format_info(f).name;
+    DecodeWorkloadOptions o;
+    o.b = 6;
+    o.s_q = 2;
+    o.h_q = 70;  // not a multiple of 64: padded head rows inside the kernel
+    o.topk = 200;
+    o.page_size = 53;
+    o.format = f;
+    o.topk_length = true;
+    o.sink = true;
+    {
+      DecodeWorkloadOptions c = o;
+      c.all_invalid = true;
+      check_case(c, fmt + " all indices invalid");
+    }
+    {
+      DecodeWorkloadOptions c = o;
+      c.zero_lengths = true;
+      check_case(c, fmt + " zero lengths");
+    }
+    for (float s : {INFINITY, -INFINITY}) {
+      DecodeWorkloadOptions c = o;
+      c.sink_special = s;
+      check_case(c, fmt + (s > 0 ? " sink +inf" : " sink -inf"));
+    }
+    {
+      DecodeWorkloadOptions c = o;
+      c.adversarial = true;
+      c.nan_unused = true;
+      c.extra = f == CacheFormat::v4_fp8;
+      c.extra_topk = 100;
+      c.extra_page_size = 2;
+      check_case(c, fmt + " adversarial indices, NaN unused");
+    }
+    {
+      DecodeWorkloadOptions c = o;
+      c.topk = 1;
+      c.h_q = 1;
+      check_case(c, fmt + " topk 1 h_q 1");
+    }
+  }
+}
+
+TEST(DecodeCuda, PlanReuseSplitsAndDeterminism) {
+  REQUIRE_GPU();
+  DecodeWorkloadOptions o;
+  o.b = 2;
+  o.s_q = 2;
+  o.h_q = 64;
+  o.topk = 2048;
+  o.format = CacheFormat::v32_fp8;
+  o.topk_length = true;
+  o.sink = true;
+  DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+  const GpuResult ref = run_oracle(w);
+  // A plan with many splits exercises the combine; the same plan serves a second "layer".
+  DecodePlan plan = plan_decode(o.b, o.s_q, o.h_q, o.topk, 0, 132);
+  EXPECT_GT(plan.num_splits, 1);
+  w.poison_outputs();
+  const GpuResult first = run_gpu(w, &plan);
+  const auto d = latentkv::testing::compare_decode(w, first.out, first.lse, ref.out, ref.lse);
+  EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol);
+  EXPECT_EQ(d.mask_mismatch, 0);
+  for (int run = 0; run < 5; ++run) {
+    w.poison_outputs();
+    const GpuResult again = run_gpu(w, &plan);
+    ASSERT_EQ(again.out, first.out) << "run " << run;
+    ASSERT_EQ(0, std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * 4)) << run;
+  }
+  // A plan made for other shapes is refused.
+  DecodePlan other = plan_decode(o.b, o.s_q, o.h_q, 1024, 0, 132);
+  w.poison_outputs();
+  try {
+    run_gpu(w, &other);
+    FAIL() << "a plan for topk 1024 was accepted for topk 2048";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("plan was made for"), std::string::npos) << e.what();
+  }
+}

@@ -1,0 +1,238 @@
+// `latentkv bench decode`: FlashMLA's sparse-decode performance cases on the GPU (or, with
+// --device cpu, a small subset on the CPU fast path).
+//
+// Caches are filled with random but finite records (random e4m3 payload bytes, power-of-two scales,
+// small bf16 RoPE values) straight from a counter-based generator, because quantizing gigabytes of
+// latents on the host would dominate the run; values do not change the kernel's work. Each request
+// owns its own context of `ctx` tokens and its query tokens draw their top-k indices from it, so
+// unique tokens read ~= b * topk. Figures use SPEC.md section 8's formulas.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "commands.h"
+#include "latentkv/decode.h"
+#include "latentkv/error.h"
+#include "latentkv/numerics.h"
+#include "testing/compress_workload.h"
+#ifdef LKV_WITH_CUDA
+#include "cuda_common/bench.h"
+#endif
+
+namespace latentkv::cli {
+namespace {
+
+struct DecodeCase {
+  std::string name;
+  CacheFormat format;
+  int64_t b, s_q, h_q, topk, page;
+  int64_t extra_topk = 0, extra_page = 64;
+};
+
+std::vector<DecodeCase> decode_cases(bool small) {
+  std::vector<DecodeCase> v;
+  if (small) {
+    v.push_back({"v32_b2_h128_topk2048", CacheFormat::v32_fp8, 2, 2, 128, 2048, 64});
+    v.push_back({"v4_b2_h64_topk128_extra512", CacheFormat::v4_fp8, 2, 2, 64, 128, 256, 512, 64});
+    return v;
+  }
+  for (int64_t b : {2, 64, 74, 128})
+    v.push_back({"v32_b" + std::to_string(b) + "_h128_topk2048", CacheFormat::v32_fp8, b, 2, 128, 2048, 64});
+  for (int64_t h : {64, 128})
+    for (int64_t et : {512, 1024})
+      for (int64_t ep : {64, 2})
+        for (int64_t b : {2, 64, 74, 128, 148, 256})
+          v.push_back({"v4_b" + std::to_string(b) + "_h" + std::to_string(h) + "_topk128_extra" +
+                           std::to_string(et) + "p" + std::to_string(ep),
+                       CacheFormat::v4_fp8, b, 2, h, 128, 256, et, ep});
+  for (int64_t h : {64, 128}) {
+    v.push_back({"peak_v32_b148_h" + std::to_string(h) + "_topk16384", CacheFormat::v32_fp8, 148, 2, h, 16384, 64});
+    v.push_back({"peak_v4_b148_h" + std::to_string(h) + "_topk16384", CacheFormat::v4_fp8, 148, 2, h, 16384, 64});
+  }
+  return v;
+}
+
+// A cache of num_pages pages of random, finite records of format f.
+std::vector<uint8_t> random_cache(CacheFormat f, int64_t num_pages, int64_t P, uint64_t seed) {
+  const FormatInfo& fi = format_info(f);
+  const int64_t page_bytes = P * fi.bytes_per_token;
+  std::vector<uint8_t> kv(static_cast<size_t>(num_pages * page_bytes));
+#pragma omp parallel for schedule(static)
+  for (int64_t page = 0; page < num_pages; ++page) {
+    uint8_t* base = kv.data() + page * page_bytes;
+    for (int64_t t = 0; t < P; ++t) {
+      const uint64_t k = static_cast<uint64_t>(page * P + t);
+      uint8_t* data = base + t * (fi.page_split ? 576 : fi.bytes_per_token);
+      const int nope = f == CacheFormat::v32_fp8 ? 512 : 448;
+      for (int d = 0; d < nope; ++d) {
+        uint8_t c = static_cast<uint8_t>(testing::bits_at(seed, k * 1024 + d));
+        if ((c & 0x7f) == 0x7f) c ^= 0x01;  // no NaN codes
+        data[d] = c;
+      }
+      const int rope_at = f == CacheFormat::v32_fp8 ? 528 : 448;
+      for (int d = 0; d < 64; ++d) {
+        const uint16_t h = num::f32_to_bf16(testing::normal_at(seed + 1, k * 64 + d));
+        data[rope_at + 2 * d] = static_cast<uint8_t>(h & 0xff);
+        data[rope_at + 2 * d + 1] = static_cast<uint8_t>(h >> 8);
+      }
+      if (f == CacheFormat::v32_fp8) {
+        const float s = 1.0f / 64.0f;  // payload up to 448 -> values up to 7
+        for (int g = 0; g < 4; ++g) std::memcpy(data + 512 + 4 * g, &s, 4);
+      } else {
+        uint8_t* scales = base + P * 576 + t * 8;
+        for (int g = 0; g < 7; ++g) scales[g] = 127 - 6;
+        scales[7] = 0;
+      }
+    }
+  }
+  return kv;
+}
+
+std::vector<int32_t> random_indices(int64_t b, int64_t s_q, int64_t topk, int64_t ctx,
+                                    uint64_t seed) {
+  std::vector<int32_t> idx(static_cast<size_t>(b * s_q * topk));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < b * s_q; ++r) {
+    const int64_t i = r / s_q;
+    for (int64_t k = 0; k < topk; ++k)
+      idx[r * topk + k] = static_cast<int32_t>(i * ctx + testing::bits_at(seed, r * topk + k) % ctx);
+  }
+  return idx;
+}
+
+int64_t unique_count(const std::vector<int32_t>& idx, int64_t num_slots) {
+  std::vector<uint8_t> seen(static_cast<size_t>(num_slots), 0);
+  int64_t n = 0;
+  for (int32_t s : idx)
+    if (s >= 0 && s < num_slots && !seen[s]) {
+      seen[s] = 1;
+      ++n;
+    }
+  return n;
+}
+
+}  // namespace
+
+int cmd_bench_decode(const Args& args) {
+  const std::string device = args.get("device", "auto");
+  const std::string json = args.get("json", "");
+  const std::string filter = args.get("filter", "");
+  const int reps = args.get_int("reps", 20);
+  args.check_all_used();
+#ifdef LKV_WITH_CUDA
+  const bool cuda = device != "cpu" && bench_cuda::device_count() > 0;
+  LKV_CHECK(cuda || device != "cuda", "--device cuda: no CUDA device is visible");
+#else
+  const bool cuda = false;
+  LKV_CHECK(device != "cuda", "--device cuda: latentkv was built without CUDA");
+#endif
+  BenchResult res;
+  res.op = "sparse_decode";
+  res.command = args.command_line();
+  res.date = utc_now();
+  res.device = "cpu";
+  res.notes["timing"] = cuda ? "median of " + std::to_string(reps) +
+                                   " event-timed calls (main kernel through combine), L2 flushed before each"
+                             : "median wall time";
+  res.notes["flops"] = "2 * h_q * attended * (d_qk + d_v), attended = b * s_q * (topk + extra_topk)";
+  res.notes["bytes"] = "2*b*s_q*h_q*d_qk + unique_tokens_read * bytes_per_token + 2*b*s_q*h_q*d_v";
+  double hbm = 0;
+#ifdef LKV_WITH_CUDA
+  if (cuda) {
+    res.device = bench_cuda::device_name(0);
+    hbm = bench_cuda::measure_hbm_read_GBps();
+    res.ceilings["hbm_read_GBps"] = hbm;
+    res.ceilings["bf16_dense_TFLOPS_datasheet"] = 989.0;
+  }
+#endif
+  std::printf("sparse_decode on %s\n%-44s %10s %9s %9s %8s %7s\n", res.device.c_str(), "case", "us",
+              "TFLOPS", "GB/s", "of HBM", "splits");
+  for (const DecodeCase& c : decode_cases(!cuda)) {
+    if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+    const FormatInfo& fi = format_info(c.format);
+    const int64_t ctx = std::max<int64_t>(2 * c.topk, 4096);
+    const int64_t num_pages = (c.b * ctx + c.page - 1) / c.page;
+    std::vector<uint8_t> kv = random_cache(c.format, num_pages, c.page, 7);
+    std::vector<int32_t> idx = random_indices(c.b, c.s_q, c.topk, ctx, 11);
+    const int64_t extra_ctx = std::max<int64_t>(2 * c.extra_topk, 4096);
+    const int64_t extra_pages = c.extra_topk ? (c.b * extra_ctx + c.extra_page - 1) / c.extra_page : 0;
+    std::vector<uint8_t> ekv = c.extra_topk ? random_cache(c.format, extra_pages, c.extra_page, 13)
+                                            : std::vector<uint8_t>();
+    std::vector<int32_t> eidx = c.extra_topk ? random_indices(c.b, c.s_q, c.extra_topk, extra_ctx, 17)
+                                             : std::vector<int32_t>();
+    std::vector<uint16_t> q(static_cast<size_t>(c.b * c.s_q * c.h_q * fi.d_qk));
+    for (size_t k = 0; k < q.size(); ++k) q[k] = num::f32_to_bf16(testing::normal_at(19, k));
+    std::vector<uint16_t> out(static_cast<size_t>(c.b * c.s_q * c.h_q * 512));
+    std::vector<float> lse(static_cast<size_t>(c.b * c.h_q * c.s_q));
+
+    const double attended = static_cast<double>(c.b * c.s_q * (c.topk + c.extra_topk));
+    const double flops = 2.0 * c.h_q * attended * (fi.d_qk + 512);
+    const double unique = static_cast<double>(unique_count(idx, num_pages * c.page) +
+                                              (c.extra_topk ? unique_count(eidx, extra_pages * c.extra_page) : 0));
+    const double bytes = 2.0 * c.b * c.s_q * c.h_q * fi.d_qk + unique * fi.bytes_per_token +
+                         2.0 * c.b * c.s_q * c.h_q * 512;
+
+    SparseDecodeArgs a;
+    a.format = c.format;
+    std::vector<void*> dev;
+    auto place = [&](void* host, size_t n) -> void* {
+#ifdef LKV_WITH_CUDA
+      if (cuda) {
+        void* d = bench_cuda::alloc(n);
+        bench_cuda::to_device(d, host, n);
+        dev.push_back(d);
+        return d;
+      }
+#endif
+      (void)n;
+      return host;
+    };
+    const Device where = cuda ? Device::cuda(0) : Device::cpu();
+    a.q = TensorView(place(q.data(), q.size() * 2), DType::bf16, {c.b, c.s_q, c.h_q, fi.d_qk}, where);
+    a.k_cache = TensorView(place(kv.data(), kv.size()), DType::u8, {num_pages, c.page, 1, fi.bytes_per_token}, where);
+    a.indices = TensorView(place(idx.data(), idx.size() * 4), DType::i32, {c.b, c.s_q, c.topk}, where);
+    if (c.extra_topk) {
+      a.extra_k_cache = TensorView(place(ekv.data(), ekv.size()), DType::u8,
+                                   {extra_pages, c.extra_page, 1, fi.bytes_per_token}, where);
+      a.extra_indices = TensorView(place(eidx.data(), eidx.size() * 4), DType::i32, {c.b, c.s_q, c.extra_topk}, where);
+    }
+    a.out = TensorView(place(out.data(), out.size() * 2), DType::bf16, {c.b, c.s_q, c.h_q, 512}, where);
+    a.lse = TensorView(place(lse.data(), lse.size() * 4), DType::f32, {c.b, c.h_q, c.s_q}, where);
+    BenchCase bc;
+    bc.name = c.name;
+    DecodePlan plan{};
+    if (cuda) {
+#ifdef LKV_WITH_CUDA
+      plan = plan_decode(c.b, c.s_q, c.h_q, c.topk, c.extra_topk, bench_cuda::sm_count(0));
+      a.plan = &plan;
+      bc.time_us = bench_cuda::time_us([&] { sparse_decode(a); }, reps);
+      for (void* d : dev) bench_cuda::free(d);
+#endif
+    } else {
+      bc.time_us = cpu_time_us([&] { sparse_decode(a); }, 3);
+    }
+    bc.numbers["TFLOPS"] = flops / (bc.time_us * 1e-6) / 1e12;
+    bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
+    if (hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / hbm;
+    bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
+    std::printf("%-44s %10.1f %9.1f %9.0f %7.1f%% %7lld\n", c.name.c_str(), bc.time_us,
+                bc.numbers["TFLOPS"], bc.numbers["GBps"],
+                hbm > 0 ? 100.0 * bc.numbers["frac_of_ceiling"] : 0.0,
+                static_cast<long long>(plan.num_splits));
+    std::fflush(stdout);
+    res.cases.push_back(bc);
+  }
+  std::vector<double> tf;
+  for (const auto& c : res.cases) tf.push_back(c.numbers.at("TFLOPS"));
+  res.summary["geomean_TFLOPS"] = geomean(tf);
+  for (const auto& c : res.cases)
+    if (c.name == "v32_b128_h128_topk2048") res.summary["v32_b128_TFLOPS"] = c.numbers.at("TFLOPS");
+  if (!json.empty()) write_json(res, json);
+  return 0;
+}
+
+}  // namespace latentkv::cli
