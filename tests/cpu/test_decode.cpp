@@ -47,13 +47,15 @@ Result run(DecodeWorkload& w, DecodeImpl impl, float softmax_scale = 0.0f) {
 
 std::string describe(const DecodeWorkloadOptions& o) {
   char buf[256];
-  std::snprintf(buf, sizeof(buf),
-                "%s b=%ld s_q=%ld h_q=%ld topk=%ld P=%ld len=%d sink=%d extra=%d(topk %ld, P %ld, "
-                "len %d)",
-                format_info(o.format).name, static_cast<long>(o.b), static_cast<long>(o.s_q),
-                static_cast<long>(o.h_q), static_cast<long>(o.topk), static_cast<long>(o.page_size),
-                o.topk_length, o.sink, o.extra, static_cast<long>(o.extra_topk),
-                static_cast<long>(o.extra_page_size), o.extra_topk_length);
+  int n = std::snprintf(buf, sizeof(buf), "%s b=%ld s_q=%ld h_q=%ld topk=%ld P=%ld len=%d sink=%d",
+                        format_info(o.format).name, static_cast<long>(o.b),
+                        static_cast<long>(o.s_q), static_cast<long>(o.h_q),
+                        static_cast<long>(o.topk), static_cast<long>(o.page_size), o.topk_length,
+                        o.sink);
+  if (o.extra)
+    std::snprintf(buf + n, sizeof(buf) - n, " extra(topk=%ld P=%ld len=%d)",
+                  static_cast<long>(o.extra_topk), static_cast<long>(o.extra_page_size),
+                  o.extra_topk_length);
   return buf;
 }
 
