@@ -219,7 +219,7 @@ int cmd_bench_decode(const Args& args) {
     bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
     if (hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / hbm;
     bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
-    std::printf("%-44s %10.1f %9.1f %9.0f %7.1f%% %7lld\n", c.name.c_str(), bc.time_us,
+    std::printf("%-44s %10.1f %9.2f %9.0f %7.1f%% %7lld\n", c.name.c_str(), bc.time_us,
                 bc.numbers["TFLOPS"], bc.numbers["GBps"],
                 hbm > 0 ? 100.0 * bc.numbers["frac_of_ceiling"] : 0.0,
                 static_cast<long long>(plan.num_splits));
