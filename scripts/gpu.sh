@@ -33,7 +33,7 @@ fi
 if has test; then
   ./build-gpu/lkv_tests --gtest_brief=1 >"$OUT/cpu_tests.log" 2>&1
   note "cpu tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cpu_tests.log" | tr '\n' ' ')"
-  ./build-gpu/lkv_cuda_tests >"$OUT/cuda_tests.log" 2>&1
+  ./build-gpu/lkv_cuda_tests --gtest_filter="${LKV_TEST_FILTER:-*}" >"$OUT/cuda_tests.log" 2>&1
   rc=$?
   grep -E '^\[check\]|FAILED|Failure|error' "$OUT/cuda_tests.log" | head -80
   note "cuda tests rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests.log" | tr '\n' ' ')"

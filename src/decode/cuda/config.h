@@ -32,9 +32,13 @@ struct SmemLayout {
   static constexpr int k_bytes = kTileTokens * k_stride * 2;
   static constexpr int p_bytes = kHeadsPerCta * p_stride * 2;
   static constexpr int red_bytes = 2 * 2 * kHeadsPerCta * 4;  // [max|sum][n-half][head] fp32
-  static constexpr int slot_bytes = kTileTokens * 8;
-  static constexpr int total = q_bytes + k_bytes + p_bytes + red_bytes + slot_bytes;
+  static constexpr int slot_bytes = 2 * kTileTokens * 8;   // double-buffered slots
+  // Raw records of the next tile land here by cp.async while the current tile is computed; a
+  // v32 record is 656 bytes, a v4 one 576 data bytes plus its 8 scale bytes (padded to 16).
+  static constexpr int raw_record = kDqk == 576 ? 656 : 592;
+  static constexpr int raw_bytes = 2 * kTileTokens * raw_record;
+  static constexpr int total = q_bytes + k_bytes + p_bytes + red_bytes + slot_bytes + raw_bytes;
 };
-static_assert(SmemLayout<576>::total <= 160 * 1024, "must fit an A100's 163 KB of shared memory");
+static_assert(SmemLayout<576>::total <= 163 * 1024, "must fit an A100's 163 KB of shared memory");
 
 }  // namespace latentkv::decode::cuda

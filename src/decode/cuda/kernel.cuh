@@ -4,8 +4,10 @@
 // request, 64 heads, and one split of the attended candidates:
 //   1. Q (64 heads x d_qk, zero rows past h_q) goes to shared memory once.
 //   2. Per tile of 32 candidates: resolve the slots (invalid or beyond topk_length: -1, never
-//      read), gather the records with 16-byte loads and dequantize them to bf16 in shared memory
-//      (exact: payload x power-of-two scale).
+//      read), gather the records and dequantize them to bf16 in shared memory (exact: payload x
+//      power-of-two scale). The pipeline keeps the memory latency off the critical path: the
+//      indices of tile t + 2 and the raw records of tile t + 1 (cp.async into a staging buffer)
+//      are in flight while tile t is dequantized and computed.
 //   3. S = Q K^T with bf16 tensor-core MMAs (m16n8k16, fp32 accumulation); warp w computes heads
 //      16 (w % 4).. for tokens 16 (w / 4)..; masked tokens get -inf.
 //   4. Online softmax in the log2 domain: the two warps sharing a head block exchange their row
@@ -59,6 +61,18 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return static_cast<uint32_t>(num::f32_to_bf16(lo)) |
          (static_cast<uint32_t>(num::f32_to_bf16(hi)) << 16);
@@ -105,6 +119,25 @@ __device__ __forceinline__ int64_t resolve(const Params& p, int64_t i, int64_t j
   return candidate_slot(p.extra, i, j, k - p.main.topk, extra_count);
 }
 
+// Issues the cp.async copies of a tile's raw records into `raw` (invalid slots copy nothing).
+template <CacheFormat F, int kRawRecord>
+__device__ __forceinline__ void issue_tile_copies(const Params& p, const int64_t* slots,
+                                                  const bool* extra, uint8_t* raw, int tid) {
+  constexpr int kDataChunks = F == CacheFormat::v32_fp8 ? 41 : 36;  // 16-byte chunks of data bytes
+  constexpr int kPerToken = kDataChunks + (F == CacheFormat::v4_fp8 ? 1 : 0);  // + the scale row
+  for (int c = tid; c < kTileTokens * kPerToken; c += kThreads) {
+    const int tok = c / kPerToken, part = c % kPerToken;
+    const int64_t slot = slots[tok];
+    if (slot < 0) continue;
+    const CacheRef& cache = extra[tok] ? p.extra : p.main;
+    const formats::RecordByteOffsets o =
+        formats::record_byte_offsets(F, cache.page_size, cache.page_stride, slot);
+    uint8_t* dst = raw + tok * kRawRecord;
+    if (part < kDataChunks) cp_async_16(dst + part * 16, cache.base + o.data + part * 16);
+    else cp_async_8(dst + 576, cache.base + o.scale);
+  }
+}
+
 template <CacheFormat F>
 __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Params p) {
   using T = FormatTraits<F>;
@@ -119,8 +152,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Params
   uint16_t* sP = reinterpret_cast<uint16_t*>(smem + L::q_bytes + L::k_bytes);
   float* sMax = reinterpret_cast<float*>(smem + L::q_bytes + L::k_bytes + L::p_bytes);  // [2][64]
   float* sSum = sMax + 2 * kHeadsPerCta;                                               // [2][64]
-  int64_t* sSlot = reinterpret_cast<int64_t*>(smem + L::q_bytes + L::k_bytes + L::p_bytes + L::red_bytes);
-  __shared__ bool sExtra[kTileTokens];
+  int64_t* sSlots = reinterpret_cast<int64_t*>(smem + L::q_bytes + L::k_bytes + L::p_bytes + L::red_bytes);  // [2][32]
+  uint8_t* sRaw = smem + L::q_bytes + L::k_bytes + L::p_bytes + L::red_bytes + L::slot_bytes;     // [2][32][raw]
+  __shared__ bool sExtraBuf[2][kTileTokens];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int mt = warp % 4, nh = warp / 4;  // head tile, token half / dim half
@@ -144,6 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Params
   const int64_t total = p.main.topk + p.extra.topk;
   const int64_t k_begin = split * p.keys_per_split;
   const int64_t k_end = min(total, k_begin + p.keys_per_split);
+  const int64_t num_tiles = (k_end - k_begin + kTileTokens - 1) / kTileTokens;
   const float scale_log2 = p.scale * kLog2e;
 
   // Running state per fragment row: rows g and g + 8 of this warp's head tile.
@@ -153,20 +188,49 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Params
 #pragma unroll
   for (int n = 0; n < 32; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
-  for (int64_t kt = k_begin; kt < k_end; kt += kTileTokens) {
-    // ---- 2a. Slots of this tile.
-    if (tid < kTileTokens) {
-      bool extra = false;
-      const int64_t k = kt + tid;
-      sSlot[tid] = k < k_end ? resolve(p, i, j, k, main_count, extra_count, &extra) : -1;
-      sExtra[tid] = extra;
-    }
-    __syncthreads();  // also orders the previous tile's reads of sK and sP before the writes below
+  // ---- Pipeline prologue: slots of tile 0 (now) and tile 1 (in flight), copies of tile 0.
+  auto resolve_tile = [&](int64_t tile, bool* extra) -> int64_t {
+    const int64_t k = k_begin + tile * kTileTokens + tid;
+    if (tile >= num_tiles || k >= k_end) return -1;
+    return resolve(p, i, j, k, main_count, extra_count, extra);
+  };
+  bool pending_extra = false;
+  int64_t pending_slot = -1;
+  if (tid < kTileTokens) {
+    bool e = false;
+    sSlots[tid] = resolve_tile(0, &e);
+    sExtraBuf[0][tid] = e;
+    pending_slot = resolve_tile(1, &pending_extra);
+  }
+  __syncthreads();
+  issue_tile_copies<F, L::raw_record>(p, sSlots, sExtraBuf[0], sRaw, tid);
+  cp_async_commit();
 
-    // ---- 2b. Gather and dequantize into sK; invalid tokens become zero rows.
+  for (int64_t tile = 0; tile < num_tiles; ++tile) {
+    const int cur = static_cast<int>(tile % 2), nxt = cur ^ 1;
+    int64_t* slots = sSlots + cur * kTileTokens;
+    // ---- 2a. Publish tile + 1's slots (their index loads were issued a tile ago), start its
+    // record copies, and issue tile + 2's index loads.
+    if (tid < kTileTokens) {
+      sSlots[nxt * kTileTokens + tid] = pending_slot;
+      sExtraBuf[nxt][tid] = pending_extra;
+    }
+    __syncthreads();  // also: every warp is done with the previous tile's sK, sP and raw buffer
+    issue_tile_copies<F, L::raw_record>(p, sSlots + nxt * kTileTokens, sExtraBuf[nxt],
+                                        sRaw + nxt * kTileTokens * L::raw_record, tid);
+    cp_async_commit();
+    if (tid < kTileTokens) {
+      pending_extra = false;
+      pending_slot = resolve_tile(tile + 2, &pending_extra);
+    }
+    cp_async_wait<1>();  // this thread's copies of the current tile have landed
+    __syncthreads();     // and everyone else's
+
+    // ---- 2b. Dequantize the current tile's raw records into sK; invalid tokens become zeros.
+    const uint8_t* raw_tile = sRaw + cur * kTileTokens * L::raw_record;
     for (int c = tid; c < kTileTokens * kChunks; c += kThreads) {
       const int tok = c / kChunks, part = c % kChunks;
-      const int64_t slot = sSlot[tok];
+      const int64_t slot = slots[tok];
       uint16_t* dst = sK + tok * L::k_stride;
       if (slot < 0) {
         if (part < kChunksNope) {
@@ -177,17 +241,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Params
         }
         continue;
       }
-      const CacheRef& cache = sExtra[tok] ? p.extra : p.main;
-      const formats::RecordByteOffsets o =
-          formats::record_byte_offsets(F, cache.page_size, cache.page_stride, slot);
-      const uint8_t* data = cache.base + o.data;
+      const uint8_t* data = raw_tile + tok * L::raw_record;
       if (part < kChunksNope) {
         const int group = part * 16 / T::kGroup;
         float s;
-        if constexpr (F == CacheFormat::v32_fp8) s = reinterpret_cast<const float*>(cache.base + o.scale)[group];
-        else s = num::ue8m0_to_f32(cache.base[o.scale + group]);
-        const uint4 raw = *reinterpret_cast<const uint4*>(data + part * 16);
-        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+        if constexpr (F == CacheFormat::v32_fp8) s = reinterpret_cast<const float*>(data + 512)[group];
+        else s = num::ue8m0_to_f32(data[576 + group]);
+        const uint4 rawv = *reinterpret_cast<const uint4*>(data + part * 16);
+        const uint32_t w[4] = {rawv.x, rawv.y, rawv.z, rawv.w};
         uint32_t packed[8];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -229,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Params
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int tok = nh * 16 + nt * 8 + 2 * t4 + (e % 2);
-        const float v = sSlot[tok] >= 0 ? sc[nt][e] * scale_log2 : -INFINITY;
+        const float v = slots[tok] >= 0 ? sc[nt][e] * scale_log2 : -INFINITY;
         sc[nt][e] = v;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
       }
@@ -289,6 +350,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Params
       }
     }
   }
+
+  cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
 
   // ---- 6. The end: add the token halves' sums, normalise, write.
 #pragma unroll
