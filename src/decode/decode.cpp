@@ -158,6 +158,10 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   };
   LKV_CHECK(aligned16(a.q), "sparse_decode on CUDA needs q rows aligned to 16 bytes");
   LKV_CHECK(aligned16(a.out), "sparse_decode on CUDA needs out rows aligned to 16 bytes");
+  // The kernel locates records with 32-bit arithmetic (page index and in-page byte offset).
+  for (const decode::CacheRef* c : {&p.main, &p.extra})
+    LKV_CHECK(c->topk == 0 || c->page_size <= (int64_t{1} << 22),
+              "sparse_decode on CUDA supports page sizes up to 4194304 tokens, got ", c->page_size);
   DecodePlan local;
   const DecodePlan* plan = a.plan;
   if (!plan) {

@@ -32,7 +32,8 @@ struct SmemLayout {
   static constexpr int k_bytes = kTileTokens * k_stride * 2;
   static constexpr int p_bytes = kHeadsPerCta * p_stride * 2;
   static constexpr int red_bytes = 2 * 2 * kHeadsPerCta * 4;  // [max|sum][n-half][head] fp32
-  static constexpr int slot_bytes = 2 * kTileTokens * 8;   // double-buffered slots
+  // Double-buffered record pointers of a tile: data and scale bytes, null when not attended.
+  static constexpr int slot_bytes = 2 * 2 * kTileTokens * 8;
   // Raw records of the next tile land here by cp.async while the current tile is computed; a
   // v32 record is 656 bytes, a v4 one 576 data bytes plus its 8 scale bytes (padded to 16).
   static constexpr int raw_record = kDqk == 576 ? 656 : 592;

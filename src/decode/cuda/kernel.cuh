@@ -119,22 +119,35 @@ __device__ __forceinline__ int64_t resolve(const Params& p, int64_t i, int64_t j
   return candidate_slot(p.extra, i, j, k - p.main.topk, extra_count);
 }
 
-// Issues the cp.async copies of a tile's raw records into `raw` (invalid slots copy nothing).
+// Where the record of `slot` lives. Slots come from int32 indices and the host checks that page
+// sizes fit in 32 bits, so a 32-bit division suffices (a 64-bit one costs several times more).
+template <CacheFormat F>
+__device__ __forceinline__ void record_ptrs(const CacheRef& c, int64_t slot, const uint8_t** data,
+                                            const uint8_t** scale) {
+  const uint32_t s = static_cast<uint32_t>(slot), P = static_cast<uint32_t>(c.page_size);
+  const uint32_t page = s / P, tok = s - page * P;
+  const uint8_t* base = c.base + static_cast<int64_t>(page) * c.page_stride;
+  if constexpr (F == CacheFormat::v4_fp8) {
+    *data = base + tok * 576u;
+    *scale = base + P * 576u + tok * 8u;
+  } else {
+    *data = base + tok * 656u;
+    *scale = *data + 512;
+  }
+}
+
+// Issues the cp.async copies of a tile's raw records into `raw` (unattended tokens copy nothing).
 template <CacheFormat F, int kRawRecord>
-__device__ __forceinline__ void issue_tile_copies(const Params& p, const int64_t* slots,
-                                                  const bool* extra, uint8_t* raw, int tid) {
+__device__ __forceinline__ void issue_tile_copies(const uint8_t* const* data, const uint8_t* const* scale,
+                                                  uint8_t* raw, int tid) {
   constexpr int kDataChunks = F == CacheFormat::v32_fp8 ? 41 : 36;  // 16-byte chunks of data bytes
   constexpr int kPerToken = kDataChunks + (F == CacheFormat::v4_fp8 ? 1 : 0);  // + the scale row
   for (int c = tid; c < kTileTokens * kPerToken; c += kThreads) {
     const int tok = c / kPerToken, part = c % kPerToken;
-    const int64_t slot = slots[tok];
-    if (slot < 0) continue;
-    const CacheRef& cache = extra[tok] ? p.extra : p.main;
-    const formats::RecordByteOffsets o =
-        formats::record_byte_offsets(F, cache.page_size, cache.page_stride, slot);
+    if (!data[tok]) continue;
     uint8_t* dst = raw + tok * kRawRecord;
-    if (part < kDataChunks) cp_async_16(dst + part * 16, cache.base + o.data + part * 16);
-    else cp_async_8(dst + 576, cache.base + o.scale);
+    if (part < kDataChunks) cp_async_16(dst + part * 16, data[tok] + part * 16);
+    else cp_async_8(dst + 576, scale[tok]);
   }
 }
 
@@ -152,9 +165,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Params
   uint16_t* sP = reinterpret_cast<uint16_t*>(smem + L::q_bytes + L::k_bytes);
   float* sMax = reinterpret_cast<float*>(smem + L::q_bytes + L::k_bytes + L::p_bytes);  // [2][64]
   float* sSum = sMax + 2 * kHeadsPerCta;                                               // [2][64]
-  int64_t* sSlots = reinterpret_cast<int64_t*>(smem + L::q_bytes + L::k_bytes + L::p_bytes + L::red_bytes);  // [2][32]
+  // [2][32] data pointers, then [2][32] scale pointers
+  const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::q_bytes + L::k_bytes + L::p_bytes + L::red_bytes);
+  const uint8_t** sScale = sData + 2 * kTileTokens;
   uint8_t* sRaw = smem + L::q_bytes + L::k_bytes + L::p_bytes + L::red_bytes + L::slot_bytes;     // [2][32][raw]
-  __shared__ bool sExtraBuf[2][kTileTokens];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int mt = warp % 4, nh = warp / 4;  // head tile, token half / dim half
@@ -188,41 +202,40 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Params
 #pragma unroll
   for (int n = 0; n < 32; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
-  // ---- Pipeline prologue: slots of tile 0 (now) and tile 1 (in flight), copies of tile 0.
-  auto resolve_tile = [&](int64_t tile, bool* extra) -> int64_t {
+  // ---- Pipeline prologue: records of tile 0 (now) and tile 1 (in flight), copies of tile 0.
+  auto locate = [&](int64_t tile, const uint8_t** data, const uint8_t** scale) {
+    *data = nullptr;
+    *scale = nullptr;
     const int64_t k = k_begin + tile * kTileTokens + tid;
-    if (tile >= num_tiles || k >= k_end) return -1;
-    return resolve(p, i, j, k, main_count, extra_count, extra);
+    if (tile >= num_tiles || k >= k_end) return;
+    bool extra = false;
+    const int64_t slot = resolve(p, i, j, k, main_count, extra_count, &extra);
+    if (slot >= 0) record_ptrs<F>(extra ? p.extra : p.main, slot, data, scale);
   };
-  bool pending_extra = false;
-  int64_t pending_slot = -1;
+  const uint8_t* pending_data = nullptr;
+  const uint8_t* pending_scale = nullptr;
   if (tid < kTileTokens) {
-    bool e = false;
-    sSlots[tid] = resolve_tile(0, &e);
-    sExtraBuf[0][tid] = e;
-    pending_slot = resolve_tile(1, &pending_extra);
+    locate(0, &sData[tid], &sScale[tid]);
+    locate(1, &pending_data, &pending_scale);
   }
   __syncthreads();
-  issue_tile_copies<F, L::raw_record>(p, sSlots, sExtraBuf[0], sRaw, tid);
+  issue_tile_copies<F, L::raw_record>(sData, sScale, sRaw, tid);
   cp_async_commit();
 
   for (int64_t tile = 0; tile < num_tiles; ++tile) {
     const int cur = static_cast<int>(tile % 2), nxt = cur ^ 1;
-    int64_t* slots = sSlots + cur * kTileTokens;
-    // ---- 2a. Publish tile + 1's slots (their index loads were issued a tile ago), start its
-    // record copies, and issue tile + 2's index loads.
+    const uint8_t* const* tile_data = sData + cur * kTileTokens;
+    // ---- 2a. Publish tile + 1's records (their index loads were issued a tile ago), start its
+    // copies, and issue tile + 2's index loads.
     if (tid < kTileTokens) {
-      sSlots[nxt * kTileTokens + tid] = pending_slot;
-      sExtraBuf[nxt][tid] = pending_extra;
+      sData[nxt * kTileTokens + tid] = pending_data;
+      sScale[nxt * kTileTokens + tid] = pending_scale;
     }
     __syncthreads();  // also: every warp is done with the previous tile's sK, sP and raw buffer
-    issue_tile_copies<F, L::raw_record>(p, sSlots + nxt * kTileTokens, sExtraBuf[nxt],
+    issue_tile_copies<F, L::raw_record>(sData + nxt * kTileTokens, sScale + nxt * kTileTokens,
                                         sRaw + nxt * kTileTokens * L::raw_record, tid);
     cp_async_commit();
-    if (tid < kTileTokens) {
-      pending_extra = false;
-      pending_slot = resolve_tile(tile + 2, &pending_extra);
-    }
+    if (tid < kTileTokens) locate(tile + 2, &pending_data, &pending_scale);
     cp_async_wait<1>();  // this thread's copies of the current tile have landed
     __syncthreads();     // and everyone else's
 
@@ -230,9 +243,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Params
     const uint8_t* raw_tile = sRaw + cur * kTileTokens * L::raw_record;
     for (int c = tid; c < kTileTokens * kChunks; c += kThreads) {
       const int tok = c / kChunks, part = c % kChunks;
-      const int64_t slot = slots[tok];
       uint16_t* dst = sK + tok * L::k_stride;
-      if (slot < 0) {
+      if (!tile_data[tok]) {
         if (part < kChunksNope) {
           *reinterpret_cast<uint4*>(dst + part * 16) = make_uint4(0, 0, 0, 0);
           *reinterpret_cast<uint4*>(dst + part * 16 + 8) = make_uint4(0, 0, 0, 0);
@@ -272,14 +284,25 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Params
     {
       const uint16_t* qa = sQ + (mt * 16 + (lane % 16)) * L::q_stride + (lane / 16) * 8;
       const uint16_t* kb = sK + (nh * 16 + (lane % 8) + (lane / 16) * 8) * L::k_stride + ((lane / 8) % 2) * 8;
-#pragma unroll 4
-      for (int kk = 0; kk < T::kDqk; kk += 16) {
-        uint32_t a[4], bq[4];
+      // Two accumulator pairs (even and odd k-steps) halve the dependent MMA chain.
+      float sc2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      static_assert(T::kDqk % 32 == 0, "k-steps come in pairs");
+#pragma unroll 2
+      for (int kk = 0; kk < T::kDqk; kk += 32) {
+        uint32_t a[4], bq[4], a2[4], bq2[4];
         ldmatrix_x4(a, qa + kk);
         ldmatrix_x4(bq, kb + kk);
+        ldmatrix_x4(a2, qa + kk + 16);
+        ldmatrix_x4(bq2, kb + kk + 16);
         mma_bf16(sc[0], a, bq[0], bq[1]);
         mma_bf16(sc[1], a, bq[2], bq[3]);
+        mma_bf16(sc2[0], a2, bq2[0], bq2[1]);
+        mma_bf16(sc2[1], a2, bq2[2], bq2[3]);
       }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[nt][e] += sc2[nt][e];
     }
 
     // ---- 4. Online softmax (log2 domain). Element e of tile nt: row g + 8 (e / 2), token
@@ -290,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Params
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int tok = nh * 16 + nt * 8 + 2 * t4 + (e % 2);
-        const float v = slots[tok] >= 0 ? sc[nt][e] * scale_log2 : -INFINITY;
+        const float v = tile_data[tok] ? sc[nt][e] * scale_log2 : -INFINITY;
         sc[nt][e] = v;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
       }
