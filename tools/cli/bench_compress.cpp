@@ -20,6 +20,8 @@
 #include "latentkv/compress.h"
 #include "latentkv/error.h"
 #include "testing/compress_workload.h"
+#include "testing/decode_workload.h"
+#include "latentkv/decode.h"
 #ifdef LKV_WITH_CUDA
 #include "cuda_common/bench.h"
 #endif
@@ -293,8 +295,74 @@ int cmd_verify(const Args& args) {
           ++failures;
         }
       }
-  std::printf("verify: %d passed, %d failed\n", static_cast<int>(impls.size()) * 6 - failures,
-              failures);
+  int checks = static_cast<int>(impls.size()) * 6;
+
+  // sparse_decode: every backend against the float64 oracle on small workloads with every feature.
+  std::printf("%-6s %-24s %10s %10s %8s\n", "impl", "decode workload", "max_rel", "cos", "result");
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+    testing::DecodeWorkloadOptions o;
+    o.b = 3;
+    o.s_q = 2;
+    o.h_q = 70;
+    o.topk = 300;
+    o.page_size = 53;
+    o.format = f;
+    o.topk_length = true;
+    o.sink = true;
+    o.extra = f == CacheFormat::v4_fp8;
+    o.extra_topk = 100;
+    o.adversarial = true;
+    testing::DecodeWorkload w = testing::make_decode_workload(o);
+    sparse_decode(w.args(), nullptr, DecodeImpl::kCpuOracle);
+    const std::vector<uint16_t> ref_out = w.out;
+    const std::vector<float> ref_lse = w.lse;
+    for (const auto& [label, impl] : impls) {
+      w.poison_outputs();
+      std::vector<uint16_t> out;
+      std::vector<float> lse;
+      if (impl == CompressImpl::kCuda) {
+#ifdef LKV_WITH_CUDA
+        SparseDecodeArgs a = w.args();
+        std::vector<void*> dev;
+        auto move = [&](TensorView& t, size_t bytes) {
+          if (!t.data) return;
+          void* d = bench_cuda::alloc(bytes);
+          bench_cuda::to_device(d, t.data, bytes);
+          t.data = d;
+          t.device = Device::cuda(0);
+          dev.push_back(d);
+        };
+        move(a.q, w.q.size() * 2);
+        move(a.k_cache, w.kv.size());
+        move(a.indices, w.indices.size() * 4);
+        move(a.topk_length, w.topk_length.size() * 4);
+        move(a.attn_sink, w.sink.size() * 4);
+        move(a.extra_k_cache, w.extra_kv.size());
+        move(a.extra_indices, w.extra_indices.size() * 4);
+        move(a.extra_topk_length, w.extra_topk_length.size() * 4);
+        move(a.out, w.out.size() * 2);
+        move(a.lse, w.lse.size() * 4);
+        sparse_decode(a);
+        out.resize(w.out.size());
+        lse.resize(w.lse.size());
+        bench_cuda::to_host(out.data(), a.out.data, out.size() * 2);
+        bench_cuda::to_host(lse.data(), a.lse.data, lse.size() * 4);
+        for (void* d : dev) bench_cuda::free(d);
+#endif
+      } else {
+        sparse_decode(w.args(), nullptr, DecodeImpl::kCpuFast);
+        out = w.out;
+        lse = w.lse;
+      }
+      const testing::DecodeDiff d = testing::compare_decode(w, out, lse, ref_out, ref_lse);
+      const bool ok = testing::decode_close(d);
+      std::printf("%-6s %-24s %10.2e %10.7f %8s\n", label.c_str(), format_info(f).name, d.max_rel,
+                  d.cos_sim, ok ? "ok" : "FAIL");
+      ++checks;
+      if (!ok) ++failures;
+    }
+  }
+  std::printf("verify: %d passed, %d failed\n", checks - failures, failures);
   return failures == 0 ? 0 : 1;
 }
 
