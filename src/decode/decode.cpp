@@ -145,6 +145,15 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   p.num_splits = 1;
   p.keys_per_split = p.main.topk + p.extra.topk;
 
+  // A plan is checked wherever it is given (the CPU paths do not need one, but a plan for other
+  // shapes is a caller bug either way).
+  if (const DecodePlan* plan = a.plan)
+    LKV_CHECK(plan->b == b && plan->s_q == s_q && plan->h_q == h_q && plan->topk == p.main.topk &&
+                  plan->extra_topk == p.extra.topk,
+              "sparse_decode: the plan was made for b=", plan->b, " s_q=", plan->s_q, " h_q=",
+              plan->h_q, " topk=", plan->topk, " extra_topk=", plan->extra_topk, ", not for b=", b,
+              " s_q=", s_q, " h_q=", h_q, " topk=", p.main.topk, " extra_topk=", p.extra.topk);
+
   if (impl != DecodeImpl::kCuda) {
     if (impl == DecodeImpl::kCpuOracle) decode::sparse_decode_oracle(p);
     else decode::sparse_decode_cpu_fast(p);
@@ -168,11 +177,6 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
     local = plan_decode(b, s_q, h_q, p.main.topk, p.extra.topk, decode::cuda::sm_count(dev.index));
     plan = &local;
   }
-  LKV_CHECK(plan->b == b && plan->s_q == s_q && plan->h_q == h_q && plan->topk == p.main.topk &&
-                plan->extra_topk == p.extra.topk,
-            "sparse_decode: the plan was made for b=", plan->b, " s_q=", plan->s_q, " h_q=",
-            plan->h_q, " topk=", plan->topk, " extra_topk=", plan->extra_topk, ", not for b=", b,
-            " s_q=", s_q, " h_q=", h_q, " topk=", p.main.topk, " extra_topk=", p.extra.topk);
   p.num_splits = plan->num_splits;
   p.keys_per_split = plan->keys_per_split;
   const size_t need = sparse_decode_workspace_bytes(*plan);

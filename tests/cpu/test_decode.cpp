@@ -514,7 +514,27 @@ TEST(DecodeErrors, CudaImplOnHostTensorsIsATypeError) {
 }
 
 TEST(DecodeErrors, PlanForOtherShapes) {
-  GTEST_SKIP() << "the plan is only used, and checked, on the GPU path (tests/cuda)";
+  // The CPU paths need no plan, but a plan made for other shapes is a caller bug on every path.
+  DecodeWorkloadOptions o;
+  o.b = 2;
+  o.topk = 64;
+  DecodeWorkload w = make_decode_workload(o);
+  const DecodePlan other = plan_decode(2, 1, o.h_q, 128, 0, 132);
+  SparseDecodeArgs a = w.args();
+  a.plan = &other;
+  const std::vector<uint16_t> before = w.out;
+  try {
+    sparse_decode(a);
+    FAIL() << "a plan for topk 128 was accepted for topk 64";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the plan was made for b=2 s_q=1 h_q=16 topk=128"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(0, std::memcmp(before.data(), w.out.data(), before.size() * 2)) << "out was written";
+  const DecodePlan same = plan_decode(2, 1, o.h_q, 64, 0, 132);
+  a.plan = &same;
+  EXPECT_NO_THROW(sparse_decode(a));
 }
 
 // ---- the planner ------------------------------------------------------------------------------
