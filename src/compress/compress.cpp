@@ -11,6 +11,7 @@
 #include "latentkv/error.h"
 #ifdef LKV_WITH_CUDA
 #include "compress/cuda/launch.h"
+#include "cuda_common/device_cache.h"
 #endif
 
 namespace latentkv {
@@ -226,8 +227,14 @@ void compress_kv(const CompressArgs& a, Stream stream, CompressImpl impl) {
     counters = static_cast<int*>(a.workspace);
     ws = static_cast<uint8_t*>(a.workspace) + counter_bytes(p);
   } else {
-    ws = compress::cuda::cached_workspace(scratch, dev.index, stream);
-    counters = compress::cuda::cached_counters(p.num_outputs, dev.index, stream);
+    // latentkv's own buffers: the counters are zero when allocated and every call leaves them
+    // zero, so they need no clearing (scratch and counters are separate buffers, so reusing the
+    // scratch for calls of other shapes can never leave garbage in the counters).
+    ws = cuda_common::cached_buffer(cuda_common::BufferPurpose::kCompressScratch, scratch, dev.index,
+                                    stream);
+    counters = static_cast<int*>(cuda_common::cached_buffer(
+        cuda_common::BufferPurpose::kCompressCounters, sizeof(int) * p.num_outputs, dev.index,
+        stream));
   }
   if (a.check_indices) {
     const compress::cuda::ValidationFailure f = compress::cuda::validate(p, ws, stream);

@@ -8,6 +8,7 @@
 #include "latentkv/decode.h"
 #include "latentkv/error.h"
 #ifdef LKV_WITH_CUDA
+#include "cuda_common/device_cache.h"
 #include "decode/cuda/launch.h"
 #endif
 
@@ -174,7 +175,7 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   DecodePlan local;
   const DecodePlan* plan = a.plan;
   if (!plan) {
-    local = plan_decode(b, s_q, h_q, p.main.topk, p.extra.topk, decode::cuda::sm_count(dev.index));
+    local = plan_decode(b, s_q, h_q, p.main.topk, p.extra.topk, cuda_common::sm_count(dev.index));
     plan = &local;
   }
   p.num_splits = plan->num_splits;
@@ -185,7 +186,8 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
     LKV_CHECK(a.workspace_bytes >= need, "sparse_decode: workspace of ", a.workspace_bytes,
               " bytes is too small, the plan needs ", need, " (sparse_decode_workspace_bytes)");
   } else if (need > 0) {
-    ws = decode::cuda::cached_workspace(need, dev.index, stream);
+    ws = cuda_common::cached_buffer(cuda_common::BufferPurpose::kDecodeScratch, need, dev.index,
+                                    stream);
   }
   if (p.num_splits > 1) {
     const size_t rows = static_cast<size_t>(b * s_q * h_q * p.num_splits);

@@ -106,6 +106,37 @@ CompressWorkload make_workload(const WorkloadOptions& opt) {
   return w;
 }
 
+compress::Params CompressWorkload::params(const uint8_t* kv_bytes) {
+  compress::Params p{};
+  p.state = state.data();
+  p.stride_state_block = opt.block_size * 1024;
+  p.stride_state_row = 1024;
+  p.token_to_req = token_to_req.data();
+  p.positions = positions.data();
+  p.boundary = boundary.data();
+  p.block_table = block_table.data();
+  p.stride_table_req = blocks_per_req;
+  p.rms_weight = weight.data();
+  p.cos_sin = cos_sin.data();
+  p.stride_cos_pos = 64;
+  p.slot_mapping = slot_mapping.data();
+  p.kv = const_cast<uint8_t*>(kv_bytes ? kv_bytes : kv.data());
+  p.page_stride = page_stride;
+  p.page_size = opt.page_size;
+  p.num_slots = num_pages * opt.page_size;
+  p.num_blocks = num_blocks;
+  p.block_size = opt.block_size;
+  p.num_tokens = num_tokens;
+  p.num_reqs = opt.num_reqs;
+  p.blocks_per_req = blocks_per_req;
+  p.max_pos = max_pos;
+  p.num_outputs = num_outputs;
+  p.compress_ratio = opt.compress_ratio;
+  p.eps = 1e-6f;
+  p.fp8 = opt.format == CacheFormat::v4_fp8;
+  return p;
+}
+
 CompressArgs CompressWorkload::args(CompressMode mode) {
   CompressArgs a;
   a.state_cache = TensorView(state.data(), DType::f32, {num_blocks, opt.block_size, 1024});

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "compress/params.h"
 #include "latentkv/compress.h"
 
 namespace latentkv::testing {
@@ -51,6 +52,9 @@ struct CompressWorkload {
   // Views over the host vectors (kv as the 2-D contest form).
   CompressArgs args(CompressMode mode = CompressMode::kInPlace);
   int64_t state_bytes_read() const { return num_outputs * opt.compress_ratio * 4096; }
+  // The kernel-level parameters over the host vectors (what compress_kv builds from args()), with
+  // the cache bytes read from `kv` (default: this workload's own cache), for the record checker.
+  compress::Params params(const uint8_t* kv = nullptr);
 };
 
 CompressWorkload make_workload(const WorkloadOptions& opt);

@@ -13,6 +13,7 @@
 #include "latentkv/compress.h"
 #include "latentkv/error.h"
 #include "testing/compress_workload.h"
+#include "test_util.h"
 
 using namespace latentkv;
 using latentkv::testing::CompressWorkload;
@@ -21,42 +22,10 @@ using latentkv::testing::WorkloadOptions;
 
 namespace {
 
-compress::Params params_of(CompressWorkload& w) {
-  // The same Params the dispatcher builds, for the checker (host memory).
-  compress::Params p{};
-  p.state = w.state.data();
-  p.stride_state_block = w.opt.block_size * 1024;
-  p.stride_state_row = 1024;
-  p.token_to_req = w.token_to_req.data();
-  p.positions = w.positions.data();
-  p.boundary = w.boundary.data();
-  p.block_table = w.block_table.data();
-  p.stride_table_req = w.blocks_per_req;
-  p.rms_weight = w.weight.data();
-  p.cos_sin = w.cos_sin.data();
-  p.stride_cos_pos = 64;
-  p.slot_mapping = w.slot_mapping.data();
-  p.kv = w.kv.data();
-  p.page_stride = w.page_stride;
-  p.page_size = w.opt.page_size;
-  p.num_slots = w.num_pages * w.opt.page_size;
-  p.num_blocks = w.num_blocks;
-  p.block_size = w.opt.block_size;
-  p.num_tokens = w.num_tokens;
-  p.num_reqs = w.opt.num_reqs;
-  p.blocks_per_req = w.blocks_per_req;
-  p.max_pos = w.max_pos;
-  p.num_outputs = w.num_outputs;
-  p.compress_ratio = w.opt.compress_ratio;
-  p.eps = 1e-6f;
-  p.fp8 = w.opt.format == CacheFormat::v4_fp8;
-  return p;
-}
-
 // Marks every byte that a record of an output with a valid slot occupies.
 std::vector<bool> record_mask(CompressWorkload& w) {
   std::vector<bool> m(w.kv.size(), false);
-  const compress::Params p = params_of(w);
+  const compress::Params p = w.params();
   for (int64_t i = 0; i < w.num_outputs; ++i) {
     const int64_t slot = w.slot_mapping[w.boundary[i]];
     if (slot < 0) continue;
@@ -76,21 +45,12 @@ compress::CheckReport run_and_check(CompressWorkload& w, CompressImpl impl) {
       EXPECT_EQ(w.kv[k], before[k]) << "byte " << k << " outside every record changed";
       if (w.kv[k] != before[k]) break;
     }
-  const compress::CheckReport rep = compress::check_records(params_of(w), w.kv.data());
+  const compress::CheckReport rep = compress::check_records(w.params(), w.kv.data());
   EXPECT_TRUE(rep.ok()) << rep.first_failure << " (" << rep.failures << " wrong bytes)";
   // SPEC.md: accepted payload/scale ambiguities must be tiny, about 1e-5 of the bytes or less.
   EXPECT_LE(rep.ambiguous_accepted, std::max<int64_t>(3, rep.bytes / 50000))
       << rep.ambiguous_accepted << " ambiguities in " << rep.bytes << " bytes";
   return rep;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -146,7 +106,7 @@ TEST(CompressCpu, FunctionalModeZeroesEverythingElse) {
     for (int64_t k = 0; k < w.page_stride; ++k)
       if (!mask[page * w.page_stride + k] && w.kv[page * w.page_stride + k] != 0) ++nonzero_outside;
   EXPECT_EQ(nonzero_outside, 0);
-  EXPECT_TRUE(compress::check_records(params_of(w), w.kv.data()).ok());
+  EXPECT_TRUE(compress::check_records(w.params(), w.kv.data()).ok());
 }
 
 TEST(CompressCpu, InPlaceRewritesEveryByteOfItsRecords) {
@@ -254,7 +214,7 @@ TEST(CompressCpu, ErrorsNameTheValueAndWriteNothing) {
     CompressArgs a = w.args();
     bad.spoil(w, a);
     const std::vector<uint8_t> before = w.kv;
-    const std::string msg = error_of([&] { compress_kv(a, nullptr, CompressImpl::kCpuFast); });
+    const std::string msg = latentkv::testing::error_of([&] { compress_kv(a, nullptr, CompressImpl::kCpuFast); });
     EXPECT_NE(msg.find(bad.expect), std::string::npos) << "got: " << msg;
     EXPECT_EQ(w.kv, before) << "cache changed after rejecting: " << bad.expect;
   }
@@ -281,7 +241,7 @@ TEST(CompressCpu, CheckerRejectsWrongBytes) {
   o.tokens_per_req = 256;
   CompressWorkload w = make_workload(o);
   compress_kv(w.args(), nullptr, CompressImpl::kCpuFast);
-  const compress::Params p = params_of(w);
+  const compress::Params p = w.params();
   ASSERT_TRUE(compress::check_records(p, w.kv.data()).ok());
   const int64_t data = compress::data_offset(p, 1), scales = compress::scale_offset(p, 1);
   for (int64_t at : {data + 5, data + 447, data + 448 + 1, data + 575, scales + 3, scales + 7}) {

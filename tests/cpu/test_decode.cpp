@@ -18,6 +18,7 @@
 #include "latentkv/error.h"
 #include "latentkv/numerics.h"
 #include "testing/decode_workload.h"
+#include "test_util.h"
 
 using namespace latentkv;
 using latentkv::testing::compare_decode;
@@ -88,15 +89,6 @@ DecodeDiff expect_fast_matches_oracle(const DecodeWorkloadOptions& o, float soft
 }
 
 bool is_zero_bf16(uint16_t x) { return (x & 0x7fffu) == 0; }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // The grid of one format: b x s_q x (topk, page) with heads and features cycling through the cases.
 void run_grid(CacheFormat f, const char* name) {
@@ -495,7 +487,7 @@ TEST(DecodeErrors, BadShapesAndDtypesAreNamed) {
       w.poison_outputs();
       SparseDecodeArgs a = w.args();
       c.bend(a);
-      const std::string msg = error_of([&] { sparse_decode(a, nullptr, impl); });
+      const std::string msg = latentkv::testing::error_of([&] { sparse_decode(a, nullptr, impl); });
       EXPECT_NE(msg.find(c.message), std::string::npos) << c.what << ": got \"" << msg << "\"";
       // Nothing is written before every check has passed.
       for (float l : w.lse) ASSERT_TRUE(std::isnan(l)) << c.what;

@@ -15,6 +15,7 @@
 #include "latentkv/error.h"
 #include "latentkv/formats.h"
 #include "latentkv/numerics.h"
+#include "test_util.h"
 
 using namespace latentkv;
 using lkv_test::HostCache;
@@ -22,15 +23,6 @@ using lkv_test::kAllFormats;
 using lkv_test::ref_layout;
 
 namespace {
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -105,7 +97,7 @@ TEST(FormatInfo, TableMatchesSpec) {
 }
 
 TEST(FormatParse, BadNameIsNamedAndValidOnesListed) {
-  const std::string msg = message_of([] { parse_format("v4_fp16"); });
+  const std::string msg = latentkv::testing::error_of([] { parse_format("v4_fp16"); });
   EXPECT_TRUE(has(msg, "'v4_fp16'")) << msg;
   for (const char* n : {"v32_fp8", "v4_fp8", "v4_int8", "v41_fp8", "v41_fp4"})
     EXPECT_TRUE(has(msg, n)) << msg;
@@ -480,7 +472,7 @@ TEST(FormatLayout, RecordOffsetsFollowSpec) {
 TEST(FormatGeometry, BadCacheViewsAreRejected) {
   const CacheFormat f = CacheFormat::v4_fp8;
   std::vector<uint8_t> buf(4 * 64 * 584 + 4096);
-  auto geom = [&](TensorView v, int64_t P = -1) { return message_of([&] { cache_geometry(v, f, P); }); };
+  auto geom = [&](TensorView v, int64_t P = -1) { return latentkv::testing::error_of([&] { cache_geometry(v, f, P); }); };
   // Wrong dtype is a type error naming the expected shape.
   try {
     cache_geometry(TensorView(buf.data(), DType::i8, {4, 64, 1, 584}), f);
@@ -550,7 +542,7 @@ TEST(FormatSlots, OutOfRangeSlotIsNamedAndNothingIsWritten) {
     HostCache c(f, 2, 4, lkv_test::padded_stride(f, 4));
     std::vector<float> x = lkv_test::random_latents(n, l.d_qk, l.group, 2);
     std::vector<int64_t> slots = {0, 1, 8};  // the cache has 8 slots
-    const std::string msg = message_of([&] {
+    const std::string msg = latentkv::testing::error_of([&] {
       quantize(f, TensorView(x.data(), DType::f32, {n, l.d_qk}),
                TensorView(slots.data(), DType::i64, {n}), c.view4());
     });
@@ -559,7 +551,7 @@ TEST(FormatSlots, OutOfRangeSlotIsNamedAndNothingIsWritten) {
     for (uint8_t b : c.bytes) ASSERT_EQ(b, 0xAB);
 
     std::vector<uint16_t> out(n * l.d_qk, 0x7777);
-    const std::string dmsg = message_of([&] {
+    const std::string dmsg = latentkv::testing::error_of([&] {
       dequantize(f, c.view4(), TensorView(slots.data(), DType::i64, {n}),
                  TensorView(out.data(), DType::bf16, {n, l.d_qk}));
     });
@@ -576,7 +568,7 @@ TEST(FormatSlots, DuplicateSlotIsNamedAndNothingIsWritten) {
     HostCache c(f, 2, 4, lkv_test::padded_stride(f, 4));
     std::vector<float> x = lkv_test::random_latents(n, l.d_qk, l.group, 4);
     std::vector<int32_t> slots = {5, -1, 2, -1, 5};  // -1 twice is fine, 5 twice is not
-    const std::string msg = message_of([&] {
+    const std::string msg = latentkv::testing::error_of([&] {
       quantize(f, TensorView(x.data(), DType::f32, {n, l.d_qk}),
                TensorView(slots.data(), DType::i32, {n}), c.view4());
     });
@@ -600,7 +592,7 @@ TEST(FormatValidation, BadLatentsSlotsAndOutAreRejected) {
   std::vector<uint16_t> h(3 * 576, 0x3F00);
   std::vector<int64_t> slots = {0, 1, 2};
   const TensorView s3(slots.data(), DType::i64, {3});
-  auto q = [&](TensorView lat, TensorView sl) { return message_of([&] { quantize(f, lat, sl, c.view4()); }); };
+  auto q = [&](TensorView lat, TensorView sl) { return latentkv::testing::error_of([&] { quantize(f, lat, sl, c.view4()); }); };
   EXPECT_TRUE(has(q(TensorView(x.data(), DType::f32, {3, 512}), s3), "[n, 576]"));
   EXPECT_TRUE(has(q(TensorView(h.data(), DType::f16, {3, 576}), s3), "bf16 or f32"));
   EXPECT_TRUE(has(q(TensorView(x.data(), DType::f32, {2, 576}), s3), "n is 2 elsewhere"));
@@ -615,9 +607,9 @@ TEST(FormatValidation, BadLatentsSlotsAndOutAreRejected) {
   EXPECT_EQ(c.record(2), lkv_test::ref_encode(f, std::vector<float>(576, 0.5f)));
   // dequantize's out is bf16 [n, d_qk].
   std::vector<float> of(3 * 576);
-  EXPECT_TRUE(has(message_of([&] { dequantize(f, c.view4(), s3, TensorView(of.data(), DType::f32, {3, 576})); }),
+  EXPECT_TRUE(has(latentkv::testing::error_of([&] { dequantize(f, c.view4(), s3, TensorView(of.data(), DType::f32, {3, 576})); }),
                   "expected out of shape [n, 576] bf16"));
-  EXPECT_TRUE(has(message_of([&] { dequantize(f, c.view4(), s3, TensorView(h.data(), DType::bf16, {3, 512})); }),
+  EXPECT_TRUE(has(latentkv::testing::error_of([&] { dequantize(f, c.view4(), s3, TensorView(h.data(), DType::bf16, {3, 512})); }),
                   "expected out of shape [n, 576] bf16"));
   // Empty inputs are fine and write nothing.
   EXPECT_NO_THROW(quantize(f, TensorView(nullptr, DType::f32, {0, 576}), TensorView(nullptr, DType::i64, {0}),
@@ -630,7 +622,7 @@ TEST(FormatValidation, DevicesMustAgree) {
   std::vector<float> x(512);
   int64_t slot = 0;
   const TensorView lat(x.data(), DType::f32, {1, 512}, Device::cuda(0));
-  const std::string msg = message_of([&] {
+  const std::string msg = latentkv::testing::error_of([&] {
     quantize(f, lat, TensorView(&slot, DType::i64, {1}), c.view4());
   });
   EXPECT_TRUE(has(msg, "latents is on cuda:0, expected cpu")) << msg;
@@ -684,11 +676,11 @@ TEST(FormatPositions, StridedViewsAndOverflow) {
   // Request 0: position 5 -> 3000 * 2^20 + 5 does not fit i32 -> -1; position P + 1 -> 0 * P + 1.
   // Request 1: positions 7 and 9 -> block 1: P + 7, P + 9.
   EXPECT_EQ(slots, (std::vector<int32_t>{-1, 1, static_cast<int32_t>(P + 7), static_cast<int32_t>(P + 9)}));
-  EXPECT_TRUE(has(message_of([&] {
+  EXPECT_TRUE(has(latentkv::testing::error_of([&] {
     positions_to_slots(TensorView(table.data(), DType::i32, {2, 2}), TensorView(pos_t.data(), DType::i32, {2, 2}),
                        0, TensorView(slots.data(), DType::i32, {2, 2}));
   }), "page_size must be > 0, got 0"));
-  EXPECT_TRUE(has(message_of([&] {
+  EXPECT_TRUE(has(latentkv::testing::error_of([&] {
     positions_to_slots(TensorView(table.data(), DType::i32, {2, 2}), TensorView(pos_t.data(), DType::i32, {1, 4}),
                        16, TensorView(slots.data(), DType::i32, {1, 4}));
   }), "b is 2 elsewhere"));

@@ -1,30 +1,19 @@
 // Core types: shape checks produce the messages the ops promise, devices parse, errors carry kinds.
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <string>
 
 #include "latentkv/error.h"
 #include "latentkv/tensor.h"
+#include "test_util.h"
 
 using namespace latentkv;
-
-namespace {
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
 
 TEST(Tensor, ShapeMessageNamesExpectedAndGot) {
   uint16_t buf[2 * 64 * 512];
   TensorView q(buf, DType::bf16, {2, 1, 64, 512});
   SizeEnv env;
-  const std::string msg = message_of(
+  const std::string msg = latentkv::testing::error_of(
       [&] { check_tensor(q, "q", {"b", "s_q", "h_q", 576}, DType::bf16, env); });
   EXPECT_NE(msg.find("expected q of shape [b, s_q, h_q, 576] bf16, got [2, 1, 64, 512] bf16"),
             std::string::npos)
@@ -53,7 +42,7 @@ TEST(Tensor, NamedSizesMustAgree) {
   EXPECT_EQ(env.get("n"), 2);
   check_tensor(y, "y", {"n", 4}, DType::f32, env);
   TensorView z(b, DType::f32, {4, 2});
-  const std::string msg = message_of([&] { check_tensor(z, "z", {"n", 2}, DType::f32, env); });
+  const std::string msg = latentkv::testing::error_of([&] { check_tensor(z, "z", {"n", 2}, DType::f32, env); });
   EXPECT_NE(msg.find("n is 2 elsewhere"), std::string::npos) << msg;
 }
 
@@ -74,7 +63,7 @@ TEST(Tensor, DeviceParsing) {
   EXPECT_TRUE(parse_device("cpu").is_cpu());
   EXPECT_EQ(parse_device("cuda:3").index, 3);
   EXPECT_EQ(parse_device("cuda").str(), "cuda:0");
-  const std::string msg = message_of([] { parse_device("tpu"); });
+  const std::string msg = latentkv::testing::error_of([] { parse_device("tpu"); });
   EXPECT_NE(msg.find("bad device 'tpu'"), std::string::npos) << msg;
 }
 

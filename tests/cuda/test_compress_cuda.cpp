@@ -15,6 +15,7 @@
 #include "latentkv/compress.h"
 #include "latentkv/error.h"
 #include "testing/compress_workload.h"
+#include "test_util.h"
 
 using namespace latentkv;
 using latentkv::testing::CompressWorkload;
@@ -66,41 +67,11 @@ struct DeviceWorkload {
   }
 };
 
-compress::Params host_params(CompressWorkload& w) {
-  compress::Params p{};
-  p.state = w.state.data();
-  p.stride_state_block = w.opt.block_size * 1024;
-  p.stride_state_row = 1024;
-  p.token_to_req = w.token_to_req.data();
-  p.positions = w.positions.data();
-  p.boundary = w.boundary.data();
-  p.block_table = w.block_table.data();
-  p.stride_table_req = w.blocks_per_req;
-  p.rms_weight = w.weight.data();
-  p.cos_sin = w.cos_sin.data();
-  p.stride_cos_pos = 64;
-  p.slot_mapping = w.slot_mapping.data();
-  p.kv = w.kv.data();
-  p.page_stride = w.page_stride;
-  p.page_size = w.opt.page_size;
-  p.num_slots = w.num_pages * w.opt.page_size;
-  p.num_blocks = w.num_blocks;
-  p.block_size = w.opt.block_size;
-  p.num_tokens = w.num_tokens;
-  p.num_reqs = w.opt.num_reqs;
-  p.blocks_per_req = w.blocks_per_req;
-  p.max_pos = w.max_pos;
-  p.num_outputs = w.num_outputs;
-  p.compress_ratio = w.opt.compress_ratio;
-  p.eps = 1e-6f;
-  p.fp8 = w.opt.format == CacheFormat::v4_fp8;
-  return p;
-}
 
 // Which bytes belong to records of outputs that are valid and have a slot.
 std::vector<bool> valid_record_mask(CompressWorkload& w) {
   std::vector<bool> m(w.kv.size(), false);
-  const compress::Params p = host_params(w);
+  const compress::Params p = w.params();
   for (int64_t i = 0; i < w.num_outputs; ++i) {
     int64_t v, x, req, lb0, lb1;
     if (compress::validate_header(p, i, &v, &x, &req, &lb0, &lb1) != compress::kOk) continue;
@@ -121,7 +92,7 @@ compress::CheckReport gpu_run_and_check(CompressWorkload& w, const std::string& 
   int64_t changed_outside = 0;
   for (size_t k = 0; k < got.size(); ++k) changed_outside += (!mask[k] && got[k] != w.kv[k]);
   EXPECT_EQ(changed_outside, 0) << label << ": bytes outside the records changed";
-  const compress::CheckReport rep = compress::check_records(host_params(w), got.data());
+  const compress::CheckReport rep = compress::check_records(w.params(), got.data());
   EXPECT_TRUE(rep.ok()) << label << ": " << rep.first_failure << " (" << rep.failures << " wrong)";
   // SPEC.md: accepted payload/scale ambiguities must be tiny, about 1e-5 of the bytes or less.
   EXPECT_LE(rep.ambiguous_accepted, std::max<int64_t>(3, rep.bytes / 50000)) << label;
@@ -132,15 +103,6 @@ compress::CheckReport gpu_run_and_check(CompressWorkload& w, const std::string& 
               static_cast<long long>(rep.ambiguous_accepted),
               static_cast<long long>(rep.rope_accepted), static_cast<long long>(rep.failures));
   return rep;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 #define REQUIRE_GPU() \
@@ -212,7 +174,7 @@ TEST(CompressCuda, FunctionalModeAndDeterminism) {
     if (!mask[k]) {
       ASSERT_EQ(first[k], 0) << "functional mode left byte " << k;
     }
-  EXPECT_TRUE(compress::check_records(host_params(w), first.data()).ok());
+  EXPECT_TRUE(compress::check_records(w.params(), first.data()).ok());
   for (int run = 0; run < 20; ++run) {
     d.kv.upload(w.kv);
     compress_kv(d.args(CompressMode::kFunctional), nullptr, CompressImpl::kCuda);
@@ -245,7 +207,7 @@ TEST(CompressCuda, ErrorsNameTheValueAndWriteNothing) {
     DeviceWorkload d(w);
     bad.spoil(w);
     d.reupload_indices();
-    const std::string msg = error_of([&] { compress_kv(d.args(), nullptr, CompressImpl::kCuda); });
+    const std::string msg = latentkv::testing::error_of([&] { compress_kv(d.args(), nullptr, CompressImpl::kCuda); });
     EXPECT_NE(msg.find(bad.expect), std::string::npos) << "got: " << msg;
     EXPECT_EQ(d.kv.download(), w.kv) << "cache changed after rejecting: " << bad.expect;
   }
@@ -305,7 +267,7 @@ TEST(CompressCuda, CallerWorkspaceOnAStreamCapturedInAGraph) {
   a.workspace = ws.get();
   a.workspace_bytes = bytes;
   a.workspace_bytes = bytes - 1;
-  EXPECT_NE(error_of([&] { compress_kv(a); }).find("too small"), std::string::npos);
+  EXPECT_NE(latentkv::testing::error_of([&] { compress_kv(a); }).find("too small"), std::string::npos);
   a.workspace_bytes = bytes;
 
   cudaStream_t stream;

@@ -17,6 +17,7 @@
 #include "formats_reference.h"
 #include "latentkv/error.h"
 #include "latentkv/formats.h"
+#include "test_util.h"
 
 using namespace latentkv;
 using lkv_test::HostCache;
@@ -63,15 +64,6 @@ class FormatDeviceBytes {
   void* ptr_ = nullptr;
   size_t bytes_;
 };
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -236,11 +228,11 @@ TEST(FormatCuda, BadSlotsAreRejectedBeforeAnyWrite) {
     const TensorView lat(d_lat.get(), DType::f32, {n, l.d_qk}, gpu);
 
     FormatDeviceBytes out_of_range(std::vector<int64_t>{0, 8, 1});
-    EXPECT_TRUE(has(message_of([&] {
+    EXPECT_TRUE(has(latentkv::testing::error_of([&] {
       quantize(f, lat, TensorView(out_of_range.get(), DType::i64, {n}, gpu), host.view4(d_cache.get(), gpu));
     }), "slot 8 (slots[1])"));
     FormatDeviceBytes dup(std::vector<int32_t>{3, -1, 3});
-    EXPECT_TRUE(has(message_of([&] {
+    EXPECT_TRUE(has(latentkv::testing::error_of([&] {
       quantize(f, lat, TensorView(dup.get(), DType::i32, {n}, gpu), host.view4(d_cache.get(), gpu));
     }), "slot 3 is written twice (slots[0] and slots[2])"));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -254,12 +246,12 @@ TEST(FormatCuda, PagesMustBe16ByteAligned) {
   const CacheFormat f = CacheFormat::v4_fp8;
   const int64_t P = 53;  // 53 * 584 = 30952 bytes, not a multiple of 16
   FormatDeviceBytes d_cache(static_cast<size_t>(3 * 30976));
-  const std::string stride_msg = message_of([&] {
+  const std::string stride_msg = latentkv::testing::error_of([&] {
     cache_geometry(TensorView(d_cache.get(), DType::u8, {3, P, 1, 584}, gpu), f);
   });
   EXPECT_TRUE(has(stride_msg, "page stride 30952 must be a multiple of 16")) << stride_msg;
   EXPECT_NO_THROW(cache_geometry(TensorView(d_cache.get(), DType::u8, {3, 30976}, gpu), f, P));
-  const std::string base_msg = message_of([&] {
+  const std::string base_msg = latentkv::testing::error_of([&] {
     cache_geometry(TensorView(static_cast<uint8_t*>(d_cache.get()) + 8, DType::u8, {2, 30976}, gpu), f, P);
   });
   EXPECT_TRUE(has(base_msg, "16-byte aligned")) << base_msg;

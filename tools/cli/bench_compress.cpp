@@ -98,36 +98,6 @@ CacheFormat compressor_format(const std::string& s) {
   return f;
 }
 
-compress::Params host_params(CompressWorkload& w, const uint8_t* kv) {
-  compress::Params p{};
-  p.state = w.state.data();
-  p.stride_state_block = w.opt.block_size * 1024;
-  p.stride_state_row = 1024;
-  p.token_to_req = w.token_to_req.data();
-  p.positions = w.positions.data();
-  p.boundary = w.boundary.data();
-  p.block_table = w.block_table.data();
-  p.stride_table_req = w.blocks_per_req;
-  p.rms_weight = w.weight.data();
-  p.cos_sin = w.cos_sin.data();
-  p.stride_cos_pos = 64;
-  p.slot_mapping = w.slot_mapping.data();
-  p.kv = const_cast<uint8_t*>(kv);
-  p.page_stride = w.page_stride;
-  p.page_size = w.opt.page_size;
-  p.num_slots = w.num_pages * w.opt.page_size;
-  p.num_blocks = w.num_blocks;
-  p.block_size = w.opt.block_size;
-  p.num_tokens = w.num_tokens;
-  p.num_reqs = w.opt.num_reqs;
-  p.blocks_per_req = w.blocks_per_req;
-  p.max_pos = w.max_pos;
-  p.num_outputs = w.num_outputs;
-  p.compress_ratio = w.opt.compress_ratio;
-  p.eps = 1e-6f;
-  p.fp8 = w.opt.format == CacheFormat::v4_fp8;
-  return p;
-}
 
 }  // namespace
 
@@ -284,7 +254,7 @@ int cmd_verify(const Args& args) {
           compress_kv(w.args(CompressMode::kFunctional), nullptr, impl);
           out = w.kv;
         }
-        const compress::CheckReport rep = compress::check_records(host_params(w, out.data()), out.data());
+        const compress::CheckReport rep = compress::check_records(w.params(out.data()), out.data());
         const std::string name = std::string(format_info(f).name) + " C=" + std::to_string(C);
         std::printf("%-6s %-24s %8lld %10lld %10lld %9lld %8s\n", label.c_str(), name.c_str(),
                     static_cast<long long>(rep.records), static_cast<long long>(rep.bytes),
@@ -425,7 +395,7 @@ int cmd_run_compress(const Args& args) {
   std::ofstream os(out_path, std::ios::binary);
   os.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
   LKV_CHECK(os.good(), "cannot write ", out_path);
-  const compress::CheckReport rep = compress::check_records(host_params(w, out.data()), out.data());
+  const compress::CheckReport rep = compress::check_records(w.params(out.data()), out.data());
   std::printf("run compress: %lld records, %lld ambiguous bytes accepted, %s against the oracle\n",
               static_cast<long long>(rep.records), static_cast<long long>(rep.ambiguous_accepted),
               rep.ok() ? "ok" : ("FAIL: " + rep.first_failure).c_str());

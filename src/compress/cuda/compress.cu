@@ -3,13 +3,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
-#include <utility>
 
 #include "compress/cuda/config.h"
 #include "compress/cuda/launch.h"
 #include "cuda_common/cuda_check.h"
+#include "cuda_common/device_cache.h"
 
 namespace latentkv::compress::cuda {
 namespace {
@@ -27,20 +25,8 @@ struct Layout {
   size_t total = 0;
 };
 
-int sm_count(int device) {
-  static std::mutex mu;
-  static std::map<int, int> counts;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = counts.find(device);
-  if (it != counts.end()) return it->second;
-  int n = 0;
-  LKV_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  counts[device] = n;
-  return n;
-}
-
 SplitPlan plan_for(const Params& p, int device) {
-  return plan_splits(p.num_outputs, p.compress_ratio, int64_t{kCtasPerSm} * sm_count(device));
+  return plan_splits(p.num_outputs, p.compress_ratio, int64_t{kCtasPerSm} * cuda_common::sm_count(device));
 }
 
 Layout layout_for(const Params& p, int device) {
@@ -118,46 +104,6 @@ __global__ void describe_kernel(const Params p, const int32_t* owners,
 }  // namespace
 
 size_t workspace_bytes(const Params& p, int device) { return layout_for(p, device).total; }
-
-void* cached_workspace(size_t bytes, int device, Stream stream) {
-  static std::mutex mu;
-  static std::map<std::pair<int, Stream>, std::pair<void*, size_t>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& entry = cache[{device, stream}];
-  if (entry.second < bytes) {
-    // Grow: wait for work that may still use the old buffer, then replace it zeroed.
-    if (entry.first) {
-      LKV_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-      LKV_CUDA_CHECK(cudaFree(entry.first));
-      entry = {nullptr, 0};
-    }
-    const size_t grown = std::max(bytes, entry.second * 2);
-    LKV_CUDA_CHECK(cudaMalloc(&entry.first, grown));
-    LKV_CUDA_CHECK(cudaMemset(entry.first, 0, grown));
-    entry.second = grown;
-  }
-  return entry.first;
-}
-
-int* cached_counters(int64_t n, int device, Stream stream) {
-  static std::mutex mu;
-  static std::map<std::pair<int, Stream>, std::pair<void*, size_t>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& entry = cache[{device, stream}];
-  const size_t bytes = sizeof(int) * static_cast<size_t>(std::max<int64_t>(n, 1));
-  if (entry.second < bytes) {
-    if (entry.first) {
-      LKV_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-      LKV_CUDA_CHECK(cudaFree(entry.first));
-      entry = {nullptr, 0};
-    }
-    const size_t grown = std::max(bytes, entry.second * 2);
-    LKV_CUDA_CHECK(cudaMalloc(&entry.first, grown));
-    LKV_CUDA_CHECK(cudaMemset(entry.first, 0, grown));  // the kernels keep it zero from here on
-    entry.second = grown;
-  }
-  return static_cast<int*>(entry.first);
-}
 
 ValidationFailure validate(const Params& p, void* workspace, Stream stream) {
   int device = 0;

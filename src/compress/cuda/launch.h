@@ -32,10 +32,6 @@ ValidationFailure validate(const Params& p, void* workspace, Stream stream);
 void compress(const Params& p, bool functional, int64_t page_extent, void* workspace,
               int* counters, bool zero_counters, Stream stream);
 
-// A scratch workspace owned by latentkv, one per (device, stream), grown on demand.
-void* cached_workspace(size_t bytes, int device, Stream stream);
-// Split counters [n] owned by latentkv, one buffer per (device, stream), zeroed when (re)allocated.
-int* cached_counters(int64_t n, int device, Stream stream);
 
 }  // namespace latentkv::compress::cuda
 

@@ -1,10 +1,5 @@
-// decode/cuda/decode.cu: the CUDA backend's host side: SM count, cached workspace, launches.
+// decode/cuda/decode.cu: the CUDA backend's host side: the combine kernel and the launches.
 #include <cuda_runtime.h>
-
-#include <algorithm>
-#include <map>
-#include <mutex>
-#include <utility>
 
 #include "cuda_common/cuda_check.h"
 #include "decode/cuda/kernel.cuh"
@@ -57,36 +52,6 @@ __global__ void __launch_bounds__(256) combine_kernel(const Params p) {
   reinterpret_cast<uint4*>(o)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   reinterpret_cast<uint4*>(o)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
   if (lane == 0) p.lse[i * p.stride_lse_b + h * p.stride_lse_h + j] = lse;
-}
-
-int sm_count(int device) {
-  static std::mutex mu;
-  static std::map<int, int> counts;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = counts.find(device);
-  if (it != counts.end()) return it->second;
-  int n = 0;
-  LKV_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  counts[device] = n;
-  return n;
-}
-
-void* cached_workspace(size_t bytes, int device, Stream stream) {
-  static std::mutex mu;
-  static std::map<std::pair<int, Stream>, std::pair<void*, size_t>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& entry = cache[{device, stream}];
-  if (entry.second < bytes) {
-    if (entry.first) {
-      LKV_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-      LKV_CUDA_CHECK(cudaFree(entry.first));
-      entry = {nullptr, 0};
-    }
-    const size_t grown = std::max(bytes, entry.second * 2);
-    LKV_CUDA_CHECK(cudaMalloc(&entry.first, grown));
-    entry.second = grown;
-  }
-  return entry.first;
 }
 
 void sparse_decode(const Params& p, Stream stream) {

@@ -8,11 +8,6 @@
 
 namespace latentkv::decode::cuda {
 
-int sm_count(int device);
-
-// Scratch owned by latentkv, one per (device, stream), grown on demand.
-void* cached_workspace(size_t bytes, int device, Stream stream);
-
 // Main kernel, then (with splits) the combine kernel, on `stream`. No host synchronisation.
 void sparse_decode(const Params& p, Stream stream);
 

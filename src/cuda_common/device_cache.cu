@@ -1,0 +1,46 @@
+// Per-device state of the CUDA backends (see device_cache.h).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "cuda_common/cuda_check.h"
+#include "cuda_common/device_cache.h"
+
+namespace latentkv::cuda_common {
+
+int sm_count(int device) {
+  static std::mutex mu;
+  static std::map<int, int> counts;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = counts.find(device);
+  if (it != counts.end()) return it->second;
+  int n = 0;
+  LKV_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  counts[device] = n;
+  return n;
+}
+
+void* cached_buffer(BufferPurpose purpose, size_t bytes, int device, Stream stream) {
+  static std::mutex mu;
+  static std::map<std::tuple<BufferPurpose, int, Stream>, std::pair<void*, size_t>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& entry = cache[{purpose, device, stream}];
+  bytes = std::max<size_t>(bytes, 1);
+  if (entry.second < bytes) {
+    if (entry.first) {
+      LKV_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+      LKV_CUDA_CHECK(cudaFree(entry.first));
+      entry = {nullptr, 0};
+    }
+    const size_t grown = std::max(bytes, entry.second * 2);
+    LKV_CUDA_CHECK(cudaMalloc(&entry.first, grown));
+    LKV_CUDA_CHECK(cudaMemset(entry.first, 0, grown));
+    entry.second = grown;
+  }
+  return entry.first;
+}
+
+}  // namespace latentkv::cuda_common

@@ -1,0 +1,23 @@
+// cuda_common/device_cache.h: what the CUDA backends keep per device (declarations only, no CUDA
+// headers): the multiprocessor count, and grow-only device buffers cached per (purpose, device,
+// stream) so that steady-state calls allocate nothing.
+#pragma once
+
+#include <cstddef>
+
+#include "latentkv/tensor.h"
+
+namespace latentkv::cuda_common {
+
+// The device's multiprocessor count (queried once per device).
+int sm_count(int device);
+
+// What a cached buffer is for; each purpose has its own buffer per (device, stream).
+enum class BufferPurpose { kCompressScratch, kCompressCounters, kDecodeScratch };
+
+// At least `bytes` of device memory for (purpose, device, stream). A buffer grows by reallocation
+// (after waiting for the stream, which may still use the old one) and is zero-filled whenever it is
+// (re)allocated; callers that need it zero later keep it so themselves.
+void* cached_buffer(BufferPurpose purpose, size_t bytes, int device, Stream stream);
+
+}  // namespace latentkv::cuda_common
