@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# The main job: set up, build, then show latentkv working on this machine: what was built, every
-# backend judged against the float64 oracle, and the compressor and sparse-decode benchmarks (the
-# GPU when one is visible, otherwise the CPU).
+# The main job: set up, build, then run latentkv's demo, DeepSeek-V4 attention's KV pipeline end to
+# end with its built-in checks (on the GPU when one is visible, otherwise on the CPU), after a quick
+# judgement of every backend against the float64 oracles.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 ./build/latentkv info
 ./build/latentkv verify
-./build/latentkv bench compress --cases quick
-./build/latentkv bench decode
+./build/latentkv demo --device auto

@@ -108,6 +108,7 @@ int cmd_bench_compress(const Args& args) {
   const bool shuffled = args.flag("shuffled");
   const std::string json = args.get("json", "");
   const std::string ref_path = args.get("reference", "");
+  const std::string plot = args.get("plot", "");
   const int reps = args.get_int("reps", cuda ? 50 : 3);
   args.check_all_used();
   LKV_CHECK(which == "contest" || which == "quick", "--cases must be contest or quick, got ",
@@ -219,6 +220,7 @@ int cmd_bench_compress(const Args& args) {
   for (const auto& [k, v] : res.summary) std::printf(" %s=%.3g", k.c_str(), v);
   std::printf("\n");
   if (!json.empty()) write_json(res, json);
+  if (!plot.empty()) write_svg(res, "GBps", "hbm_read_GBps", "GB/s", plot);
   return 0;
 }
 

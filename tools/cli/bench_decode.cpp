@@ -121,6 +121,7 @@ int cmd_bench_decode(const Args& args) {
   const std::string device = args.get("device", "auto");
   const std::string json = args.get("json", "");
   const std::string filter = args.get("filter", "");
+  const std::string plot = args.get("plot", "");
   const int reps = args.get_int("reps", 20);
   args.check_all_used();
 #ifdef LKV_WITH_CUDA
@@ -232,6 +233,7 @@ int cmd_bench_decode(const Args& args) {
   for (const auto& c : res.cases)
     if (c.name == "v32_b128_h128_topk2048") res.summary["v32_b128_TFLOPS"] = c.numbers.at("TFLOPS");
   if (!json.empty()) write_json(res, json);
+  if (!plot.empty()) write_svg(res, "TFLOPS", "bf16_dense_TFLOPS_datasheet", "TFLOPS", plot);
   return 0;
 }
 

@@ -133,6 +133,41 @@ void write_json(const BenchResult& r, const std::string& path) {
   os << "\n}\n";
 }
 
+void write_svg(const BenchResult& r, const std::string& metric, const std::string& ceiling_name,
+               const std::string& unit, const std::string& path) {
+  std::ofstream os(path);
+  LKV_CHECK(os.good(), "cannot write ", path);
+  const double ceiling = r.ceilings.count(ceiling_name) ? r.ceilings.at(ceiling_name) : 0.0;
+  double top = ceiling;
+  for (const BenchCase& c : r.cases)
+    if (c.numbers.count(metric)) top = std::max(top, c.numbers.at(metric));
+  top = top > 0 ? top * 1.05 : 1.0;
+  const int label_w = 330, bar_w = 520, row_h = 18, head = 48;
+  const int height = head + row_h * static_cast<int>(r.cases.size()) + 40;
+  auto x_of = [&](double v) { return label_w + bar_w * v / top; };
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << label_w + bar_w + 90
+     << "\" height=\"" << height << "\" font-family=\"monospace\" font-size=\"11\">\n";
+  os << "<text x=\"8\" y=\"18\" font-size=\"14\">" << r.op << " on " << r.device << ": " << metric
+     << " per case" << (ceiling > 0 ? " against the measured ceiling" : "") << "</text>\n";
+  os << "<text x=\"8\" y=\"34\">" << r.date << "</text>\n";
+  int y = head;
+  for (const BenchCase& c : r.cases) {
+    const double v = c.numbers.count(metric) ? c.numbers.at(metric) : 0.0;
+    os << "<text x=\"" << label_w - 6 << "\" y=\"" << y + 12 << "\" text-anchor=\"end\">" << c.name
+       << "</text>\n<rect x=\"" << label_w << "\" y=\"" << y + 2 << "\" width=\"" << x_of(v) - label_w
+       << "\" height=\"" << row_h - 4 << "\" fill=\"#4878a8\"/>\n<text x=\"" << x_of(v) + 4 << "\" y=\""
+       << y + 12 << "\">" << num(v) << "</text>\n";
+    y += row_h;
+  }
+  if (ceiling > 0)
+    os << "<line x1=\"" << x_of(ceiling) << "\" y1=\"" << head - 4 << "\" x2=\"" << x_of(ceiling)
+       << "\" y2=\"" << y << "\" stroke=\"#c03030\" stroke-dasharray=\"4 3\"/>\n<text x=\""
+       << x_of(ceiling) << "\" y=\"" << y + 14 << "\" text-anchor=\"middle\" fill=\"#c03030\">"
+       << ceiling_name << " " << num(ceiling) << " " << unit << "</text>\n";
+  os << "<text x=\"" << label_w << "\" y=\"" << y + 30 << "\">" << metric << " (" << unit
+     << "); bars: achieved per case</text>\n</svg>\n";
+}
+
 std::map<std::string, double> read_reference_times(const std::string& path) {
   std::ifstream is(path);
   LKV_CHECK(is.good(), "cannot read reference times from ", path);

@@ -50,6 +50,10 @@ struct BenchResult {
 };
 
 void write_json(const BenchResult& r, const std::string& path);
+// An SVG picture of a result: one bar per case of `metric` (e.g. "GBps", "TFLOPS") against the
+// ceiling `ceiling_name` of r.ceilings (a dashed line; omitted when absent), in `unit`.
+void write_svg(const BenchResult& r, const std::string& metric, const std::string& ceiling_name,
+               const std::string& unit, const std::string& path);
 // Reads {"cases": [{"name": ..., "reference_time_us": ...}]} written by bench/compress_reference.py.
 std::map<std::string, double> read_reference_times(const std::string& path);
 

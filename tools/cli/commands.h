@@ -8,4 +8,5 @@ int cmd_bench_compress(const Args& args);
 int cmd_verify(const Args& args);
 int cmd_run_compress(const Args& args);
 int cmd_bench_decode(const Args& args);
+int cmd_demo(const Args& args);
 }  // namespace latentkv::cli

@@ -13,11 +13,14 @@ namespace {
 
 const char* kUsage =
     "usage: latentkv <command> [options]\n"
+    "  demo [--device cpu|cuda] [--requests N] [--steps N] [--prefill N] [--heads N]\n"
+    "       [--check-every N] [--tiny] [--fault wrong-slot] [--json FILE]\n"
+    "                                         DeepSeek-V4's KV pipeline end to end, checked\n"
     "  info                                   what this build contains and which devices it sees\n"
     "  verify [--device auto|cpu|cuda]        judge every backend against the float64 oracle\n"
     "  bench compress [--device auto|cpu|cuda] [--format v4_int8|v4_fp8] [--cases contest|quick]\n"
-    "                 [--shuffled] [--reps N] [--reference FILE] [--json FILE]\n"
-    "  bench decode [--device auto|cpu|cuda] [--filter TEXT] [--reps N] [--json FILE]\n"
+    "                 [--shuffled] [--reps N] [--reference FILE] [--json FILE] [--plot FILE.svg]\n"
+    "  bench decode [--device auto|cpu|cuda] [--filter TEXT] [--reps N] [--json FILE] [--plot FILE.svg]\n"
     "  run compress --inputs DIR --out FILE [--format F] [--device D]\n";
 
 int info() {
@@ -42,6 +45,7 @@ int main(int argc, char** argv) {
     const std::string a1 = argc > 1 ? argv[1] : "";
     const std::string a2 = argc > 2 ? argv[2] : "";
     if (a1 == "info") return info();
+    if (a1 == "demo") return cmd_demo(Args(argc, argv, 2));
     if (a1 == "verify") return cmd_verify(Args(argc, argv, 2));
     if (a1 == "bench" && a2 == "compress") return cmd_bench_compress(Args(argc, argv, 3));
     if (a1 == "bench" && a2 == "decode") return cmd_bench_decode(Args(argc, argv, 3));
