@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test that this machine can run: the C++ suites (CPU) through
-# ctest, and the CLI's oracle verification. CUDA sources are compiled whenever nvcc exists; the CUDA
+# ctest, the CLI's oracle verification, and the C++ suites again under ASan and UBSan. CUDA sources are compiled whenever nvcc exists; the CUDA
 # suites run on a GPU machine through scripts/gpu.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 ./build/latentkv verify --device cpu
-cd build
-ctest --output-on-failure -j "$(nproc)"
+(cd build && ctest --output-on-failure -j "$(nproc)")
+# The same C++ suites under AddressSanitizer and UndefinedBehaviorSanitizer (CPU code).
+bash scripts/test_sanitize.sh
