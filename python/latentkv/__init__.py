@@ -1,0 +1,263 @@
+"""latentkv: KV-cache compression, quantized paged KV caches and sparse MLA decode for
+DeepSeek-class attention, over DLPack arrays (NumPy, torch, CuPy; JAX as inputs).
+
+Every op runs the C++ core through ``latentkv._native`` on the device of its arrays (CPU or CUDA),
+on the caller framework's current stream (torch's current stream for torch tensors). Arguments are
+validated by the core before anything is written; bad input raises ValueError (a shape, size or
+index) or TypeError (a dtype or device) with the core's message; NotImplementedError (a
+RuntimeError) means this build lacks the CUDA backend; RuntimeError reports CUDA failures.
+
+Dtypes: "bf16" arrays are NumPy ``ml_dtypes.bfloat16`` arrays or ``torch.bfloat16`` tensors; caches
+are byte arrays (uint8, or any 1-byte dtype, viewed as uint8). With torch tensors every op goes
+through a torch custom op (``torch.ops.latentkv.*``) with a fake implementation, so
+``torch.compile(fullgraph=True)`` traces through it.
+
+Ops:
+    quantize, dequantize, positions_to_slots      cache formats (docs/formats.md)
+    compress_kv, compress_workspace_bytes          the KV compressor (docs/compress.md)
+    plan_decode, sparse_decode, sparse_decode_workspace_bytes   sparse MLA decode (docs/decode.md)
+Modules: ``latentkv.flash_mla`` (FlashMLA's Python API), ``latentkv.contest``
+(``c128_256_512_compress``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+from . import _arrays
+from . import _native
+from ._native import DecodePlan
+
+__all__ = [
+    "DecodePlan", "FORMATS", "built_with_cuda", "format_info", "quantize", "dequantize",
+    "positions_to_slots", "compress_kv", "compress_workspace_bytes", "plan_decode",
+    "sparse_decode", "sparse_decode_workspace_bytes",
+]
+__version__ = "0.1.0"
+
+FORMATS: Tuple[str, ...] = tuple(_native.format_names())
+"""The cache formats: v32_fp8, v4_fp8, v4_int8, v41_fp8, v41_fp4."""
+
+
+def built_with_cuda() -> bool:
+    """Whether this build contains the CUDA backend."""
+    return _native.built_with_cuda()
+
+
+def format_info(format: str) -> dict:
+    """Geometry of a cache format: name, d_qk, bytes_per_token, page_split, data_bytes, scale_bytes."""
+    return _native.format_info(format)
+
+
+def _torch_ops(x: Any) -> Any:
+    """The torch custom ops when x is a torch tensor (imported on first use), else None."""
+    if _arrays.framework(x) != "torch":
+        return None
+    from . import torch_ops
+
+    return torch_ops
+
+
+# ---- cache formats ---------------------------------------------------------------------------
+
+def quantize(latents: Any, slots: Any, cache: Any, format: str, *,
+             page_size: Optional[int] = None) -> Any:
+    """Quantizes latents into their cache records, in place; returns ``cache``.
+
+    latents: bf16 or f32 [n, d_qk] (d_qk 576 for v32_fp8, else 512), inner dim contiguous.
+    slots:   i64 or i32 [n], flat slots (page * P + offset); a slot < 0 is skipped.
+    cache:   u8 [num_pages, P, 1, bytes_per_token] or [num_pages, page_bytes] (then page_size).
+    Only the target records' bytes are written. Two tokens may not write one slot.
+    """
+    ops = _torch_ops(cache)
+    if ops is not None:
+        ops.quantize(latents, slots, cache, format, -1 if page_size is None else page_size)
+        return cache
+    _native.quantize(format, _arrays.native(latents), _arrays.native(slots),
+                     _arrays.native_bytes(cache), -1 if page_size is None else page_size,
+                     _arrays.stream_of(cache))
+    return cache
+
+
+def dequantize(cache: Any, slots: Any, format: str, *, page_size: Optional[int] = None,
+               out: Any = None) -> Any:
+    """Dequantizes the records at slots; returns bf16 [n, d_qk] (``out`` when given).
+
+    cache: u8 paged cache of ``format``; slots: i64 or i32 [n] (a slot < 0 gives a row of zeros).
+    The result is exact: bf16(payload * scale), RoPE dims copied.
+    """
+    ps = -1 if page_size is None else page_size
+    ops = _torch_ops(cache)
+    if ops is not None and out is None:
+        return ops.dequantize(cache, slots, format, ps)
+    if out is None:
+        n = int(slots.shape[0])
+        out = _arrays.empty(cache, (n, format_info(format)["d_qk"]), "bf16")
+    _native.dequantize(format, _arrays.native_bytes(cache), _arrays.native(slots),
+                       _arrays.native(out, bf16=True), ps, _arrays.stream_of(cache))
+    return out
+
+
+def positions_to_slots(block_table: Any, positions: Any, page_size: int, *,
+                       out: Any = None) -> Any:
+    """Flat slots of logical positions through a block table: i32 [b, n] (``out`` when given).
+
+    block_table: i32 [b, max_blocks]; positions: i32 [b, n]. A position of -1 or outside
+    [0, max_blocks * page_size), or a negative table entry, gives -1 (never an error).
+    """
+    ops = _torch_ops(positions)
+    if ops is not None and out is None:
+        return ops.positions_to_slots(block_table, positions, page_size)
+    if out is None:
+        out = _arrays.empty(positions, tuple(positions.shape), "i32")
+    _native.positions_to_slots(_arrays.native(block_table), _arrays.native(positions), page_size,
+                               _arrays.native(out), _arrays.stream_of(positions))
+    return out
+
+
+# ---- the compressor --------------------------------------------------------------------------
+
+def compress_kv(state_cache: Any, token_to_req: Any, positions: Any, boundary_token_indices: Any,
+                block_table: Any, rms_norm_weight: Any, cos_sin_cache: Any,
+                kv_slot_mapping: Any, kv_cache: Any, block_size: int, compress_ratio: int,
+                rms_norm_eps: float = 1.0e-6, *, page_size: int = 64, format: str = "v4_int8",
+                mode: str = "inplace", check_indices: bool = True, impl: str = "auto",
+                workspace: Any = None) -> Any:
+    """The KV compressor (DeepSeek V4): one 584-byte record per boundary token.
+
+    state_cache:            f32 [num_blocks, block_size, 1024] (512 values, then 512 scores)
+    token_to_req:           i32 [num_tokens]
+    positions:              i64 [num_tokens]
+    boundary_token_indices: i64 [num_outputs]
+    block_table:            i32 [num_reqs, blocks_per_req]
+    rms_norm_weight:        bf16 [512]
+    cos_sin_cache:          f32 [max_pos, 64] (32 cos, then 32 sin)
+    kv_slot_mapping:        i64 [num_tokens] (a slot < 0 skips its output)
+    kv_cache:               u8 [num_pages, P * 584 (+pad)] or [num_pages, P, 1, 584]
+    format: "v4_int8" (the contest) or "v4_fp8" (DeepSeek V4). page_size: P (the 4-D form fixes it).
+
+    mode="inplace" writes exactly the target records into ``kv_cache`` and returns it;
+    mode="functional" leaves ``kv_cache`` untouched and returns a new cache of its shape that is
+    zero except the written records (the contest reference's result).
+    impl: "auto" (the device's default), "oracle" (float64 CPU), "fast" (CPU), "cuda".
+    check_indices=False skips the GPU's index checks (and their stream synchronisation).
+    workspace: optional u8 scratch on the tensors' device of at least compress_workspace_bytes(...)
+    bytes; with it a GPU call allocates nothing (CUDA-graph capturable).
+    """
+    if mode not in ("inplace", "functional"):
+        raise ValueError(f"unknown compress mode '{mode}'; valid: inplace, functional")
+    ops = _torch_ops(kv_cache)
+    if ops is not None:
+        args = (state_cache, token_to_req, positions, boundary_token_indices, block_table,
+                rms_norm_weight, cos_sin_cache, kv_slot_mapping)
+        rest = (block_size, compress_ratio, page_size, float(rms_norm_eps), format,
+                check_indices, impl, workspace)
+        if mode == "inplace":
+            ops.compress_kv_(*args, kv_cache, *rest)
+            return kv_cache
+        return ops.compress_kv(*args, kv_cache, *rest)
+    target = kv_cache
+    if mode == "functional":
+        # The core zeroes the target first, so a fresh array of the same shape is enough.
+        target = _arrays.empty(kv_cache, tuple(kv_cache.shape), "u8")
+    _native.compress_kv(
+        _arrays.native(state_cache), _arrays.native(token_to_req), _arrays.native(positions),
+        _arrays.native(boundary_token_indices), _arrays.native(block_table),
+        _arrays.native(rms_norm_weight, bf16=True), _arrays.native(cos_sin_cache),
+        _arrays.native(kv_slot_mapping), _arrays.native_bytes(target), block_size,
+        compress_ratio, page_size, float(rms_norm_eps), format, mode, check_indices, impl,
+        _arrays.native_bytes(workspace), _arrays.stream_of(state_cache))
+    return target
+
+
+def compress_workspace_bytes(state_cache: Any, token_to_req: Any, positions: Any,
+                             boundary_token_indices: Any, block_table: Any, rms_norm_weight: Any,
+                             cos_sin_cache: Any, kv_slot_mapping: Any, kv_cache: Any,
+                             block_size: int, compress_ratio: int, *, page_size: int = 64,
+                             format: str = "v4_int8") -> int:
+    """Bytes of caller-provided workspace compress_kv needs for these arguments (0 on the CPU)."""
+    return _native.compress_workspace_bytes(
+        _arrays.native(state_cache), _arrays.native(token_to_req), _arrays.native(positions),
+        _arrays.native(boundary_token_indices), _arrays.native(block_table),
+        _arrays.native(rms_norm_weight, bf16=True), _arrays.native(cos_sin_cache),
+        _arrays.native(kv_slot_mapping), _arrays.native_bytes(kv_cache), block_size,
+        compress_ratio, page_size, format)
+
+
+# ---- sparse decode ---------------------------------------------------------------------------
+
+def default_num_sms(device_index: int = 0) -> int:
+    """SM count of a CUDA device for the planner; 1 without a CUDA device (CPU paths ignore plans)."""
+    return max(1, _native.cuda_sm_count(device_index))
+
+
+def plan_decode(b: int, s_q: int, h_q: int, topk: int, extra_topk: int = 0,
+                num_sms: Optional[int] = None) -> DecodePlan:
+    """The split-KV plan of sparse_decode (FlashMLA's get_mla_metadata): shape-only, no device data,
+    reusable across layers and steps with the same shapes. num_sms defaults to CUDA device 0's."""
+    return _native.plan_decode(b, s_q, h_q, topk, extra_topk,
+                               default_num_sms() if num_sms is None else num_sms)
+
+
+def sparse_decode_workspace_bytes(plan: DecodePlan) -> int:
+    """Bytes of caller-provided workspace sparse_decode needs with this plan (0 for one split)."""
+    return _native.sparse_decode_workspace_bytes(plan)
+
+
+def _decode_format(q: Any, format: Optional[str]) -> str:
+    if format is not None:
+        return format
+    d_qk = int(q.shape[-1])
+    if d_qk == 576:
+        return "v32_fp8"
+    if d_qk == 512:
+        return "v4_fp8"
+    raise ValueError(f"sparse_decode: cannot infer the cache format from d_qk={d_qk} "
+                     "(576: v32_fp8, 512: v4_fp8); pass format=")
+
+
+def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] = None,
+                  page_size: Optional[int] = None, topk_length: Any = None,
+                  attn_sink: Any = None, extra_k_cache: Any = None, extra_indices: Any = None,
+                  extra_topk_length: Any = None, extra_page_size: Optional[int] = None,
+                  softmax_scale: Optional[float] = None, plan: Optional[DecodePlan] = None,
+                  out: Any = None, lse: Any = None, impl: str = "auto",
+                  workspace: Any = None) -> Tuple[Any, Any]:
+    """Sparse MLA decode over a quantized paged cache; returns (out, lse).
+
+    q:        bf16 [b, s_q, h_q, d_qk]; d_qk 576 (v32_fp8) or 512 (v4_fp8); format defaults from it
+    k_cache:  u8 [num_pages, P, 1, bytes_per_token], or [num_pages, page_bytes] with page_size
+    indices:  i32 [b, s_q, topk], flat slots; any value outside the cache is skipped
+    topk_length, extra_topk_length: i32 [b] or None; attn_sink: f32 [h_q] or None
+    extra_k_cache / extra_indices (i32 [b, s_q, extra_topk]): a second cache, given together
+    softmax_scale: None means d_qk ** -0.5
+    Returns out bf16 [b, s_q, h_q, 512] and lse f32 [b, h_q, s_q] (natural log; +inf and a zero
+    output row for a query with no valid key; the sink scales out, never lse).
+    plan: from plan_decode (GPU; None plans per call; CPU paths only check its shapes).
+    impl: "auto", "oracle" (float64 CPU), "fast" (CPU), "cuda".
+    """
+    fmt = _decode_format(q, format)
+    ps = -1 if page_size is None else page_size
+    eps = -1 if extra_page_size is None else extra_page_size
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    ops = _torch_ops(q)
+    if ops is not None and out is None and lse is None:
+        p = plan
+        return ops.sparse_decode(
+            q, k_cache, indices, fmt, ps, topk_length, attn_sink, extra_k_cache, eps,
+            extra_indices, extra_topk_length, scale,
+            [] if p is None else [p.num_splits, p.keys_per_split, p.b, p.s_q, p.h_q, p.topk,
+                                  p.extra_topk],
+            impl, workspace)
+    b, s_q, h_q = (int(s) for s in q.shape[:3])
+    if out is None:
+        out = _arrays.empty(q, (b, s_q, h_q, 512), "bf16")
+    if lse is None:
+        lse = _arrays.empty(q, (b, h_q, s_q), "f32")
+    _native.sparse_decode(
+        _arrays.native(q, bf16=True), _arrays.native_bytes(k_cache), fmt, ps,
+        _arrays.native(indices), _arrays.native(topk_length), _arrays.native(attn_sink),
+        _arrays.native_bytes(extra_k_cache), eps, _arrays.native(extra_indices),
+        _arrays.native(extra_topk_length), scale, _arrays.native(out, bf16=True),
+        _arrays.native(lse), plan, impl, _arrays.native_bytes(workspace), _arrays.stream_of(q))
+    return out, lse

@@ -1,0 +1,145 @@
+"""latentkv's ops as torch custom ops (``torch.ops.latentkv.*``), each with a fake implementation.
+
+Imported lazily by the public functions of ``latentkv`` when they are given torch tensors, so torch
+is never needed otherwise. A custom op is opaque to torch.compile: Dynamo records the call, the
+fake implementation gives the output shapes and dtypes (no device data is read, every output shape
+follows from the input shapes), and ``torch.compile(fullgraph=True)`` traces through it.
+
+The ops run on the current CUDA stream of the tensors' device (or on the CPU). Ops that write
+their arguments declare them in ``mutates_args``:
+
+    latentkv::quantize            mutates cache
+    latentkv::dequantize          -> bf16 [n, d_qk]
+    latentkv::positions_to_slots  -> i32 [b, n]
+    latentkv::compress_kv_        mutates kv_cache (in place)
+    latentkv::compress_kv         -> u8, kv_cache's shape (functional)
+    latentkv::sparse_decode       -> (bf16 [b, s_q, h_q, 512], f32 [b, h_q, s_q])
+
+Schemas cannot carry a DecodePlan object, so sparse_decode takes the plan as a list of its seven
+fields (num_splits, keys_per_split, b, s_q, h_q, topk, extra_topk), empty for none.
+"""
+
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _arrays, _native
+
+_D_QK = {name: _native.format_info(name)["d_qk"] for name in _native.format_names()}
+
+
+@torch.library.custom_op("latentkv::quantize", mutates_args=("cache",))
+def quantize(latents: Tensor, slots: Tensor, cache: Tensor, format: str, page_size: int) -> None:
+    _native.quantize(format, _arrays.native(latents), _arrays.native(slots),
+                     _arrays.native_bytes(cache), page_size, _arrays.stream_of(cache))
+
+
+@quantize.register_fake
+def _quantize_fake(latents, slots, cache, format, page_size):
+    return None
+
+
+@torch.library.custom_op("latentkv::dequantize", mutates_args=())
+def dequantize(cache: Tensor, slots: Tensor, format: str, page_size: int) -> Tensor:
+    out = torch.empty((slots.shape[0], _D_QK[format]), dtype=torch.bfloat16, device=cache.device)
+    _native.dequantize(format, _arrays.native_bytes(cache), _arrays.native(slots),
+                       _arrays.native(out), page_size, _arrays.stream_of(cache))
+    return out
+
+
+@dequantize.register_fake
+def _dequantize_fake(cache, slots, format, page_size):
+    return cache.new_empty((slots.shape[0], _D_QK[format]), dtype=torch.bfloat16)
+
+
+@torch.library.custom_op("latentkv::positions_to_slots", mutates_args=())
+def positions_to_slots(block_table: Tensor, positions: Tensor, page_size: int) -> Tensor:
+    out = torch.empty(positions.shape, dtype=torch.int32, device=positions.device)
+    _native.positions_to_slots(_arrays.native(block_table), _arrays.native(positions), page_size,
+                               _arrays.native(out), _arrays.stream_of(positions))
+    return out
+
+
+@positions_to_slots.register_fake
+def _positions_to_slots_fake(block_table, positions, page_size):
+    return positions.new_empty(positions.shape, dtype=torch.int32)
+
+
+def _compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
+              rms_norm_weight, cos_sin_cache, kv_slot_mapping, target, block_size, compress_ratio,
+              page_size, rms_norm_eps, format, mode, check_indices, impl, workspace):
+    _native.compress_kv(
+        _arrays.native(state_cache), _arrays.native(token_to_req), _arrays.native(positions),
+        _arrays.native(boundary_token_indices), _arrays.native(block_table),
+        _arrays.native(rms_norm_weight), _arrays.native(cos_sin_cache),
+        _arrays.native(kv_slot_mapping), _arrays.native_bytes(target), block_size,
+        compress_ratio, page_size, rms_norm_eps, format, mode, check_indices, impl,
+        _arrays.native_bytes(workspace), _arrays.stream_of(state_cache))
+
+
+@torch.library.custom_op("latentkv::compress_kv_", mutates_args=("kv_cache", "workspace"))
+def compress_kv_(state_cache: Tensor, token_to_req: Tensor, positions: Tensor,
+                 boundary_token_indices: Tensor, block_table: Tensor, rms_norm_weight: Tensor,
+                 cos_sin_cache: Tensor, kv_slot_mapping: Tensor, kv_cache: Tensor,
+                 block_size: int, compress_ratio: int, page_size: int, rms_norm_eps: float,
+                 format: str, check_indices: bool, impl: str,
+                 workspace: Optional[Tensor]) -> None:
+    _compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
+              rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, block_size,
+              compress_ratio, page_size, rms_norm_eps, format, "inplace", check_indices, impl,
+              workspace)
+
+
+@compress_kv_.register_fake
+def _compress_kv__fake(*args):
+    return None
+
+
+@torch.library.custom_op("latentkv::compress_kv", mutates_args=("workspace",))
+def compress_kv(state_cache: Tensor, token_to_req: Tensor, positions: Tensor,
+                boundary_token_indices: Tensor, block_table: Tensor, rms_norm_weight: Tensor,
+                cos_sin_cache: Tensor, kv_slot_mapping: Tensor, kv_cache: Tensor,
+                block_size: int, compress_ratio: int, page_size: int, rms_norm_eps: float,
+                format: str, check_indices: bool, impl: str,
+                workspace: Optional[Tensor]) -> Tensor:
+    # The core zeroes the new cache before writing (functional mode), so empty is enough.
+    out = torch.empty(kv_cache.shape, dtype=torch.uint8, device=kv_cache.device)
+    _compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
+              rms_norm_weight, cos_sin_cache, kv_slot_mapping, out, block_size, compress_ratio,
+              page_size, rms_norm_eps, format, "functional", check_indices, impl, workspace)
+    return out
+
+
+@compress_kv.register_fake
+def _compress_kv_fake(state_cache, token_to_req, positions, boundary_token_indices, block_table,
+                      rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, *rest):
+    return kv_cache.new_empty(kv_cache.shape, dtype=torch.uint8)
+
+
+@torch.library.custom_op("latentkv::sparse_decode", mutates_args=("workspace",))
+def sparse_decode(q: Tensor, k_cache: Tensor, indices: Tensor, format: str, page_size: int,
+                  topk_length: Optional[Tensor], attn_sink: Optional[Tensor],
+                  extra_k_cache: Optional[Tensor], extra_page_size: int,
+                  extra_indices: Optional[Tensor], extra_topk_length: Optional[Tensor],
+                  softmax_scale: float, plan: List[int], impl: str,
+                  workspace: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    b, s_q, h_q = q.shape[0], q.shape[1], q.shape[2]
+    out = torch.empty((b, s_q, h_q, 512), dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty((b, h_q, s_q), dtype=torch.float32, device=q.device)
+    plan_obj = _native.DecodePlan(*plan) if plan else None
+    _native.sparse_decode(
+        _arrays.native(q), _arrays.native_bytes(k_cache), format, page_size,
+        _arrays.native(indices), _arrays.native(topk_length), _arrays.native(attn_sink),
+        _arrays.native_bytes(extra_k_cache), extra_page_size, _arrays.native(extra_indices),
+        _arrays.native(extra_topk_length), softmax_scale, _arrays.native(out),
+        _arrays.native(lse), plan_obj, impl, _arrays.native_bytes(workspace),
+        _arrays.stream_of(q))
+    return out, lse
+
+
+@sparse_decode.register_fake
+def _sparse_decode_fake(q, k_cache, indices, *rest):
+    b, s_q, h_q = q.shape[0], q.shape[1], q.shape[2]
+    return (q.new_empty((b, s_q, h_q, 512), dtype=torch.bfloat16),
+            q.new_empty((b, h_q, s_q), dtype=torch.float32))
