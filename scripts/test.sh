@@ -10,3 +10,4 @@ bash scripts/build.sh
 (cd build && ctest --output-on-failure -j "$(nproc)")
 # The same C++ suites under AddressSanitizer and UndefinedBehaviorSanitizer (CPU code).
 bash scripts/test_sanitize.sh
+bash scripts/test_python.sh

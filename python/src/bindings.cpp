@@ -56,8 +56,15 @@ DType dtype_from_dlpack(const nb::dlpack::dtype& t, const char* name) {
     if (code == Code::Int && t.bits == 32) return DType::i32;
     if (code == Code::Int && t.bits == 64) return DType::i64;
   }
-  LKV_FAIL(ErrorKind::kType, name, ": unsupported DLPack dtype (code ", int(t.code), ", ",
-           int(t.bits), " bits, ", int(t.lanes), " lanes)");
+  const char* kind = code == Code::Int      ? "int"
+                     : code == Code::UInt   ? "uint"
+                     : code == Code::Float  ? "float"
+                     : code == Code::Bfloat ? "bfloat"
+                     : code == Code::Bool   ? "bool"
+                                            : "code";
+  LKV_FAIL(ErrorKind::kType, name, ": unsupported dtype ", kind, int(t.bits),
+           t.lanes == 1 ? "" : " (vector lanes)",
+           "; latentkv takes f32, f16, bf16, i8, u8, i32, i64");
 }
 
 // A tag names the real dtype of an integer view of the same width.

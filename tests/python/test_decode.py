@@ -1,0 +1,110 @@
+"""Sparse decode through the binding: the fast CPU path against the float64 oracle (max_rel <= 1e-2,
+cosine >= 0.9999, lse close and exactly +inf for lonely queries), special values, the planner,
+strided outputs, and error messages."""
+
+import numpy as np
+import pytest
+
+import latentkv
+from conftest import BF16, decode_close, decode_inputs
+
+
+def run(inp, impl, **kw):
+    args = dict(inp)
+    return latentkv.sparse_decode(args.pop("q"), args.pop("k_cache"), args.pop("indices"),
+                                  impl=impl, **args, **kw)
+
+
+def check_against_oracle(inp, **kw):
+    out, lse = run(inp, "fast", **kw)
+    ref_out, ref_lse = run(inp, "oracle", **kw)
+    assert out.dtype == BF16 and lse.dtype == np.float32
+    rel, cos = decode_close(out.astype(np.float32), ref_out.astype(np.float32))
+    finite = np.isfinite(ref_lse)
+    np.testing.assert_array_equal(np.isfinite(lse), finite)
+    np.testing.assert_allclose(lse[finite], ref_lse[finite], rtol=1e-5, atol=1e-5)
+    return out, lse
+
+
+@pytest.mark.parametrize("fmt", ["v32_fp8", "v4_fp8"])
+@pytest.mark.parametrize("case", ["plain", "lengths", "sink", "extra", "all"])
+def test_fast_matches_oracle(fmt, case):
+    flags = dict(lengths=case in ("lengths", "all"), sink=case in ("sink", "all"),
+                 extra=case in ("extra", "all"))
+    inp = decode_inputs(fmt, h_q=3 if case == "sink" else 16, seed=hash(case) % 1000, **flags)
+    out, lse = check_against_oracle(inp)
+    b, s_q, h_q = inp["q"].shape[:3]
+    assert out.shape == (b, s_q, h_q, 512) and lse.shape == (b, h_q, s_q)
+
+
+def test_explicit_scale_and_default():
+    inp = decode_inputs("v32_fp8", seed=11)
+    default = run(inp, "fast")
+    explicit = run(inp, "fast", softmax_scale=576 ** -0.5)
+    np.testing.assert_array_equal(default[0].view(np.uint16), explicit[0].view(np.uint16))
+    check_against_oracle(inp, softmax_scale=0.3)
+
+
+def test_lonely_queries_and_infinite_sink():
+    inp = decode_inputs("v4_fp8", b=2, h_q=4, seed=12)
+    inp["indices"][0] = -1  # request 0 has no valid key
+    inp["attn_sink"] = np.array([np.inf, -np.inf, 0.0, 1.0], np.float32)
+    out, lse = check_against_oracle(inp)
+    assert np.isposinf(lse[0]).all() and not out[0].astype(np.float32).any()
+    assert not out[1, :, 0].astype(np.float32).any(), "sink +inf zeroes the output"
+    no_sink = run(dict(inp, attn_sink=None), "fast")
+    np.testing.assert_array_equal(out[1, :, 1].view(np.uint16), no_sink[0][1, :, 1].view(np.uint16))
+    np.testing.assert_array_equal(lse, no_sink[1])  # the sink never changes lse
+
+
+def test_strided_outputs_and_plan():
+    inp = decode_inputs("v32_fp8", b=2, s_q=3, h_q=8, seed=13)
+    b, s_q, h_q = 2, 3, 8
+    out_big = np.zeros((b, s_q, h_q, 2, 512), BF16)
+    lse_big = np.zeros((b, h_q, s_q * 2), np.float32)
+    plan = latentkv.plan_decode(b, s_q, h_q, inp["indices"].shape[-1])
+    out, lse = run(inp, "fast", out=out_big[:, :, :, 1], lse=lse_big[:, :, :s_q], plan=plan)
+    ref_out, ref_lse = run(inp, "fast")
+    np.testing.assert_array_equal(out_big[:, :, :, 1].view(np.uint16), ref_out.view(np.uint16))
+    np.testing.assert_array_equal(lse_big[:, :, :s_q], ref_lse)
+    assert not out_big[:, :, :, 0].astype(np.float32).any()
+
+
+def test_planner():
+    plan = latentkv.plan_decode(1, 1, 64, 2048, num_sms=132)
+    assert plan.num_splits * plan.keys_per_split >= 2048 and plan.keys_per_split % 64 == 0
+    assert (plan.b, plan.s_q, plan.h_q, plan.topk, plan.extra_topk) == (1, 1, 64, 2048, 0)
+    assert latentkv.plan_decode(128, 2, 128, 2048, num_sms=132).num_splits == 1
+    assert plan == latentkv.plan_decode(1, 1, 64, 2048, num_sms=132)
+    assert latentkv.sparse_decode_workspace_bytes(plan) > 0
+    assert latentkv.sparse_decode_workspace_bytes(latentkv.DecodePlan(num_splits=1)) == 0
+    with pytest.raises(ValueError, match=r"plan_decode: bad shape b=0"):
+        latentkv.plan_decode(0, 1, 1, 1)
+
+
+def test_errors():
+    inp = decode_inputs("v32_fp8", b=2, s_q=2, h_q=4, seed=14)
+    q = inp["q"]
+    with pytest.raises(ValueError, match=r"expected q of shape \[b, s_q, h_q, 576\] bf16, got \[2, 2, 4, 512\] bf16"):
+        latentkv.sparse_decode(q[..., :512], inp["k_cache"], inp["indices"], format="v32_fp8")
+    with pytest.raises(TypeError, match=r"expected q of shape \[b, s_q, h_q, 576\] bf16, got \[2, 2, 4, 576\] f32"):
+        latentkv.sparse_decode(q.astype(np.float32), inp["k_cache"], inp["indices"])
+    with pytest.raises(TypeError, match=r"expected indices of shape \[b, s_q, topk\] i32"):
+        latentkv.sparse_decode(q, inp["k_cache"], inp["indices"].astype(np.int64))
+    with pytest.raises(ValueError, match=r"extra_k_cache and extra_indices must be given together"):
+        latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], extra_k_cache=inp["k_cache"])
+    with pytest.raises(ValueError, match=r"sparse_decode supports v32_fp8 and v4_fp8 caches, got v4_int8"):
+        latentkv.sparse_decode(q[..., :512], inp["k_cache"], inp["indices"], format="v4_int8")
+    with pytest.raises(ValueError, match=r"softmax_scale must be finite"):
+        latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], softmax_scale=float("nan"))
+    with pytest.raises(ValueError, match=r"the plan was made for b=1 s_q=1 h_q=64 topk=2048"):
+        latentkv.sparse_decode(q, inp["k_cache"], inp["indices"],
+                               plan=latentkv.plan_decode(1, 1, 64, 2048))
+    with pytest.raises(ValueError, match=r"cannot infer the cache format from d_qk=100"):
+        latentkv.sparse_decode(q[..., :100], inp["k_cache"], inp["indices"])
+    if not latentkv.built_with_cuda():
+        with pytest.raises(NotImplementedError):
+            latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], impl="cuda")
+    else:
+        with pytest.raises(TypeError, match=r"implementation cuda cannot run on tensors on cpu"):
+            latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], impl="cuda")

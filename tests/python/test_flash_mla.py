@@ -1,0 +1,94 @@
+"""latentkv.flash_mla, FlashMLA's decode API: signatures and defaults, lazy scheduling metadata
+(made on the first call, checked on reuse), output shapes and units, the inputs FlashMLA rejects
+that latentkv computes (other h_q, other topk), and the inputs latentkv rejects."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import latentkv
+from conftest import decode_inputs
+from latentkv.flash_mla import SchedMeta, flash_mla_with_kvcache, get_mla_metadata
+
+
+def test_signatures_and_defaults():
+    params = inspect.signature(flash_mla_with_kvcache).parameters
+    assert list(params) == [
+        "q", "k_cache", "block_table", "cache_seqlens", "head_dim_v", "tile_scheduler_metadata",
+        "num_splits", "softmax_scale", "causal", "is_fp8_kvcache", "indices", "attn_sink",
+        "extra_k_cache", "extra_indices_in_kvcache", "topk_length", "extra_topk_length"]
+    defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+    assert defaults == dict(num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=False,
+                            indices=None, attn_sink=None, extra_k_cache=None,
+                            extra_indices_in_kvcache=None, topk_length=None, extra_topk_length=None)
+    meta, placeholder = get_mla_metadata(np.zeros(4, np.int32), 64, 1, topk=2048)  # old arguments
+    assert isinstance(meta, SchedMeta) and placeholder is None and not meta.have_initialized
+
+
+@pytest.mark.parametrize("fmt,h_q,topk", [("v32_fp8", 128, 128), ("v4_fp8", 3, 100),
+                                          ("v32_fp8", 1, 7)])
+def test_matches_sparse_decode(fmt, h_q, topk):
+    inp = decode_inputs(fmt, b=2, s_q=2, h_q=h_q, topk=topk, seed=h_q, extra=True, lengths=True,
+                        sink=True)
+    meta, num_splits = get_mla_metadata()
+    out, lse = flash_mla_with_kvcache(
+        inp["q"], inp["k_cache"], None, None, 512, meta, num_splits, is_fp8_kvcache=True,
+        indices=inp["indices"], attn_sink=inp["attn_sink"], extra_k_cache=inp["extra_k_cache"],
+        extra_indices_in_kvcache=inp["extra_indices"], topk_length=inp["topk_length"],
+        extra_topk_length=inp["extra_topk_length"])
+    assert out.shape == (2, 2, h_q, 512) and lse.shape == (2, h_q, 2)
+    ref_out, ref_lse = latentkv.sparse_decode(
+        inp["q"], inp["k_cache"], inp["indices"], attn_sink=inp["attn_sink"],
+        extra_k_cache=inp["extra_k_cache"], extra_indices=inp["extra_indices"],
+        topk_length=inp["topk_length"], extra_topk_length=inp["extra_topk_length"])
+    np.testing.assert_array_equal(out.view(np.uint16), ref_out.view(np.uint16))
+    np.testing.assert_array_equal(lse, ref_lse)
+    assert meta.have_initialized and meta.config.h_q == h_q and meta.config.topk == topk
+    assert meta.config.extra_topk == 64 and meta.config.page_block_size == 64
+    assert meta.plan.topk == topk and meta.plan.extra_topk == 64
+
+
+def test_metadata_reuse_is_checked():
+    inp = decode_inputs("v32_fp8", h_q=16, seed=3)
+    meta, _ = get_mla_metadata()
+    args = dict(is_fp8_kvcache=True, indices=inp["indices"])
+    first = flash_mla_with_kvcache(inp["q"], inp["k_cache"], None, None, 512, meta, **args)
+    again = flash_mla_with_kvcache(inp["q"], inp["k_cache"], None, None, 512, meta, **args)
+    np.testing.assert_array_equal(first[1], again[1])
+    with pytest.raises(ValueError, match=r"h_q is 8, but the scheduling metadata was made for h_q=16"):
+        flash_mla_with_kvcache(inp["q"][:, :, :8], inp["k_cache"], None, None, 512, meta, **args)
+    with pytest.raises(ValueError, match=r"topk is 64"):
+        flash_mla_with_kvcache(inp["q"], inp["k_cache"], None, None, 512, meta,
+                               is_fp8_kvcache=True, indices=inp["indices"][..., :64].copy())
+
+
+def test_rejections():
+    inp = decode_inputs("v32_fp8", seed=4)
+    q, k = inp["q"], inp["k_cache"]
+    meta, _ = get_mla_metadata()
+    with pytest.raises(NotImplementedError, match="dense decode"):
+        flash_mla_with_kvcache(q, k, np.zeros((2, 1), np.int32), np.ones(2, np.int32), 512, meta)
+    with pytest.raises(ValueError, match="head_dim_v must be 512"):
+        flash_mla_with_kvcache(q, k, None, None, 576, meta, is_fp8_kvcache=True, indices=inp["indices"])
+    with pytest.raises(ValueError, match="is_fp8_kvcache must be True"):
+        flash_mla_with_kvcache(q, k, None, None, 512, meta, indices=inp["indices"])
+    with pytest.raises(ValueError, match="causal must be False"):
+        flash_mla_with_kvcache(q, k, None, None, 512, meta, causal=True, is_fp8_kvcache=True,
+                               indices=inp["indices"])
+    with pytest.raises(ValueError, match="num_splits must be None"):
+        flash_mla_with_kvcache(q, k, None, None, 512, meta, np.zeros(3), is_fp8_kvcache=True,
+                               indices=inp["indices"])
+    with pytest.raises(TypeError, match="tile_scheduler_metadata"):
+        flash_mla_with_kvcache(q, k, None, None, 512, None, is_fp8_kvcache=True, indices=inp["indices"])
+    assert not meta.have_initialized, "a rejected call leaves the metadata untouched"
+
+
+def test_float8_view_of_cache_and_lonely_query():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    inp = decode_inputs("v32_fp8", b=1, s_q=1, h_q=2, seed=5)
+    inp["indices"][:] = -1
+    meta, _ = get_mla_metadata()
+    out, lse = flash_mla_with_kvcache(inp["q"], inp["k_cache"].view(ml_dtypes.float8_e4m3fn), None,
+                                      None, 512, meta, is_fp8_kvcache=True, indices=inp["indices"])
+    assert np.isposinf(lse).all() and not out.astype(np.float32).any()

@@ -1,0 +1,70 @@
+"""torch integration (skipped without torch): every op is a torch custom op whose fake
+implementation passes torch.library.opcheck, results equal the NumPy path, and
+torch.compile(fullgraph=True) traces through the ops."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import latentkv  # noqa: E402
+from latentkv import torch_ops  # noqa: E402
+from conftest import ARG_ORDER_COMPRESS, compress_inputs, decode_inputs  # noqa: E402
+
+
+def t(a):
+    """A NumPy array as a torch CPU tensor (bf16 through its bits)."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def test_opcheck_every_op():
+    inp = decode_inputs("v32_fp8", b=2, s_q=1, h_q=4, seed=31, sink=True)
+    q, k, idx, sink = t(inp["q"]), t(inp["k_cache"]), t(inp["indices"]), t(inp["attn_sink"])
+    torch.library.opcheck(torch_ops.sparse_decode,
+                          (q, k, idx, "v32_fp8", -1, None, sink, None, -1, None, None, 0.0, [],
+                           "auto", None))
+    x = torch.randn(3, 512, dtype=torch.bfloat16)
+    cache = torch.zeros(1, 4, 1, 584, dtype=torch.uint8)
+    torch.library.opcheck(torch_ops.quantize, (x, torch.tensor([0, 1, 3]), cache, "v4_fp8", -1))
+    torch.library.opcheck(torch_ops.dequantize, (cache, torch.tensor([0, 3]), "v4_fp8", -1))
+    torch.library.opcheck(torch_ops.positions_to_slots,
+                          (torch.tensor([[1, 0]], dtype=torch.int32),
+                           torch.tensor([[0, 5]], dtype=torch.int32), 4))
+    c = {k: (t(v) if isinstance(v, np.ndarray) else v) for k, v in compress_inputs(C=16).items()}
+    args = [c[k] for k in ARG_ORDER_COMPRESS]
+    rest = (c["block_size"], c["compress_ratio"], 64, 1e-6, "v4_int8", True, "auto", None)
+    torch.library.opcheck(torch_ops.compress_kv, (*args, *rest))
+    torch.library.opcheck(torch_ops.compress_kv_, (*args, *rest))
+
+
+def test_torch_results_equal_numpy():
+    inp = compress_inputs(C=16, seed=32)
+    ref = latentkv.compress_kv(*[inp[k] for k in ARG_ORDER_COMPRESS + ["block_size", "compress_ratio"]],
+                               mode="functional")
+    tin = {k: (t(v) if isinstance(v, np.ndarray) else v) for k, v in inp.items()}
+    got = latentkv.compress_kv(*[tin[k] for k in ARG_ORDER_COMPRESS + ["block_size", "compress_ratio"]],
+                               mode="functional")
+    np.testing.assert_array_equal(got.numpy(), ref)
+    latentkv.compress_kv(*[tin[k] for k in ARG_ORDER_COMPRESS + ["block_size", "compress_ratio"]])
+    np.testing.assert_array_equal(tin["kv_cache"].numpy(), ref)
+
+
+def test_compile_fullgraph():
+    inp = decode_inputs("v4_fp8", b=2, s_q=1, h_q=4, seed=33, extra=True)
+    q, k, idx = t(inp["q"]), t(inp["k_cache"]), t(inp["indices"])
+    ek, eidx = t(inp["extra_k_cache"]), t(inp["extra_indices"])
+
+    def step(q, k, idx, ek, eidx, latents, cache):
+        latentkv.quantize(latents, torch.tensor([0, 1]), cache, "v4_fp8")
+        back = latentkv.dequantize(cache, torch.tensor([1, 0]), "v4_fp8")
+        out, lse = latentkv.sparse_decode(q * 2, k, idx, extra_k_cache=ek, extra_indices=eidx)
+        return out.float().sum(-1) + back.float().sum(), lse
+
+    latents = torch.randn(2, 512, dtype=torch.bfloat16)
+    eager = step(q, k, idx, ek, eidx, latents, torch.zeros(1, 2, 1, 584, dtype=torch.uint8))
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    traced = compiled(q, k, idx, ek, eidx, latents, torch.zeros(1, 2, 1, 584, dtype=torch.uint8))
+    torch.testing.assert_close(traced[0], eager[0], rtol=0, atol=0)
+    torch.testing.assert_close(traced[1], eager[1], rtol=0, atol=0)
