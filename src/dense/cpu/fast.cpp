@@ -1,0 +1,85 @@
+// The fast fp32 CPU path of dense_decode.
+//
+// Work split: OpenMP threads take (request, query row) pairs (dynamic schedule: lengths differ per
+// request). For a pair, the visible keys of one kv head are converted to fp32 once (dequantized
+// for v32_fp8) into a buffer shared by the h_q / h_kv query heads that read that kv head; those
+// heads go cpu_common::kHeadBlock at a time through cpu_common::attend_head_block (fp32 scores,
+// two-pass softmax, fp32 accumulators).
+//
+// The result of a pair depends only on its inputs and the compiled order of operations, never on
+// the thread that ran it, so the output is bitwise identical from run to run and across thread
+// counts.
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "cpu_common/head_block.h"
+#include "dense/cpu/dense_cpu.h"
+
+namespace latentkv::dense {
+namespace {
+
+using cpu_common::kHeadBlock;
+
+struct Scratch {
+  std::vector<float> k;  // [n, d_qk] visible keys of one kv head
+  std::vector<float> q;  // [kHeadBlock, d_qk] scaled queries of the block
+  std::vector<float> s;  // [kHeadBlock, n] scores, then exp(s - max)
+  alignas(64) float acc[kHeadBlock][cpu_common::kMaxDimV];
+};
+
+// Query heads [h0, h0 + nh) of pair (i, j) over the n > 0 keys in w.k.
+void head_block(const Params& p, int64_t i, int64_t j, int64_t h0, int nh, int64_t n, Scratch& w) {
+  for (int hh = 0; hh < nh; ++hh) {
+    const uint16_t* q = p.q + i * p.stride_q_b + j * p.stride_q_s + (h0 + hh) * p.stride_q_h;
+    float* qf = w.q.data() + hh * p.d_qk;
+    for (int d = 0; d < p.d_qk; ++d) qf[d] = half_to_f32(p.dtype, q[d]) * p.scale;
+  }
+  float max[kHeadBlock], sum[kHeadBlock];
+  cpu_common::attend_head_block(w.q.data(), nh, w.k.data(), n, p.d_qk, p.d_qk, kDimV, w.s.data(),
+                                w.acc, max, sum);
+  for (int hh = 0; hh < nh; ++hh) {
+    const int64_t h = h0 + hh;
+    const float inv = 1.0f / sum[hh];
+    uint16_t* out = p.out + i * p.stride_out_b + j * p.stride_out_s + h * p.stride_out_h;
+    for (int d = 0; d < kDimV; ++d) out[d] = f32_to_half(p.dtype, w.acc[hh][d] * inv);
+    p.lse[i * p.stride_lse_b + h * p.stride_lse_h + j] = max[hh] + std::log(sum[hh]);
+  }
+}
+
+}  // namespace
+
+void dense_decode_cpu_fast(const Params& p) {
+  const int64_t pairs = p.b * p.s_q;
+  const int64_t heads_per_kv = p.h_q / p.h_kv;
+#pragma omp parallel
+  {
+    Scratch w;
+    w.q.resize(static_cast<size_t>(kHeadBlock * p.d_qk));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t pair = 0; pair < pairs; ++pair) {
+      const int64_t i = pair / p.s_q, j = pair % p.s_q;
+      const int64_t n = visible_keys(p, i, j);
+      if (n == 0) {
+        // A row that sees no key: out 0, lse +inf.
+        const uint16_t zero = f32_to_half(p.dtype, 0.0f);
+        for (int64_t h = 0; h < p.h_q; ++h) {
+          uint16_t* out = p.out + i * p.stride_out_b + j * p.stride_out_s + h * p.stride_out_h;
+          std::fill(out, out + kDimV, zero);
+          p.lse[i * p.stride_lse_b + h * p.stride_lse_h + j] = std::numeric_limits<float>::infinity();
+        }
+        continue;
+      }
+      if (static_cast<int64_t>(w.k.size()) < n * p.d_qk) w.k.resize(static_cast<size_t>(n * p.d_qk));
+      if (static_cast<int64_t>(w.s.size()) < kHeadBlock * n) w.s.resize(static_cast<size_t>(kHeadBlock * n));
+      for (int64_t kv_head = 0; kv_head < p.h_kv; ++kv_head) {
+        for (int64_t t = 0; t < n; ++t) load_key(p, i, t, kv_head, w.k.data() + t * p.d_qk);
+        const int64_t first = kv_head * heads_per_kv, last = first + heads_per_kv;
+        for (int64_t h0 = first; h0 < last; h0 += kHeadBlock)
+          head_block(p, i, j, h0, static_cast<int>(std::min<int64_t>(kHeadBlock, last - h0)), n, w);
+      }
+    }
+  }
+}
+
+}  // namespace latentkv::dense

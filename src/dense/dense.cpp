@@ -1,0 +1,135 @@
+// dense_decode: validation of every argument (shapes, dtypes, devices, strides, and on the host the
+// lengths and every block-table entry a request needs), then dispatch to the CPU oracle or the CPU
+// fast path. The CUDA backend does not exist yet: CUDA tensors raise a not-built error after the
+// shape checks. Nothing is written before every check has passed.
+#include <cmath>
+#include <utility>
+
+#include "dense/cpu/dense_cpu.h"
+#include "dense/params.h"
+#include "latentkv/dense.h"
+#include "latentkv/error.h"
+#include "latentkv/formats.h"
+
+namespace latentkv {
+namespace {
+
+// Host-side checks of device data: every length fits the block table, and every block-table
+// entry a request reads (logical blocks [0, ceil(len / P))) names a page of the cache. Entries
+// beyond that may hold anything and are not looked at.
+void check_lengths_and_block_table(const dense::Params& p) {
+  for (int64_t i = 0; i < p.b; ++i) {
+    const int64_t len = p.cache_seqlens[i];
+    LKV_CHECK(len >= 0 && len <= p.max_pages * p.page_size, "dense_decode: cache_seqlens[", i,
+              "]=", len, " is outside [0, max_pages * P] = [0, ", p.max_pages * p.page_size, "]");
+    const int64_t needed = (len + p.page_size - 1) / p.page_size;
+    for (int64_t blk = 0; blk < needed; ++blk) {
+      const int64_t page = p.block_table[i * p.stride_block_table_b + blk];
+      LKV_CHECK(page >= 0 && page < p.num_pages, "dense_decode: request ", i, " logical block ",
+                blk, ": block_table[", i, "][", blk, "]=", page, " is outside [0, num_pages=",
+                p.num_pages, ") (cache_seqlens[", i, "]=", len, " needs ", needed, " blocks)");
+    }
+  }
+}
+
+}  // namespace
+
+void dense_decode(const DenseDecodeArgs& a, Stream stream, DenseImpl impl) {
+  (void)stream;  // the CPU backends run synchronously on the calling thread's OpenMP team
+
+  // ---- Shapes and dtypes.
+  LKV_CHECK_TYPE(a.q.dtype == DType::bf16 || a.q.dtype == DType::f16,
+                 "dense_decode: q must be bf16 or f16, got ", a.q.shape_str());
+  const DType half = a.q.dtype;
+  SizeEnv env;
+  dense::Params p{};
+  if (a.fp8) {
+    check_tensor(a.q, "q", {"b", "s_q", "h_q", 576}, half, env);
+    const CacheGeometry g = cache_geometry(a.k_cache, CacheFormat::v32_fp8);
+    p.k_cache_fp8 = g.base;
+    p.page_stride_fp8 = g.page_stride;
+    p.page_size = g.page_size;
+    p.num_pages = g.num_pages;
+    p.h_kv = 1;
+  } else {
+    check_tensor(a.q, "q", {"b", "s_q", "h_q", "d_qk"}, half, env);
+    check_tensor(a.k_cache, "k_cache", {"num_pages", "P", "h_kv", "d_qk"}, half, env);
+    check_inner_contiguous(a.k_cache, "k_cache");
+    p.k_cache = a.k_cache.ptr<const uint16_t>();
+    p.stride_k_page = a.k_cache.stride(0);
+    p.stride_k_token = a.k_cache.stride(1);
+    p.stride_k_head = a.k_cache.stride(2);
+    p.page_size = a.k_cache.size(1);
+    p.num_pages = a.k_cache.size(0);
+    p.h_kv = a.k_cache.size(2);
+  }
+  check_tensor(a.block_table, "block_table", {"b", "max_pages"}, DType::i32, env);
+  check_tensor(a.cache_seqlens, "cache_seqlens", {"b"}, DType::i32, env);
+  LKV_CHECK(a.d_v == dense::kDimV, "dense_decode supports d_v = 512, got d_v=", a.d_v);
+  check_tensor(a.out, "out", {"b", "s_q", "h_q", dense::kDimV}, half, env);
+  check_tensor(a.lse, "lse", {"b", "h_q", "s_q"}, DType::f32, env);
+  const int64_t b = env.get("b"), s_q = env.get("s_q"), h_q = env.get("h_q");
+  const int64_t d_qk = a.q.size(3);
+  LKV_CHECK(b >= 1 && s_q >= 1 && h_q >= 1, "dense_decode: empty problem (b=", b, ", s_q=", s_q,
+            ", h_q=", h_q, ")");
+  LKV_CHECK(p.page_size >= 1 && p.h_kv >= 1, "dense_decode: k_cache needs P >= 1 and h_kv >= 1, got ",
+            a.k_cache.shape_str());
+  LKV_CHECK(h_q % p.h_kv == 0, "dense_decode: h_q=", h_q, " must be a multiple of h_kv=", p.h_kv);
+  // V is the first d_v dims of K, so K must be at least that wide.
+  LKV_CHECK(d_qk >= a.d_v && d_qk <= (int64_t{1} << 16),
+            "dense_decode needs d_v <= d_qk <= 65536 (V is the first d_v dims of K), got d_qk=", d_qk);
+  for (const auto& [t, name] : {std::pair{&a.q, "q"}, {&a.block_table, "block_table"},
+                                {&a.out, "out"}, {&a.lse, "lse"}})
+    check_inner_contiguous(*t, name);
+  LKV_CHECK(a.cache_seqlens.size(0) <= 1 || a.cache_seqlens.stride(0) == 1,
+            "cache_seqlens must be contiguous");
+  LKV_CHECK(a.lse.stride(2) == 1 || s_q == 1, "lse must be contiguous in s_q");
+  LKV_CHECK(std::isfinite(a.softmax_scale) && a.softmax_scale >= 0.0f,
+            "dense_decode: softmax_scale must be finite and >= 0 (0 = d_qk^-0.5), got ",
+            a.softmax_scale);
+
+  // ---- Devices.
+  const Device dev = a.q.device;
+  for (const auto& [t, name] : {std::pair{&a.k_cache, "k_cache"}, {&a.block_table, "block_table"},
+                                {&a.cache_seqlens, "cache_seqlens"}, {&a.out, "out"},
+                                {&a.lse, "lse"}})
+    if (t->data) check_device(*t, name, dev);
+  if (impl == DenseImpl::kAuto) impl = dev.is_cuda() ? DenseImpl::kCuda : DenseImpl::kCpuFast;
+  LKV_CHECK_TYPE((impl == DenseImpl::kCuda) == dev.is_cuda(), "dense_decode: implementation ",
+                 impl == DenseImpl::kCuda ? "cuda" : "cpu", " cannot run on tensors on ",
+                 dev.str());
+  if (impl == DenseImpl::kCuda)
+    LKV_FAIL(ErrorKind::kNotBuilt, "dense_decode: the CUDA backend does not exist yet");
+
+  // ---- Parameters.
+  p.q = a.q.ptr<const uint16_t>();
+  p.stride_q_b = a.q.stride(0);
+  p.stride_q_s = a.q.stride(1);
+  p.stride_q_h = a.q.stride(2);
+  p.dtype = half == DType::f16 ? dense::Half::f16 : dense::Half::bf16;
+  p.fp8 = a.fp8;
+  p.block_table = a.block_table.ptr<const int32_t>();
+  p.stride_block_table_b = a.block_table.stride(0);
+  p.cache_seqlens = a.cache_seqlens.ptr<const int32_t>();
+  p.out = a.out.ptr<uint16_t>();
+  p.stride_out_b = a.out.stride(0);
+  p.stride_out_s = a.out.stride(1);
+  p.stride_out_h = a.out.stride(2);
+  p.lse = a.lse.ptr<float>();
+  p.stride_lse_b = a.lse.stride(0);
+  p.stride_lse_h = a.lse.stride(1);
+  p.b = b;
+  p.s_q = s_q;
+  p.h_q = h_q;
+  p.max_pages = env.get("max_pages");
+  p.d_qk = static_cast<int>(d_qk);
+  p.causal = a.causal;
+  p.scale = a.softmax_scale > 0.0f ? a.softmax_scale
+                                   : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_qk)));
+  check_lengths_and_block_table(p);
+
+  if (impl == DenseImpl::kCpuOracle) dense::dense_decode_oracle(p);
+  else dense::dense_decode_cpu_fast(p);
+}
+
+}  // namespace latentkv
