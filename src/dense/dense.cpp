@@ -45,6 +45,9 @@ void dense_decode(const DenseDecodeArgs& a, Stream stream, DenseImpl impl) {
   dense::Params p{};
   if (a.fp8) {
     check_tensor(a.q, "q", {"b", "s_q", "h_q", 576}, half, env);
+    // Named here so the message says k_cache; cache_geometry then checks the page stride.
+    check_tensor(a.k_cache, "k_cache", {"num_pages", "P", 1, format_info(CacheFormat::v32_fp8).bytes_per_token},
+                 DType::u8, env);
     const CacheGeometry g = cache_geometry(a.k_cache, CacheFormat::v32_fp8);
     p.k_cache_fp8 = g.base;
     p.page_stride_fp8 = g.page_stride;
