@@ -1,5 +1,5 @@
-"""latentkv: KV-cache compression, quantized paged KV caches and sparse MLA decode for
-DeepSeek-class attention, over DLPack arrays (NumPy, torch, CuPy; JAX as inputs).
+"""latentkv: KV-cache compression, quantized paged KV caches, sparse MLA decode and prefill and
+dense MLA decode for DeepSeek-class attention, over DLPack arrays (NumPy, torch, CuPy; JAX as inputs).
 
 Every op runs the C++ core through ``latentkv._native`` on the device of its arrays (CPU or CUDA),
 on the caller framework's current stream (torch's current stream for torch tensors). Arguments are
@@ -16,6 +16,8 @@ Ops:
     quantize, dequantize, positions_to_slots      cache formats (docs/formats.md)
     compress_kv, compress_workspace_bytes          the KV compressor (docs/compress.md)
     plan_decode, sparse_decode, sparse_decode_workspace_bytes   sparse MLA decode (docs/decode.md)
+    sparse_prefill, sparse_prefill_batched         sparse MLA prefill (docs/prefill.md)
+    dense_decode                                   dense MLA decode, paged cache (docs/dense.md)
 Modules: ``latentkv.flash_mla`` (FlashMLA's Python API), ``latentkv.contest``
 (``c128_256_512_compress``).
 """
@@ -31,7 +33,8 @@ from ._native import DecodePlan
 __all__ = [
     "DecodePlan", "FORMATS", "built_with_cuda", "format_info", "quantize", "dequantize",
     "positions_to_slots", "compress_kv", "compress_workspace_bytes", "plan_decode",
-    "sparse_decode", "sparse_decode_workspace_bytes",
+    "sparse_decode", "sparse_decode_workspace_bytes", "sparse_prefill", "sparse_prefill_batched",
+    "dense_decode",
 ]
 __version__ = "0.1.0"
 
@@ -260,4 +263,111 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
         _arrays.native_bytes(extra_k_cache), eps, _arrays.native(extra_indices),
         _arrays.native(extra_topk_length), scale, _arrays.native(out, bf16=True),
         _arrays.native(lse), plan, impl, _arrays.native_bytes(workspace), _arrays.stream_of(q))
+    return out, lse
+
+
+# ---- sparse prefill --------------------------------------------------------------------------
+
+def _prefill_outputs(q: Any, d_v: int, out: Any, max_logits: Any, lse: Any) -> Tuple[Any, Any, Any]:
+    s_q, h_q = int(q.shape[0]), int(q.shape[1])
+    if out is None:
+        out = _arrays.empty(q, (s_q, h_q, d_v), "bf16")
+    if max_logits is None:
+        max_logits = _arrays.empty(q, (s_q, h_q), "f32")
+    if lse is None:
+        lse = _arrays.empty(q, (s_q, h_q), "f32")
+    return out, max_logits, lse
+
+
+def sparse_prefill(q: Any, kv: Any, indices: Any, sm_scale: float, *, d_v: int = 512,
+                   attn_sink: Any = None, topk_length: Any = None, out: Any = None,
+                   max_logits: Any = None, lse: Any = None,
+                   impl: str = "auto") -> Tuple[Any, Any, Any]:
+    """Sparse MLA prefill over a flat KV tensor (FlashMLA's flash_mla_sparse_fwd); returns
+    (out, max_logits, lse).
+
+    q:           bf16 [s_q, h_q, d_qk]; d_qk 512 (V4) or 576 (V3.2), at least d_v
+    kv:          bf16 [s_kv, 1, d_qk]; K is a row, V its first 512 dims
+    indices:     i32 [s_q, 1, topk]; an entry outside [0, s_kv) is skipped, never read
+    sm_scale:    required, finite and > 0 (natural-log domain); d_v: must be 512
+    attn_sink:   f32 [h_q] or None (scales out by 1 / (1 + exp(sink - lse)); never lse, max_logits)
+    topk_length: i32 [s_q] or None (per query token)
+    Returns out bf16 [s_q, h_q, d_v], max_logits f32 [s_q, h_q] and lse f32 [s_q, h_q] (natural log;
+    a query with no valid key gets out 0, max_logits -inf, lse +inf). Note [s_q, h_q], not decode's
+    [b, h_q, s_q]. impl: "auto", "oracle" (float64 CPU), "fast" (CPU), "cuda".
+    """
+    ops = _torch_ops(q)
+    if ops is not None and out is None and max_logits is None and lse is None:
+        return ops.sparse_prefill(q, kv, indices, float(sm_scale), d_v, attn_sink, topk_length,
+                                  impl)
+    out, max_logits, lse = _prefill_outputs(q, d_v, out, max_logits, lse)
+    _native.sparse_prefill(
+        _arrays.native(q, bf16=True), _arrays.native(kv, bf16=True), _arrays.native(indices),
+        float(sm_scale), d_v, _arrays.native(attn_sink), _arrays.native(topk_length),
+        _arrays.native(out, bf16=True), _arrays.native(max_logits), _arrays.native(lse), impl,
+        _arrays.stream_of(q))
+    return out, max_logits, lse
+
+
+def sparse_prefill_batched(q: Any, kv: Any, indices: Any, sm_scale: float, seq_offsets_q: Any,
+                           seq_offsets_kv: Any, *, d_v: int = 512, attn_sink: Any = None,
+                           topk_length: Any = None, out: Any = None, max_logits: Any = None,
+                           lse: Any = None, impl: str = "auto") -> Tuple[Any, Any, Any]:
+    """sparse_prefill over several sequences packed along s_q and s_kv; returns
+    (out, max_logits, lse) as sparse_prefill does.
+
+    seq_offsets_q, seq_offsets_kv: i64 [num_seqs + 1] on the tensors' device, starting at 0,
+    non-decreasing, ending at s_q and s_kv. Sequence n owns query rows
+    [seq_offsets_q[n], seq_offsets_q[n + 1]) and kv rows [seq_offsets_kv[n], seq_offsets_kv[n + 1]);
+    its indices count from the start of its own kv segment (valid iff in [0, segment length)).
+    Every other argument is sparse_prefill's.
+    """
+    ops = _torch_ops(q)
+    if ops is not None and out is None and max_logits is None and lse is None:
+        return ops.sparse_prefill_batched(q, kv, indices, float(sm_scale), d_v, attn_sink,
+                                          topk_length, seq_offsets_q, seq_offsets_kv, impl)
+    out, max_logits, lse = _prefill_outputs(q, d_v, out, max_logits, lse)
+    _native.sparse_prefill_batched(
+        _arrays.native(q, bf16=True), _arrays.native(kv, bf16=True), _arrays.native(indices),
+        float(sm_scale), d_v, _arrays.native(attn_sink), _arrays.native(topk_length),
+        _arrays.native(seq_offsets_q), _arrays.native(seq_offsets_kv),
+        _arrays.native(out, bf16=True), _arrays.native(max_logits), _arrays.native(lse), impl,
+        _arrays.stream_of(q))
+    return out, max_logits, lse
+
+
+# ---- dense decode ----------------------------------------------------------------------------
+
+def dense_decode(q: Any, k_cache: Any, block_table: Any, cache_seqlens: Any, *,
+                 causal: bool = False, softmax_scale: Optional[float] = None, fp8: bool = False,
+                 out: Any = None, lse: Any = None, impl: str = "auto") -> Tuple[Any, Any]:
+    """Dense MLA decode over a paged cache (FlashMLA's flash_mla_with_kvcache without indices);
+    returns (out, lse).
+
+    q:             bf16 or f16 [b, s_q, h_q, d_qk] (NumPy float16 for f16); d_qk 576 with fp8
+    k_cache:       q's dtype [num_pages, P, h_kv, d_qk] (h_q a multiple of h_kv), or with fp8=True
+                   v32_fp8 records u8 [num_pages, P, 1, 656] (any 1-byte dtype; any page stride)
+    block_table:   i32 [b, max_pages]; entries past a request's length are never read
+    cache_seqlens: i32 [b], each in [0, max_pages * P]
+    causal:        bottom-right aligned (query row j of s_q sees len - (s_q - 1 - j) keys)
+    softmax_scale: None means d_qk ** -0.5
+    Returns out of q's dtype [b, s_q, h_q, 512] and lse f32 [b, h_q, s_q] (natural log; a row that
+    sees no key gets out 0 and lse +inf). impl: "auto", "oracle" (float64 CPU), "fast" (CPU), "cuda".
+    """
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    ops = _torch_ops(q)
+    if ops is not None and out is None and lse is None:
+        return ops.dense_decode(q, k_cache, block_table, cache_seqlens, causal, scale, fp8, impl)
+    b, s_q, h_q = (int(s) for s in q.shape[:3])
+    if out is None:
+        out = _arrays.empty(q, (b, s_q, h_q, 512), _arrays.half_dtype(q))
+    if lse is None:
+        lse = _arrays.empty(q, (b, h_q, s_q), "f32")
+    _native.dense_decode(
+        _arrays.native(q, bf16=True),
+        # fp8: the v32_fp8 bytes (any 1-byte dtype); a 16-bit cache still goes through so the
+        # core names it in its error.
+        _arrays.native(_arrays.native_bytes(k_cache) if fp8 else k_cache, bf16=True), fp8,
+        _arrays.native(block_table), _arrays.native(cache_seqlens), causal, scale, 512,
+        _arrays.native(out, bf16=True), _arrays.native(lse), impl, _arrays.stream_of(q))
     return out, lse

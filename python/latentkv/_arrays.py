@@ -138,19 +138,27 @@ def _numpy_dtype(dtype: str) -> Any:
         import ml_dtypes
 
         return ml_dtypes.bfloat16
-    return {"f32": np.float32, "u8": np.uint8, "i32": np.int32, "i64": np.int64}[dtype]
+    return {"f32": np.float32, "f16": np.float16, "u8": np.uint8, "i32": np.int32,
+            "i64": np.int64}[dtype]
+
+
+def half_dtype(x: Any) -> str:
+    """'f16' when x holds IEEE half floats (NumPy/CuPy float16, torch.float16), else 'bf16' (what a
+    16-bit float argument of latentkv is otherwise taken as)."""
+    dt = getattr(x, "dtype", None)
+    return "f16" if dt is not None and str(dt).rsplit(".", 1)[-1] == "float16" else "bf16"
 
 
 def empty(like: Any, shape: Sequence[int], dtype: str, zero: bool = False) -> Any:
-    """A new array of shape and dtype ('bf16', 'f32', 'u8', 'i32', 'i64') in like's framework and
-    on its device."""
+    """A new array of shape and dtype ('bf16', 'f16', 'f32', 'u8', 'i32', 'i64') in like's framework
+    and on its device."""
     fw = framework(like)
     shape = tuple(int(s) for s in shape)
     if fw == "torch":
         import torch
 
-        tdt = {"bf16": torch.bfloat16, "f32": torch.float32, "u8": torch.uint8,
-               "i32": torch.int32, "i64": torch.int64}[dtype]
+        tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
+               "u8": torch.uint8, "i32": torch.int32, "i64": torch.int64}[dtype]
         make = torch.zeros if zero else torch.empty
         return make(shape, dtype=tdt, device=like.device)
     if fw == "cupy":

@@ -97,3 +97,33 @@ def sparse_decode(q: Arr, k_cache: Arr, format: str, page_size: int, indices: Ar
     i32 [b, s_q, extra_topk]; softmax_scale 0 = d_qk ** -0.5; out bf16 [b, s_q, h_q, 512];
     lse f32 [b, h_q, s_q]; impl: auto | oracle | fast | cuda.
     """
+
+def sparse_prefill(q: Arr, kv: Arr, indices: Arr, sm_scale: float, d_v: int,
+                   attn_sink: Optional[Arr], topk_length: Optional[Arr], out: Arr,
+                   max_logits: Arr, lse: Arr, impl: str = "auto", stream: int = 0) -> None:
+    """Sparse MLA prefill over a flat KV tensor, writing out, max_logits and lse.
+
+    q bf16 [s_q, h_q, d_qk] (d_v <= d_qk); kv bf16 [s_kv, 1, d_qk]; indices i32 [s_q, 1, topk]
+    (outside [0, s_kv) skipped); sm_scale finite > 0; d_v must be 512; attn_sink f32 [h_q];
+    topk_length i32 [s_q]; out bf16 [s_q, h_q, d_v]; max_logits f32 [s_q, h_q]; lse f32
+    [s_q, h_q]; impl: auto | oracle | fast | cuda.
+    """
+
+def sparse_prefill_batched(q: Arr, kv: Arr, indices: Arr, sm_scale: float, d_v: int,
+                           attn_sink: Optional[Arr], topk_length: Optional[Arr],
+                           seq_offsets_q: Arr, seq_offsets_kv: Arr, out: Arr, max_logits: Arr,
+                           lse: Arr, impl: str = "auto", stream: int = 0) -> None:
+    """sparse_prefill over packed sequences: seq_offsets_q, seq_offsets_kv i64 [num_seqs + 1]
+    (0 first, non-decreasing, s_q / s_kv last); indices count from each sequence's kv segment."""
+
+def dense_decode(q: Arr, k_cache: Arr, fp8: bool, block_table: Arr, cache_seqlens: Arr,
+                 causal: bool, softmax_scale: float, d_v: int, out: Arr, lse: Arr,
+                 impl: str = "auto", stream: int = 0) -> None:
+    """Dense MLA decode over a paged cache, writing out and lse.
+
+    q bf16|f16 [b, s_q, h_q, d_qk]; k_cache q's dtype [num_pages, P, h_kv, d_qk], or with fp8
+    u8 v32_fp8 records [num_pages, P, 1, 656] (d_qk 576); block_table i32 [b, max_pages];
+    cache_seqlens i32 [b]; causal bottom-right aligned; softmax_scale 0 = d_qk ** -0.5; d_v must
+    be 512; out q's dtype [b, s_q, h_q, 512]; lse f32 [b, h_q, s_q]; impl: auto | oracle | fast |
+    cuda.
+    """

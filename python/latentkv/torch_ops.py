@@ -14,6 +14,9 @@ their arguments declare them in ``mutates_args``:
     latentkv::compress_kv_        mutates kv_cache (in place)
     latentkv::compress_kv         -> u8, kv_cache's shape (functional)
     latentkv::sparse_decode       -> (bf16 [b, s_q, h_q, 512], f32 [b, h_q, s_q])
+    latentkv::sparse_prefill      -> (bf16 [s_q, h_q, d_v], f32 [s_q, h_q], f32 [s_q, h_q])
+    latentkv::sparse_prefill_batched  the same, over packed sequences
+    latentkv::dense_decode        -> (q's dtype [b, s_q, h_q, 512], f32 [b, h_q, s_q])
 
 Schemas cannot carry a DecodePlan object, so sparse_decode takes the plan as a list of its seven
 fields (num_splits, keys_per_split, b, s_q, h_q, topk, extra_topk), empty for none.
@@ -142,4 +145,75 @@ def sparse_decode(q: Tensor, k_cache: Tensor, indices: Tensor, format: str, page
 def _sparse_decode_fake(q, k_cache, indices, *rest):
     b, s_q, h_q = q.shape[0], q.shape[1], q.shape[2]
     return (q.new_empty((b, s_q, h_q, 512), dtype=torch.bfloat16),
+            q.new_empty((b, h_q, s_q), dtype=torch.float32))
+
+
+def _prefill_outputs(q, d_v):
+    s_q, h_q = q.shape[0], q.shape[1]
+    return (torch.empty((s_q, h_q, d_v), dtype=torch.bfloat16, device=q.device),
+            torch.empty((s_q, h_q), dtype=torch.float32, device=q.device),
+            torch.empty((s_q, h_q), dtype=torch.float32, device=q.device))
+
+
+def _prefill_fake_outputs(q, d_v):
+    s_q, h_q = q.shape[0], q.shape[1]
+    return (q.new_empty((s_q, h_q, d_v), dtype=torch.bfloat16),
+            q.new_empty((s_q, h_q), dtype=torch.float32),
+            q.new_empty((s_q, h_q), dtype=torch.float32))
+
+
+@torch.library.custom_op("latentkv::sparse_prefill", mutates_args=())
+def sparse_prefill(q: Tensor, kv: Tensor, indices: Tensor, sm_scale: float, d_v: int,
+                   attn_sink: Optional[Tensor], topk_length: Optional[Tensor],
+                   impl: str) -> Tuple[Tensor, Tensor, Tensor]:
+    out, max_logits, lse = _prefill_outputs(q, d_v)
+    _native.sparse_prefill(
+        _arrays.native(q), _arrays.native(kv), _arrays.native(indices), sm_scale, d_v,
+        _arrays.native(attn_sink), _arrays.native(topk_length), _arrays.native(out),
+        _arrays.native(max_logits), _arrays.native(lse), impl, _arrays.stream_of(q))
+    return out, max_logits, lse
+
+
+@sparse_prefill.register_fake
+def _sparse_prefill_fake(q, kv, indices, sm_scale, d_v, *rest):
+    return _prefill_fake_outputs(q, d_v)
+
+
+@torch.library.custom_op("latentkv::sparse_prefill_batched", mutates_args=())
+def sparse_prefill_batched(q: Tensor, kv: Tensor, indices: Tensor, sm_scale: float, d_v: int,
+                           attn_sink: Optional[Tensor], topk_length: Optional[Tensor],
+                           seq_offsets_q: Tensor, seq_offsets_kv: Tensor,
+                           impl: str) -> Tuple[Tensor, Tensor, Tensor]:
+    out, max_logits, lse = _prefill_outputs(q, d_v)
+    _native.sparse_prefill_batched(
+        _arrays.native(q), _arrays.native(kv), _arrays.native(indices), sm_scale, d_v,
+        _arrays.native(attn_sink), _arrays.native(topk_length), _arrays.native(seq_offsets_q),
+        _arrays.native(seq_offsets_kv), _arrays.native(out), _arrays.native(max_logits),
+        _arrays.native(lse), impl, _arrays.stream_of(q))
+    return out, max_logits, lse
+
+
+@sparse_prefill_batched.register_fake
+def _sparse_prefill_batched_fake(q, kv, indices, sm_scale, d_v, *rest):
+    return _prefill_fake_outputs(q, d_v)
+
+
+@torch.library.custom_op("latentkv::dense_decode", mutates_args=())
+def dense_decode(q: Tensor, k_cache: Tensor, block_table: Tensor, cache_seqlens: Tensor,
+                 causal: bool, softmax_scale: float, fp8: bool,
+                 impl: str) -> Tuple[Tensor, Tensor]:
+    b, s_q, h_q = q.shape[0], q.shape[1], q.shape[2]
+    out = torch.empty((b, s_q, h_q, 512), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, h_q, s_q), dtype=torch.float32, device=q.device)
+    _native.dense_decode(
+        _arrays.native(q), _arrays.native(_arrays.native_bytes(k_cache) if fp8 else k_cache), fp8,
+        _arrays.native(block_table), _arrays.native(cache_seqlens), causal, softmax_scale, 512,
+        _arrays.native(out), _arrays.native(lse), impl, _arrays.stream_of(q))
+    return out, lse
+
+
+@dense_decode.register_fake
+def _dense_decode_fake(q, *rest):
+    b, s_q, h_q = q.shape[0], q.shape[1], q.shape[2]
+    return (q.new_empty((b, s_q, h_q, 512)),
             q.new_empty((b, h_q, s_q), dtype=torch.float32))

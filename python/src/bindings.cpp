@@ -22,8 +22,10 @@
 
 #include "latentkv/compress.h"
 #include "latentkv/decode.h"
+#include "latentkv/dense.h"
 #include "latentkv/error.h"
 #include "latentkv/formats.h"
+#include "latentkv/prefill.h"
 #include "latentkv/tensor.h"
 
 #ifdef LKV_WITH_CUDA
@@ -163,6 +165,22 @@ DecodeImpl parse_decode_impl(const std::string& s) {
   LKV_FAIL(ErrorKind::kValue, "unknown impl '", s, "'; valid: auto, oracle, fast, cuda");
 }
 
+PrefillImpl parse_prefill_impl(const std::string& s) {
+  if (s == "auto") return PrefillImpl::kAuto;
+  if (s == "oracle") return PrefillImpl::kCpuOracle;
+  if (s == "fast") return PrefillImpl::kCpuFast;
+  if (s == "cuda") return PrefillImpl::kCuda;
+  LKV_FAIL(ErrorKind::kValue, "unknown impl '", s, "'; valid: auto, oracle, fast, cuda");
+}
+
+DenseImpl parse_dense_impl(const std::string& s) {
+  if (s == "auto") return DenseImpl::kAuto;
+  if (s == "oracle") return DenseImpl::kCpuOracle;
+  if (s == "fast") return DenseImpl::kCpuFast;
+  if (s == "cuda") return DenseImpl::kCuda;
+  LKV_FAIL(ErrorKind::kValue, "unknown impl '", s, "'; valid: auto, oracle, fast, cuda");
+}
+
 CompressMode parse_mode(const std::string& s) {
   if (s == "inplace") return CompressMode::kInPlace;
   if (s == "functional") return CompressMode::kFunctional;
@@ -205,6 +223,23 @@ CompressArgs compress_args(nb::handle state_cache, nb::handle token_to_req, nb::
   };
   set_workspace(workspace, keep, a.workspace, a.workspace_bytes);
   return a;
+}
+
+SparsePrefillArgs prefill_args(nb::handle q, nb::handle kv, nb::handle indices, float sm_scale,
+                               int64_t d_v, nb::handle attn_sink, nb::handle topk_length,
+                               nb::handle out, nb::handle max_logits, nb::handle lse, Keep& keep) {
+  return SparsePrefillArgs{
+      .q = to_view(q, "q", keep),
+      .kv = to_view(kv, "kv", keep),
+      .indices = to_view(indices, "indices", keep),
+      .sm_scale = sm_scale,
+      .d_v = d_v,
+      .attn_sink = to_view(attn_sink, "attn_sink", keep),
+      .topk_length = to_view(topk_length, "topk_length", keep),
+      .out = to_view(out, "out", keep, Access::kWrite),
+      .max_logits = to_view(max_logits, "max_logits", keep, Access::kWrite),
+      .lse = to_view(lse, "lse", keep, Access::kWrite),
+  };
 }
 
 int cuda_sm_count(int device) {
@@ -412,4 +447,60 @@ NB_MODULE(_native, m) {
      nb::arg("extra_indices").none(), nb::arg("extra_topk_length").none(),
      nb::arg("softmax_scale"), nb::arg("out"), nb::arg("lse"), nb::arg("plan").none(),
      nb::arg("impl") = "auto", nb::arg("workspace").none() = nb::none(), nb::arg("stream") = 0);
+  m.def("sparse_prefill", [](nb::handle q, nb::handle kv, nb::handle indices, float sm_scale,
+                             int64_t d_v, nb::handle attn_sink, nb::handle topk_length,
+                             nb::handle out, nb::handle max_logits, nb::handle lse,
+                             const std::string& impl, uintptr_t stream) {
+    Keep keep;
+    const SparsePrefillArgs a = prefill_args(q, kv, indices, sm_scale, d_v, attn_sink, topk_length,
+                                             out, max_logits, lse, keep);
+    const PrefillImpl i = parse_prefill_impl(impl);
+    nb::gil_scoped_release release;
+    sparse_prefill(a, to_stream(stream), i);
+  }, nb::arg("q"), nb::arg("kv"), nb::arg("indices"), nb::arg("sm_scale"), nb::arg("d_v"),
+     nb::arg("attn_sink").none(), nb::arg("topk_length").none(), nb::arg("out"),
+     nb::arg("max_logits"), nb::arg("lse"), nb::arg("impl") = "auto", nb::arg("stream") = 0);
+
+  m.def("sparse_prefill_batched", [](nb::handle q, nb::handle kv, nb::handle indices,
+                                     float sm_scale, int64_t d_v, nb::handle attn_sink,
+                                     nb::handle topk_length, nb::handle seq_offsets_q,
+                                     nb::handle seq_offsets_kv, nb::handle out,
+                                     nb::handle max_logits, nb::handle lse,
+                                     const std::string& impl, uintptr_t stream) {
+    Keep keep;
+    const SparsePrefillArgs a = prefill_args(q, kv, indices, sm_scale, d_v, attn_sink, topk_length,
+                                             out, max_logits, lse, keep);
+    const TensorView oq = to_view(seq_offsets_q, "seq_offsets_q", keep),
+                     okv = to_view(seq_offsets_kv, "seq_offsets_kv", keep);
+    const PrefillImpl i = parse_prefill_impl(impl);
+    nb::gil_scoped_release release;
+    sparse_prefill_batched(a, oq, okv, to_stream(stream), i);
+  }, nb::arg("q"), nb::arg("kv"), nb::arg("indices"), nb::arg("sm_scale"), nb::arg("d_v"),
+     nb::arg("attn_sink").none(), nb::arg("topk_length").none(), nb::arg("seq_offsets_q"),
+     nb::arg("seq_offsets_kv"), nb::arg("out"), nb::arg("max_logits"), nb::arg("lse"),
+     nb::arg("impl") = "auto", nb::arg("stream") = 0);
+
+  m.def("dense_decode", [](nb::handle q, nb::handle k_cache, bool fp8, nb::handle block_table,
+                           nb::handle cache_seqlens, bool causal, float softmax_scale,
+                           int64_t d_v, nb::handle out, nb::handle lse, const std::string& impl,
+                           uintptr_t stream) {
+    Keep keep;
+    const DenseDecodeArgs a{
+        .q = to_view(q, "q", keep),
+        .k_cache = to_view(k_cache, "k_cache", keep),
+        .fp8 = fp8,
+        .block_table = to_view(block_table, "block_table", keep),
+        .cache_seqlens = to_view(cache_seqlens, "cache_seqlens", keep),
+        .causal = causal,
+        .softmax_scale = softmax_scale,
+        .d_v = d_v,
+        .out = to_view(out, "out", keep, Access::kWrite),
+        .lse = to_view(lse, "lse", keep, Access::kWrite),
+    };
+    const DenseImpl i = parse_dense_impl(impl);
+    nb::gil_scoped_release release;
+    dense_decode(a, to_stream(stream), i);
+  }, nb::arg("q"), nb::arg("k_cache"), nb::arg("fp8"), nb::arg("block_table"),
+     nb::arg("cache_seqlens"), nb::arg("causal"), nb::arg("softmax_scale"), nb::arg("d_v"),
+     nb::arg("out"), nb::arg("lse"), nb::arg("impl") = "auto", nb::arg("stream") = 0);
 }

@@ -1,6 +1,7 @@
-"""latentkv.flash_mla, FlashMLA's decode API: signatures and defaults, lazy scheduling metadata
-(made on the first call, checked on reuse), output shapes and units, the inputs FlashMLA rejects
-that latentkv computes (other h_q, other topk), and the inputs latentkv rejects."""
+"""latentkv.flash_mla, FlashMLA's decode API (sparse case; dense decode and flash_mla_sparse_fwd are
+in test_prefill_dense.py): signatures and defaults, lazy scheduling metadata (made on the first
+call, checked on reuse), output shapes and units, the inputs FlashMLA rejects that latentkv
+computes (other h_q, other topk), and the inputs latentkv rejects."""
 
 import inspect
 
@@ -67,8 +68,9 @@ def test_rejections():
     inp = decode_inputs("v32_fp8", seed=4)
     q, k = inp["q"], inp["k_cache"]
     meta, _ = get_mla_metadata()
-    with pytest.raises(NotImplementedError, match="dense decode"):
-        flash_mla_with_kvcache(q, k, np.zeros((2, 1), np.int32), np.ones(2, np.int32), 512, meta)
+    with pytest.raises(ValueError, match="attn_sink must be None when indices is None"):
+        flash_mla_with_kvcache(q, k, np.zeros((2, 1), np.int32), np.ones(2, np.int32), 512, meta,
+                               attn_sink=np.zeros(16, np.float32))
     with pytest.raises(ValueError, match="head_dim_v must be 512"):
         flash_mla_with_kvcache(q, k, None, None, 576, meta, is_fp8_kvcache=True, indices=inp["indices"])
     with pytest.raises(ValueError, match="is_fp8_kvcache must be True"):
