@@ -11,6 +11,7 @@
 #include "latentkv/error.h"
 #ifdef LKV_WITH_CUDA
 #include "compress/cuda/launch.h"
+#include "cuda_common/cuda_check.h"
 #include "cuda_common/device_cache.h"
 #endif
 
@@ -45,7 +46,7 @@ int64_t page_extent(const TensorView& kv) {
       break;
     case compress::kWindowBeforeStart:
       os << ": position " << value << " with compress_ratio " << p.compress_ratio
-         << " has a window starting at " << value - p.compress_ratio + 1 << " < 0";
+         << " has a window starting before position 0";
       break;
     case compress::kWindowPastTable:
       os << ": its window needs logical block " << value << " but block_table has " << extra
@@ -207,6 +208,7 @@ void compress_kv(const CompressArgs& a, Stream stream, CompressImpl impl) {
   }
 
 #ifdef LKV_WITH_CUDA
+  const cuda_common::DeviceGuard guard(dev.index);
   // 16-byte loads of state rows and 16-byte-aligned records.
   LKV_CHECK(reinterpret_cast<uintptr_t>(p.state) % 16 == 0 && p.stride_state_block % 4 == 0 &&
                 p.stride_state_row % 4 == 0,

@@ -77,8 +77,9 @@ LKV_HD int32_t validate_header(const Params& p, int64_t i, int64_t* value, int64
   const int64_t req = p.token_to_req[b];
   if (req < 0 || req >= p.num_reqs) { *value = req; return kReqOutOfRange; }
   const int64_t pos = p.positions[b];
+  // pos < C - 1 rather than pos - C + 1 < 0: the subtraction would overflow for pos near INT64_MIN.
+  if (pos < p.compress_ratio - 1) { *value = pos; return kWindowBeforeStart; }
   const int64_t first = pos - p.compress_ratio + 1;
-  if (first < 0) { *value = pos; return kWindowBeforeStart; }
   const int64_t last_block = pos / p.block_size;
   if (last_block >= p.blocks_per_req) {
     *value = last_block;

@@ -22,6 +22,18 @@ __global__ void read_kernel(const float4* __restrict__ src, size_t n, float* __r
   if (acc == 1.2345f) sink[blockIdx.x] = acc;
 }
 
+// Plain (normal-priority) loads: lines loaded as evict-first (ld.global.cs) would preferentially
+// replace each other rather than the benchmark's own inputs, and the flush would not flush.
+__global__ void flush_kernel(const float4* __restrict__ src, size_t n, float* __restrict__ sink) {
+  float acc = 0.0f;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float4 v = src[i];
+    acc += (v.x + v.y) + (v.z + v.w);
+  }
+  if (acc == 1.2345f) sink[blockIdx.x] = acc;  // never true (see read_kernel); keeps the loads
+}
+
 void* g_flush = nullptr;
 float* g_flush_sink = nullptr;
 constexpr size_t kFlushBytes = size_t{256} << 20;  // > 4x the H200's 60 MB L2
@@ -63,8 +75,9 @@ void to_host(void* dst, const void* src, size_t bytes) {
 }
 void synchronize() { LKV_CUDA_CHECK(cudaDeviceSynchronize()); }
 
-// Reads (not writes) the flush buffer: the L2 ends up full of clean lines, so the timed call does
-// not also pay for writing back the flush's own dirty data.
+// Reads (not writes) the flush buffer with normal loads: the L2 ends up full of clean lines of the
+// flush buffer, so the timed call neither finds its inputs cached nor pays for writing back dirty
+// lines of the flush.
 void flush_l2() {
   if (!g_flush) {
     g_flush = alloc(kFlushBytes);
@@ -73,8 +86,8 @@ void flush_l2() {
   }
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
-  read_kernel<<<sm_count(device) * 8, 256>>>(static_cast<const float4*>(g_flush),
-                                             kFlushBytes / sizeof(float4), g_flush_sink);
+  flush_kernel<<<sm_count(device) * 8, 256>>>(static_cast<const float4*>(g_flush),
+                                              kFlushBytes / sizeof(float4), g_flush_sink);
   LKV_CUDA_CHECK_LAUNCH();
 }
 

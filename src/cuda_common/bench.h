@@ -18,7 +18,8 @@ void to_device(void* dst, const void* src, size_t bytes);
 void to_host(void* dst, const void* src, size_t bytes);
 void synchronize();
 
-// Writes a buffer larger than L2 so the next kernel starts with a cold cache.
+// Reads a 256 MiB buffer (over 4x the L2) with normal loads so the next kernel starts with a cold
+// cache (clean lines only: nothing to write back).
 void flush_l2();
 
 // Median device time of fn in microseconds over reps runs after warmup runs; each run is bracketed

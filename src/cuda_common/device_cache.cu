@@ -30,14 +30,16 @@ void* cached_buffer(BufferPurpose purpose, size_t bytes, int device, Stream stre
   auto& entry = cache[{purpose, device, stream}];
   bytes = std::max<size_t>(bytes, 1);
   if (entry.second < bytes) {
+    const size_t grown = std::max(bytes, entry.second * 2);  // doubling: few reallocations
     if (entry.first) {
       LKV_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
       LKV_CUDA_CHECK(cudaFree(entry.first));
       entry = {nullptr, 0};
     }
-    const size_t grown = std::max(bytes, entry.second * 2);
     LKV_CUDA_CHECK(cudaMalloc(&entry.first, grown));
-    LKV_CUDA_CHECK(cudaMemset(entry.first, 0, grown));
+    // On the caller's stream, so that work it enqueues next sees the zeros (a legacy-stream memset
+    // is not ordered with non-blocking streams).
+    LKV_CUDA_CHECK(cudaMemsetAsync(entry.first, 0, grown, static_cast<cudaStream_t>(stream)));
     entry.second = grown;
   }
   return entry.first;

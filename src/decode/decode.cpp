@@ -8,6 +8,7 @@
 #include "latentkv/decode.h"
 #include "latentkv/error.h"
 #ifdef LKV_WITH_CUDA
+#include "cuda_common/cuda_check.h"
 #include "cuda_common/device_cache.h"
 #include "decode/cuda/launch.h"
 #endif
@@ -148,12 +149,20 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
 
   // A plan is checked wherever it is given (the CPU paths do not need one, but a plan for other
   // shapes is a caller bug either way).
-  if (const DecodePlan* plan = a.plan)
+  if (const DecodePlan* plan = a.plan) {
     LKV_CHECK(plan->b == b && plan->s_q == s_q && plan->h_q == h_q && plan->topk == p.main.topk &&
                   plan->extra_topk == p.extra.topk,
               "sparse_decode: the plan was made for b=", plan->b, " s_q=", plan->s_q, " h_q=",
               plan->h_q, " topk=", plan->topk, " extra_topk=", plan->extra_topk, ", not for b=", b,
               " s_q=", s_q, " h_q=", h_q, " topk=", p.main.topk, " extra_topk=", p.extra.topk);
+    // A plan is a plain struct a caller can edit: it must still cover every candidate once.
+    LKV_CHECK(plan->num_splits >= 1 && plan->num_splits <= 65535 && plan->keys_per_split >= 1 &&
+                  plan->num_splits * plan->keys_per_split >= p.main.topk + p.extra.topk &&
+                  (plan->num_splits - 1) * plan->keys_per_split < p.main.topk + p.extra.topk,
+              "sparse_decode: the plan's ", plan->num_splits, " splits of ", plan->keys_per_split,
+              " candidates do not cover topk + extra_topk = ", p.main.topk + p.extra.topk,
+              " exactly once");
+  }
 
   if (impl != DecodeImpl::kCuda) {
     if (impl == DecodeImpl::kCpuOracle) decode::sparse_decode_oracle(p);
@@ -161,6 +170,7 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
     return;
   }
 #ifdef LKV_WITH_CUDA
+  const cuda_common::DeviceGuard guard(dev.index);
   // The kernel reads q rows and writes out rows with 16-byte accesses.
   const auto aligned16 = [](const TensorView& t) {
     return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride(0) % 8 == 0 &&
@@ -185,6 +195,8 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   if (ws) {
     LKV_CHECK(a.workspace_bytes >= need, "sparse_decode: workspace of ", a.workspace_bytes,
               " bytes is too small, the plan needs ", need, " (sparse_decode_workspace_bytes)");
+    LKV_CHECK(reinterpret_cast<uintptr_t>(ws) % 256 == 0,
+              "sparse_decode: workspace must be 256-byte aligned");
   } else if (need > 0) {
     ws = cuda_common::cached_buffer(cuda_common::BufferPurpose::kDecodeScratch, need, dev.index,
                                     stream);

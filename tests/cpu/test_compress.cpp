@@ -2,6 +2,7 @@
 // (compress/check.h), the two modes, every stress shape of the issue, every error path, determinism.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -190,7 +191,9 @@ TEST(CompressCpu, ErrorsNameTheValueAndWriteNothing) {
       {"boundary_token_indices[1] = 5000", [](auto& w, auto&) { w.boundary[1] = 5000; }},
       {"slot 100000", [](auto& w, auto&) { w.slot_mapping[w.boundary[2]] = 100000; }},
       {"request 7", [](auto& w, auto&) { w.token_to_req[w.boundary[0]] = 7; }},
-      {"window starting at -1", [](auto& w, auto&) { w.positions[w.boundary[0]] = 126; }},
+      {"position 126 with compress_ratio 128 has a window starting before position 0", [](auto& w, auto&) { w.positions[w.boundary[0]] = 126; }},
+      {"position -9223372036854775807 with compress_ratio 128",  // no overflow past the check
+       [](auto& w, auto&...) { w.positions[w.boundary[1]] = INT64_MIN + 1; }},
       {"logical block 64", [](auto& w, auto&) { w.positions[w.boundary[3]] = 512; }},
       {"to block 999", [](auto& w, auto&) { w.block_table[3] = 999; }},
       {"to block -4", [](auto& w, auto&) { w.block_table[5] = -4; }},

@@ -3,6 +3,7 @@
 // and bitwise determinism. Runs only where a CUDA device exists.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -196,7 +197,9 @@ TEST(CompressCuda, ErrorsNameTheValueAndWriteNothing) {
       {"boundary_token_indices[1] = 5000", [](auto& w) { w.boundary[1] = 5000; }},
       {"slot 100000", [](auto& w) { w.slot_mapping[w.boundary[2]] = 100000; }},
       {"request 7", [](auto& w) { w.token_to_req[w.boundary[0]] = 7; }},
-      {"window starting at -1", [](auto& w) { w.positions[w.boundary[0]] = 126; }},
+      {"position 126 with compress_ratio 128 has a window starting before position 0", [](auto& w) { w.positions[w.boundary[0]] = 126; }},
+      {"position -9223372036854775807 with compress_ratio 128",  // no overflow past the check
+       [](auto& w, auto&...) { w.positions[w.boundary[1]] = INT64_MIN + 1; }},
       {"logical block 64", [](auto& w) { w.positions[w.boundary[3]] = 512; }},
       {"to block 999", [](auto& w) { w.block_table[3] = 999; }},
       {"to block -4", [](auto& w) { w.block_table[5] = -4; }},
@@ -287,4 +290,18 @@ TEST(CompressCuda, CallerWorkspaceOnAStreamCapturedInAGraph) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+TEST(CompressCuda, MoreOutputsThanAGridDimensionOf65535) {
+  REQUIRE_GPU();
+  // C = 4 (DeepSeek V4's short compressor) over 280000 tokens: 70000 outputs run on grid x.
+  WorkloadOptions o;
+  o.num_reqs = 1;
+  o.tokens_per_req = 280000;
+  o.compress_ratio = 4;
+  o.block_size = 16;
+  o.page_size = 64;
+  CompressWorkload w = make_workload(o);
+  ASSERT_EQ(w.num_outputs, 70000);
+  gpu_run_and_check(w, "70000 outputs, C=4");
 }

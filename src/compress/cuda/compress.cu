@@ -107,7 +107,7 @@ size_t workspace_bytes(const Params& p, int device) { return layout_for(p, devic
 
 ValidationFailure validate(const Params& p, void* workspace, Stream stream) {
   int device = 0;
-  LKV_CUDA_CHECK(cudaGetDevice(&device));
+  LKV_CUDA_CHECK(cudaGetDevice(&device));  // the dispatcher's DeviceGuard made it the tensors' device
   const Layout l = layout_for(p, device);
   auto* base = static_cast<uint8_t*>(workspace);
   auto* owners = reinterpret_cast<int32_t*>(base + l.owners);
@@ -139,13 +139,18 @@ ValidationFailure validate(const Params& p, void* workspace, Stream stream) {
 void compress(const Params& p, bool functional, int64_t page_extent, void* workspace,
               int* counters, bool zero_counters, Stream stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (functional && p.num_slots > 0)
-    LKV_CUDA_CHECK(cudaMemset2DAsync(p.kv, p.page_stride, 0, page_extent,
-                                     p.num_slots / p.page_size, s));
-  if (p.num_outputs == 0) return;
   int device = 0;
-  LKV_CUDA_CHECK(cudaGetDevice(&device));
+  LKV_CUDA_CHECK(cudaGetDevice(&device));  // the dispatcher's DeviceGuard made it the tensors' device
   const SplitPlan plan = plan_for(p, device);
+  // Launch limits, checked before anything is written: outputs run on grid x, splits on grid y.
+  LKV_CHECK(p.num_outputs <= 0x7fffffff && plan.num_splits <= 65535, "compress_kv on CUDA: ",
+            p.num_outputs, " outputs in ", plan.num_splits, " splits exceed the launch limits");
+  const int64_t num_pages = p.num_slots / p.page_size;
+  if (functional && num_pages == 1)
+    LKV_CUDA_CHECK(cudaMemsetAsync(p.kv, 0, page_extent, s));  // one page: its stride is no pitch
+  else if (functional && num_pages > 1)
+    LKV_CUDA_CHECK(cudaMemset2DAsync(p.kv, p.page_stride, 0, page_extent, num_pages, s));
+  if (p.num_outputs == 0) return;
   const Layout l = layout_for(p, device);
   auto* base = static_cast<uint8_t*>(workspace);
   float* partials = reinterpret_cast<float*>(base + l.partials);

@@ -1,6 +1,6 @@
 // compress/cuda/kernel.cuh: the single-launch compress_kv kernel.
 //
-// Grid: (num_splits, num_outputs); 256 threads = 2 row groups x 128 lanes; lane l owns dims
+// Grid: (num_outputs, num_splits); 256 threads = 2 row groups x 128 lanes; lane l owns dims
 // 4l..4l+3 (one float4 of values, one of scores per row). A CTA:
 //   1. resolves its output (skips it when its indices are invalid or its slot is < 0),
 //   2. resolves the addresses of its window rows once, one block-table read per logical block,
@@ -68,8 +68,8 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   const int tid = threadIdx.x;
   const int group = tid / kLanesPerRow;
   const int lane = tid % kLanesPerRow;
-  const int64_t out = blockIdx.y;
-  const int64_t split = blockIdx.x;
+  const int64_t out = blockIdx.x;  // x: up to 2^31 - 1 outputs (y and z stop at 65535)
+  const int64_t split = blockIdx.y;
 
   // ---- 1. The output. Every CTA of an output reaches the same verdict, so none waits in vain.
   const int64_t b = p.boundary[out];
@@ -78,10 +78,11 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   const int64_t req = p.token_to_req[b];
   const int64_t pos = p.positions[b];
   const int64_t C = p.compress_ratio;
-  const int64_t first = pos - C + 1;
-  if (slot < 0 || slot >= p.num_slots || req < 0 || req >= p.num_reqs || first < 0 ||
+  // pos < C - 1 first: pos - C + 1 would overflow for pos near INT64_MIN (params.h says the same).
+  if (slot < 0 || slot >= p.num_slots || req < 0 || req >= p.num_reqs || pos < C - 1 ||
       pos / p.block_size >= p.blocks_per_req || (pos / C) * C >= p.max_pos)
     return;
+  const int64_t first = pos - C + 1;
 
   // The finishing CTA needs its lanes' RMSNorm weights and RoPE cos/sin; loading them now keeps
   // two dependent memory latencies off the end of the kernel.
@@ -240,16 +241,17 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
 
   uint8_t* data = p.kv + data_offset(p, slot);
   uint8_t* scales = p.kv + scale_offset(p, slot);
+  // Groups of 64 dims are 16 aligned lanes; the xor-shuffle stays inside a group. Every lane takes
+  // part (the RoPE lanes' maxima are unused) so the full-mask shuffles never diverge.
+  float z[4], amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    z[k] = num::round_bf16(y[k]);
+    amax = fmaxf(amax, fabsf(z[k]));
+  }
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, 16));
   if (dim0 < kNope) {
-    // Groups of 64 dims are 16 aligned lanes; the xor-shuffle stays inside a group.
-    float z[4], amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      z[k] = num::round_bf16(y[k]);
-      amax = fmaxf(amax, fabsf(z[k]));
-    }
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, 16));
     const int e = num::compressor_scale_exp(amax, kFp8 ? 1.0f / 448.0f : 1.0f / 127.0f);
     const float inv_scale = num::exp2i(-e);
     uint32_t word = 0;

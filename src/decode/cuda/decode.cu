@@ -17,7 +17,12 @@ __global__ void __launch_bounds__(256) combine_kernel(const Params p) {
   const int64_t h = row % p.h_q, ij = row / p.h_q, i = ij / p.s_q, j = ij % p.s_q;
   const float* lses = p.partial_lse + row * p.num_splits;
   float m = -INFINITY;
-  for (int64_t s = 0; s < p.num_splits; ++s) m = fmaxf(m, lses[s]);
+  bool nan = false;  // fmaxf skips NaN: a NaN split must still poison the row, as on the CPU
+  for (int64_t s = 0; s < p.num_splits; ++s) {
+    m = fmaxf(m, lses[s]);
+    nan |= lses[s] != lses[s];
+  }
+  if (nan) m = NAN;
   float acc[16];
 #pragma unroll
   for (int k = 0; k < 16; ++k) acc[k] = 0.0f;

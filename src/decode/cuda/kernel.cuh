@@ -393,7 +393,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Params
     const int row = mt * 16 + g + 8 * r;
     const int64_t h = h0 + row;
     const float sum = sSum[row] + sSum[kHeadsPerCta + row];
-    const bool lonely = !(sum > 0.0f);
+    // Lonely means no valid key (sum exactly 0: the best key alone contributes exp2(0) = 1). A NaN
+    // sum is not lonely: NaN then reaches out and lse, as on the CPU.
+    const bool lonely = sum == 0.0f;
     // lse in natural log; +inf for a lonely query (a split with no valid key in the split case is
     // reported as -inf so that the combine gives it no weight).
     const float lse_split = lonely ? -INFINITY : (row_max[r] + __log2f(sum)) * kLn2;

@@ -20,20 +20,6 @@ constexpr int kThreadsPerToken = kMaxUnits;
 // positions_to_slots: one thread per position.
 constexpr int kSlotsThreads = 256;
 
-// Makes `device` current for the scope and restores the caller's device after.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    LKV_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) LKV_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 __device__ __forceinline__ int64_t slot_at(const void* slots, bool i64, int64_t i) {
   return i64 ? static_cast<const int64_t*>(slots)[i] : static_cast<const int32_t*>(slots)[i];
@@ -111,7 +97,7 @@ void check_grid(int64_t num_ctas, const char* what) {
 void quantize(const QuantizeParams& p, int device, Stream stream) {
   if (p.n == 0) return;
   check_grid(p.n, "quantize");
-  DeviceGuard guard(device);
+  cuda_common::DeviceGuard guard(device);
   const auto s = static_cast<cudaStream_t>(stream);
   switch (p.format) {
     case CacheFormat::v32_fp8: return launch_quantize<CacheFormat::v32_fp8>(p, s);
@@ -125,7 +111,7 @@ void quantize(const QuantizeParams& p, int device, Stream stream) {
 void dequantize(const DequantizeParams& p, int device, Stream stream) {
   if (p.n == 0) return;
   check_grid(p.n, "dequantize");
-  DeviceGuard guard(device);
+  cuda_common::DeviceGuard guard(device);
   const auto s = static_cast<cudaStream_t>(stream);
   switch (p.format) {
     case CacheFormat::v32_fp8: return launch_dequantize<CacheFormat::v32_fp8>(p, s);
@@ -141,7 +127,7 @@ void positions_to_slots(const PositionsToSlotsParams& p, int device, Stream stre
   if (total == 0) return;
   const int64_t blocks = (total + kSlotsThreads - 1) / kSlotsThreads;
   check_grid(blocks, "positions_to_slots");
-  DeviceGuard guard(device);
+  cuda_common::DeviceGuard guard(device);
   positions_to_slots_kernel<<<static_cast<unsigned>(blocks), kSlotsThreads, 0,
                               static_cast<cudaStream_t>(stream)>>>(p);
   LKV_CUDA_CHECK_LAUNCH();
@@ -149,7 +135,7 @@ void positions_to_slots(const PositionsToSlotsParams& p, int device, Stream stre
 
 void copy_to_host(void* dst, const void* src, size_t bytes, int device, Stream stream) {
   if (bytes == 0) return;
-  DeviceGuard guard(device);
+  cuda_common::DeviceGuard guard(device);
   const auto s = static_cast<cudaStream_t>(stream);
   LKV_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
   LKV_CUDA_CHECK(cudaStreamSynchronize(s));

@@ -8,7 +8,7 @@ namespace latentkv::compress::cuda {
 template <>
 void launch_compress_kernel<false>(const Params& p, const SplitPlan& plan, float* partials,
                                  int* counters, Stream stream) {
-  const dim3 grid(static_cast<unsigned>(plan.num_splits), static_cast<unsigned>(p.num_outputs));
+  const dim3 grid(static_cast<unsigned>(p.num_outputs), static_cast<unsigned>(plan.num_splits));
   compress_kernel<false><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, plan, partials,
                                                                               counters);
   LKV_CUDA_CHECK_LAUNCH();

@@ -8,12 +8,9 @@ namespace latentkv::decode::cuda {
 template <>
 void launch_decode_kernel<CacheFormat::v4_fp8>(const Params& p, Stream stream) {
   constexpr int kSmem = SmemLayout<FormatTraits<CacheFormat::v4_fp8>::kDqk>::total;
-  static bool configured = false;  // the attribute is per function; setting it once suffices
-  if (!configured) {
-    LKV_CUDA_CHECK(cudaFuncSetAttribute(sparse_decode_kernel<CacheFormat::v4_fp8>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    configured = true;
-  }
+  // Set on every launch: the attribute belongs to the current device, and setting it is cheap.
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(sparse_decode_kernel<CacheFormat::v4_fp8>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(static_cast<unsigned>(p.b * p.s_q),
                   static_cast<unsigned>((p.h_q + kHeadsPerCta - 1) / kHeadsPerCta),
                   static_cast<unsigned>(p.num_splits));
