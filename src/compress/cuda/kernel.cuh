@@ -7,9 +7,13 @@
 //   3. streams its rows with a per-dimension online softmax (max, sum, weighted sum),
 //   4. merges its two row groups through shared memory,
 //   5. with several splits, publishes its triple and lets the last CTA of the output merge all
-//      triples in split order (so results are bitwise deterministic),
+//      triples in a fixed order (row group 0 takes splits 0, 2, 4, ..., row group 1 takes 1, 3,
+//      5, ..., then group 1's result is merged into group 0's), so results are bitwise
+//      deterministic whichever CTA finishes last,
 //   6. normalises, quantizes, rotates and writes the 584-byte record.
-// Invalid indices are never followed: a bad block skips its rows, a bad output writes nothing.
+// Invalid indices are never followed: a bad block skips its rows (a window whose blocks are all bad
+// still writes a record, of NaN or zero payload: only possible with the index checks off), and an
+// output whose own indices are bad writes nothing.
 #pragma once
 
 #include <cuda_runtime.h>
