@@ -166,7 +166,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   __syncthreads();
   if (group == 0) merge_triple(t, s_merge, dim0);
 
-  // ---- 5. Across splits: publish, count, and let the last CTA merge in split order.
+  // ---- 5. Across splits: publish, count, and let the last CTA merge them in a fixed order.
   if (plan.num_splits > 1) {
     if (group == 0) {
       float* mine = partials + (out * plan.num_splits + split) * 3 * kDim;
