@@ -9,14 +9,10 @@
 #include <limits>
 #include <vector>
 
+#include "cpu_common/attend_oracle.h"
 #include "dense/cpu/dense_cpu.h"
 
 namespace latentkv::dense {
-namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-}  // namespace
 
 void dense_decode_oracle(const Params& p) {
   const int64_t pairs = p.b * p.s_q;
@@ -51,26 +47,12 @@ void dense_decode_oracle(const Params& p) {
         loaded_kv_head = kv_head;
       }
 
-      // s = softmax_scale * q . k
-      double m = -kInf;
-      for (int64_t t = 0; t < n; ++t) {
-        double dot = 0;
-        for (int d = 0; d < p.d_qk; ++d) dot += half_to_f32(p.dtype, q[d]) * k[t * p.d_qk + d];
-        s[t] = static_cast<double>(p.scale) * dot;
-        m = std::fmax(m, s[t]);
-      }
-
-      // lse = ln(sum exp(s)), with the maximum taken out for range.
-      double sum = 0;
-      for (int64_t t = 0; t < n; ++t) sum += std::exp(s[t] - m);
-      const double l = m + std::log(sum);
-
-      // out = softmax(s) @ V, V being the first 512 dims of K.
-      double acc[kDimV] = {};
-      for (int64_t t = 0; t < n; ++t) {
-        const double w = std::exp(s[t] - m) / sum;
-        for (int d = 0; d < kDimV; ++d) acc[d] += w * k[t * p.d_qk + d];
-      }
+      std::vector<double> qd(static_cast<size_t>(p.d_qk));
+      for (int d = 0; d < p.d_qk; ++d) qd[d] = half_to_f32(p.dtype, q[d]);
+      double acc[kDimV];
+      const double l = cpu_common::attend_row_f64(qd.data(), k.data(), n, p.d_qk,
+                                                  static_cast<double>(p.scale), s.data(), acc)
+                           .lse;
       for (int d = 0; d < kDimV; ++d) out[d] = f32_to_half(p.dtype, static_cast<float>(acc[d]));
       *lse = static_cast<float>(l);
     }

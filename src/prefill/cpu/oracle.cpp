@@ -8,12 +8,11 @@
 #include <limits>
 #include <vector>
 
+#include "cpu_common/attend_oracle.h"
 #include "prefill/cpu/prefill_cpu.h"
 
 namespace latentkv::prefill {
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // The attended kv rows of query row `row`, in candidate order (a repeated index counts twice).
 std::vector<int64_t> attended_set(const Params& p, int64_t row) {
@@ -57,33 +56,14 @@ void sparse_prefill_oracle(const Params& p) {
         continue;
       }
 
-      // s = sm_scale * q . k, and its maximum (the max_logits output).
-      double m = -kInf;
-      for (int64_t t = 0; t < n; ++t) {
-        double dot = 0;
-        for (int d = 0; d < p.d_qk; ++d) dot += num::bf16_to_f32(q[d]) * k[t * p.d_qk + d];
-        s[t] = static_cast<double>(p.sm_scale) * dot;
-        m = std::fmax(m, s[t]);
-      }
-
-      // lse = ln(sum exp(s)), with the maximum taken out for range.
-      double sum = 0;
-      for (int64_t t = 0; t < n; ++t) sum += std::exp(s[t] - m);
-      const double l = m + std::log(sum);
-
-      // out = softmax(s) @ V, V being the first 512 dims of K.
-      double acc[kDimV] = {};
-      for (int64_t t = 0; t < n; ++t) {
-        const double w = std::exp(s[t] - m) / sum;
-        for (int d = 0; d < kDimV; ++d) acc[d] += w * k[t * p.d_qk + d];
-      }
-
-      // The sink scales the output by 1 / (1 + exp(sink - lse)); lse and max_logits are unchanged.
-      double factor = 1;
-      if (p.sink) {
-        const double sink = p.sink[h];
-        factor = sink == kInf ? 0.0 : 1.0 / (1.0 + std::exp(sink - l));
-      }
+      std::vector<double> qd(static_cast<size_t>(p.d_qk));
+      for (int d = 0; d < p.d_qk; ++d) qd[d] = num::bf16_to_f32(q[d]);
+      double acc[kDimV];
+      const cpu_common::AttendRow r = cpu_common::attend_row_f64(
+          qd.data(), k.data(), n, p.d_qk, static_cast<double>(p.sm_scale), s.data(), acc);
+      const double l = r.lse, m = r.max_logit;
+      // The sink scales out only; lse and max_logits are unchanged.
+      const double factor = p.sink ? cpu_common::sink_factor(p.sink[h], l) : 1.0;
       for (int d = 0; d < kDimV; ++d)
         out[d] = num::f32_to_bf16(static_cast<float>(acc[d] * factor));
       *max_logits = static_cast<float>(m);
