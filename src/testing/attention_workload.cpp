@@ -40,13 +40,6 @@ enum DrawStream : uint64_t {
   kStreamGarbage = 8,
 };
 
-// The invalid index values a caller can pass: FlashMLA's -1, other negatives, one past the end,
-// and the extremes of int32 (which overflow naive row arithmetic).
-int32_t invalid_index(uint64_t r, int64_t len) {
-  const int32_t values[5] = {INT_MIN, -2, static_cast<int32_t>(len), INT_MAX, -1};
-  return values[r % 5];
-}
-
 // Sinks near the typical lse (ln(keys) for randn scores) so that they matter.
 std::vector<float> make_sinks(int64_t h_q, float special, uint64_t seed) {
   std::vector<float> sink(static_cast<size_t>(h_q));

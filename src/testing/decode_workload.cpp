@@ -34,13 +34,6 @@ enum DrawStream : uint64_t {
   kStreamAdversarial = 9,
 };
 
-// The invalid index values a caller can pass: FlashMLA's -1, other negatives, one past the end, and
-// the extremes of int32 (which overflow naive slot arithmetic).
-int32_t invalid_index(uint64_t r, int64_t num_slots) {
-  const int32_t values[5] = {INT_MIN, -2, static_cast<int32_t>(num_slots), INT_MAX, -1};
-  return values[r % 5];
-}
-
 int64_t pages_for(int64_t tokens, int64_t page_size) {
   return std::max<int64_t>(1, (tokens + page_size - 1) / page_size);
 }

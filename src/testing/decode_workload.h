@@ -18,6 +18,13 @@
 
 namespace latentkv::testing {
 
+// The invalid index values a caller can pass, picked by r: FlashMLA's -1, other negatives, one past
+// the end (`end`), and the extremes of int32 (which overflow naive slot or row arithmetic).
+inline int32_t invalid_index(uint64_t r, int64_t end) {
+  const int32_t values[5] = {INT32_MIN, -2, static_cast<int32_t>(end), INT32_MAX, -1};
+  return values[r % 5];
+}
+
 struct DecodeWorkloadOptions {
   int64_t b = 2, s_q = 1, h_q = 16, topk = 64, page_size = 64;
   CacheFormat format = CacheFormat::v32_fp8;

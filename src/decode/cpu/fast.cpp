@@ -13,13 +13,13 @@
 #include <limits>
 #include <vector>
 
+#include "cpu_common/head_block.h"
 #include "decode/cpu/decode_cpu.h"
 
 namespace latentkv::decode {
 namespace {
 
-// Heads per block: 4 accumulators of 512 floats (8 KiB) and the current key row (2.3 KiB) stay in L1.
-constexpr int kHeadBlock = 4;
+using cpu_common::kHeadBlock;
 
 struct Scratch {
   std::vector<const CacheRef*> cache;  // [n] the cache of each attended token
@@ -30,13 +30,6 @@ struct Scratch {
   std::vector<float> s;                // [kHeadBlock, n] scores, then exp(s - max)
   alignas(64) float acc[kHeadBlock][kDimV];
 };
-
-float dot(const float* a, const float* b, int n) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int d = 0; d < n; ++d) sum += a[d] * b[d];
-  return sum;
-}
 
 // Gathers the attended tokens of (i, j), main then extra, and dequantizes each once.
 int64_t gather(const Params& p, int64_t i, int64_t j, Scratch& w) {
@@ -72,48 +65,15 @@ void head_block(const Params& p, int64_t i, int64_t j, int64_t h0, int nh, int64
     for (int d = 0; d < d_qk; ++d) qf[d] = num::bf16_to_f32(q[d]) * p.scale;
   }
 
-  // Pass 1: scores, each key row read once for the whole block.
-  float m[kHeadBlock];
-  std::fill(m, m + kHeadBlock, -std::numeric_limits<float>::infinity());
-  for (int64_t t = 0; t < n; ++t) {
-    const float* kt = w.k.data() + t * d_qk;
-    for (int hh = 0; hh < nh; ++hh) {
-      const float s = dot(w.q.data() + hh * d_qk, kt, d_qk);
-      w.s[hh * n + t] = s;
-      m[hh] = std::fmax(m[hh], s);
-    }
-  }
-
-  // Pass 2: unnormalised weights, their sum, and the weighted sum of V (the first 512 dims of K).
-  float sum[kHeadBlock] = {};
-  for (int hh = 0; hh < nh; ++hh) {
-    float* s = w.s.data() + hh * n;
-    for (int64_t t = 0; t < n; ++t) {
-      s[t] = std::exp(s[t] - m[hh]);
-      sum[hh] += s[t];
-    }
-    std::fill(w.acc[hh], w.acc[hh] + kDimV, 0.0f);
-  }
-  for (int64_t t = 0; t < n; ++t) {
-    const float* vt = w.k.data() + t * d_qk;
-    for (int hh = 0; hh < nh; ++hh) {
-      const float pw = w.s[hh * n + t];
-      float* acc = w.acc[hh];
-#pragma omp simd
-      for (int d = 0; d < kDimV; ++d) acc[d] += pw * vt[d];
-    }
-  }
+  float m[kHeadBlock], sum[kHeadBlock];
+  cpu_common::attend_head_block(w.q.data(), nh, w.k.data(), n, d_qk, d_qk, kDimV, w.s.data(), w.acc, m,
+                                sum);
 
   // Normalise, apply the sink (lse unchanged; a +inf sink zeroes the output), write.
   for (int hh = 0; hh < nh; ++hh) {
     const int64_t h = h0 + hh;
     const float lse = m[hh] + std::log(sum[hh]);
-    float factor = 1.0f;
-    if (p.sink) {
-      const float sink = p.sink[h];
-      factor = sink == std::numeric_limits<float>::infinity() ? 0.0f
-                                                              : 1.0f / (1.0f + std::exp(sink - lse));
-    }
+    const float factor = p.sink ? cpu_common::sink_factor(p.sink[h], lse) : 1.0f;
     const float inv = factor / sum[hh];
     uint16_t* out = p.out + i * p.stride_out_b + j * p.stride_out_s + h * p.stride_out_h;
     for (int d = 0; d < kDimV; ++d) out[d] = num::f32_to_bf16(w.acc[hh][d] * inv);
