@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
-#   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode]   (default: all)
+#   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [demo] [python]
+#   (default: all)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
 # test: the CPU suites and every CUDA suite; sanitize: compute-sanitizer memcheck on the adversarial
 # index tests; reference: bench/compress_reference.py (PyTorch reference times and byte comparison);
 # bench: `latentkv bench compress` for both payload formats, with the reference times;
-# decode: `latentkv bench decode` (FlashMLA's sparse-decode cases).
+# decode: `latentkv bench decode` (FlashMLA's sparse-decode cases); demo: `latentkv demo --device cuda`
+# (the production-like size); python: `pip install .` into a venv that sees the machine's torch, then
+# pytest (the CUDA tests included) and bench/python_overhead.py.
 # Logs and JSON results go to $OUT (or ./out); a short table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
-stages="${*:-build test sanitize reference bench decode}"
+stages="${*:-build test sanitize reference bench decode demo python}"
 has() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
@@ -68,6 +71,20 @@ fi
 if has decode; then
   ./build-gpu/latentkv bench decode --device cuda --json "$OUT/decode-h200.json" 2>&1 | tee "$OUT/bench-decode.log"
   note "bench decode: $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode.log" | tr -s ' ' | tr '\n' ';')"
+fi
+
+if has demo; then
+  ./build-gpu/latentkv demo --device cuda --json "$OUT/demo-h200.json" >"$OUT/demo.log" 2>&1
+  rc=$?
+  tail -25 "$OUT/demo.log"
+  note "demo rc=$rc"
+fi
+
+if has python; then
+  bash scripts/gpu_python.sh >"$OUT/python.log" 2>&1
+  rc=$?
+  grep -E 'passed|failed|error|overhead' "$OUT/python.log" | tail -20
+  note "python rc=$rc $(grep -E '[0-9]+ (passed|failed)' "$OUT/python.log" | tail -1)"
 fi
 
 # At most 8 files come back from the device machine: the logs travel as one archive.
