@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
-#   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [demo] [python]
+#   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [prefill] [dense] [demo] [python]
 #   (default: all)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
 # test: the CPU suites and every CUDA suite; sanitize: compute-sanitizer memcheck on the adversarial
 # index tests; reference: bench/compress_reference.py (PyTorch reference times and byte comparison);
 # bench: `latentkv bench compress` for both payload formats, with the reference times;
-# decode: `latentkv bench decode` (FlashMLA's sparse-decode cases); demo: `latentkv demo --device cuda`
+# decode / prefill / dense: `latentkv bench decode|prefill|dense` (FlashMLA's cases); demo: `latentkv demo --device cuda`
 # (the production-like size); python: `pip install .` into a venv that sees the machine's torch, then
 # pytest (the CUDA tests included) and bench/python_overhead.py.
 # Logs and JSON results go to $OUT (or ./out); a short table is printed last.
@@ -14,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
-stages="${*:-build test sanitize reference bench decode demo python}"
+stages="${*:-build test sanitize reference bench decode prefill dense demo python}"
 has() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
@@ -46,7 +46,7 @@ fi
 
 if has sanitize; then
   compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
-    --gtest_filter='*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases' >"$OUT/memcheck.log" 2>&1
+    --gtest_filter='*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism' >"$OUT/memcheck.log" 2>&1
   note "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 fi
 
@@ -72,6 +72,13 @@ if has decode; then
   ./build-gpu/latentkv bench decode --device cuda --json "$OUT/decode-h200.json" 2>&1 | tee "$OUT/bench-decode.log"
   note "bench decode: $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode.log" | tr -s ' ' | tr '\n' ';')"
 fi
+
+for op in prefill dense; do
+  if has $op; then
+    ./build-gpu/latentkv bench $op --device cuda --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
+    note "bench $op: $(grep -E '_h128_d576_len$|^sq4096_skv65536_topk2048_h128_d576 |_h128_sq2' "$OUT/bench-$op.log" | tr -s ' ' | tr '\n' ';')"
+  fi
+done
 
 if has demo; then
   ./build-gpu/latentkv demo --device cuda --json "$OUT/demo-h200.json" >"$OUT/demo.log" 2>&1

@@ -1,7 +1,7 @@
 // dense_decode: validation of every argument (shapes, dtypes, devices, strides, and on the host the
-// lengths and every block-table entry a request needs), then dispatch to the CPU oracle or the CPU
-// fast path. The CUDA backend does not exist yet: CUDA tensors raise a not-built error after the
-// shape checks. Nothing is written before every check has passed.
+// lengths and every block-table entry a request needs), then dispatch to the CPU oracle, the CPU
+// fast path or the CUDA backend (the shared attention kernel, decode/cuda/kernel.cuh). Nothing is
+// written before every check has passed.
 #include <cmath>
 #include <utility>
 
@@ -10,6 +10,11 @@
 #include "latentkv/dense.h"
 #include "latentkv/error.h"
 #include "latentkv/formats.h"
+#ifdef LKV_WITH_CUDA
+#include "cuda_common/cuda_check.h"
+#include "cuda_common/device_cache.h"
+#include "dense/cuda/launch.h"
+#endif
 
 namespace latentkv {
 namespace {
@@ -32,10 +37,47 @@ void check_lengths_and_block_table(const dense::Params& p) {
   }
 }
 
+#ifdef LKV_WITH_CUDA
+// Lengths and block-table entries live on the device: the host does not read them (that would
+// synchronise and break graph capture). The kernel clamps each length into [0, max_pages * P] and
+// treats a block-table entry outside [0, num_pages) as unattended tokens, so bad values give wrong
+// attention sets but never an out-of-bounds read.
+void run_cuda(const dense::Params& p, const DenseDecodeArgs& a, Stream stream) {
+  const int device = a.q.device.index;
+  const cuda_common::DeviceGuard guard(device);
+  LKV_CHECK(p.d_qk == 512 || p.d_qk == 576,
+            "dense_decode on CUDA supports d_qk 512 and 576, got d_qk=", p.d_qk);
+  LKV_CHECK(!p.fp8 || p.dtype == dense::Half::bf16,
+            "dense_decode on CUDA with an fp8 (v32_fp8) cache needs bf16 q; got f16 (the "
+            "dequantized keys are bf16 values, which f16 cannot hold exactly)");
+  // The kernel moves q, out and key rows with 16-byte accesses.
+  const auto aligned16 = [](const TensorView& t, int inner) {
+    bool ok = reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+    for (int d = 0; d < inner; ++d) ok = ok && (t.size(d) <= 1 || t.stride(d) * dtype_size(t.dtype) % 16 == 0);
+    return ok;
+  };
+  LKV_CHECK(aligned16(a.q, 3), "dense_decode on CUDA needs q rows aligned to 16 bytes");
+  LKV_CHECK(aligned16(a.out, 3), "dense_decode on CUDA needs out rows aligned to 16 bytes");
+  LKV_CHECK(aligned16(a.k_cache, 3), "dense_decode on CUDA needs k_cache rows (and pages) aligned to 16 bytes");
+  LKV_CHECK(p.max_pages * p.page_size < (int64_t{1} << 31),
+            "dense_decode on CUDA supports max_pages * P < 2^31, got ", p.max_pages * p.page_size);
+  LKV_CHECK(p.h_kv * ((p.h_q / p.h_kv + 63) / 64) <= 65535,
+            "dense_decode on CUDA supports h_kv * ceil(h_q / h_kv / 64) <= 65535, got h_q=", p.h_q,
+            " h_kv=", p.h_kv);
+  const dense::cuda::SplitPlan plan = dense::cuda::plan_splits(p, cuda_common::sm_count(device));
+  const size_t need = dense::cuda::workspace_bytes(p, plan);
+  // Stream-ordered scratch shared with the other attention ops on this stream.
+  void* ws = need ? cuda_common::cached_buffer(cuda_common::BufferPurpose::kDecodeScratch, need,
+                                               device, stream)
+                  : nullptr;
+  dense::cuda::dense_decode(p, plan, ws, stream);
+}
+#endif
+
 }  // namespace
 
 void dense_decode(const DenseDecodeArgs& a, Stream stream, DenseImpl impl) {
-  (void)stream;  // the CPU backends run synchronously on the calling thread's OpenMP team
+  // The CPU backends run synchronously on the calling thread's OpenMP team; CUDA on `stream`.
 
   // ---- Shapes and dtypes.
   LKV_CHECK_TYPE(a.q.dtype == DType::bf16 || a.q.dtype == DType::f16,
@@ -101,8 +143,6 @@ void dense_decode(const DenseDecodeArgs& a, Stream stream, DenseImpl impl) {
   LKV_CHECK_TYPE((impl == DenseImpl::kCuda) == dev.is_cuda(), "dense_decode: implementation ",
                  impl == DenseImpl::kCuda ? "cuda" : "cpu", " cannot run on tensors on ",
                  dev.str());
-  if (impl == DenseImpl::kCuda)
-    LKV_FAIL(ErrorKind::kNotBuilt, "dense_decode: the CUDA backend does not exist yet");
 
   // ---- Parameters.
   p.q = a.q.ptr<const uint16_t>();
@@ -129,6 +169,15 @@ void dense_decode(const DenseDecodeArgs& a, Stream stream, DenseImpl impl) {
   p.causal = a.causal;
   p.scale = a.softmax_scale > 0.0f ? a.softmax_scale
                                    : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_qk)));
+  if (impl == DenseImpl::kCuda) {
+#ifdef LKV_WITH_CUDA
+    run_cuda(p, a, stream);
+    return;
+#else
+    (void)stream;
+    LKV_FAIL(ErrorKind::kNotBuilt, "dense_decode: latentkv was built without CUDA");
+#endif
+  }
   check_lengths_and_block_table(p);
 
   if (impl == DenseImpl::kCpuOracle) dense::dense_decode_oracle(p);

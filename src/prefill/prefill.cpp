@@ -1,7 +1,7 @@
 // sparse_prefill: validation of every argument (shapes, dtypes, devices, strides, and for the
-// batched form the sequence offsets), then dispatch to the CPU oracle or the CPU fast path. The
-// CUDA backend does not exist yet: CUDA tensors raise a not-built error after the shape checks.
-// Nothing is written before every check has passed.
+// batched form the sequence offsets), then dispatch to the CPU oracle, the CPU fast path or the CUDA
+// backend (the shared attention kernel, decode/cuda/kernel.cuh). Nothing is written before every
+// check has passed.
 #include <cmath>
 #include <tuple>
 #include <utility>
@@ -10,6 +10,11 @@
 #include "latentkv/prefill.h"
 #include "prefill/cpu/prefill_cpu.h"
 #include "prefill/params.h"
+#ifdef LKV_WITH_CUDA
+#include "cuda_common/cuda_check.h"
+#include "cuda_common/device_cache.h"
+#include "prefill/cuda/launch.h"
+#endif
 
 namespace latentkv {
 namespace {
@@ -85,9 +90,44 @@ PrefillImpl resolve_impl(const SparsePrefillArgs& a, const TensorView* offsets_q
   return impl;
 }
 
-void run(const prefill::Params& p, PrefillImpl impl) {
-  if (impl == PrefillImpl::kCuda)
-    LKV_FAIL(ErrorKind::kNotBuilt, "sparse_prefill: the CUDA backend does not exist yet");
+#ifdef LKV_WITH_CUDA
+void run_cuda(const prefill::Params& p, const SparsePrefillArgs& a, Stream stream) {
+  const int device = a.q.device.index;
+  const cuda_common::DeviceGuard guard(device);
+  LKV_CHECK(p.d_qk == 512 || p.d_qk == 576,
+            "sparse_prefill on CUDA supports d_qk 512 and 576, got d_qk=", p.d_qk);
+  // The kernel moves q, kv and out rows with 16-byte accesses.
+  const auto aligned16 = [](const TensorView& t) {
+    bool ok = reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+    for (int d = 0; d + 1 < t.ndim; ++d) ok = ok && (t.size(d) <= 1 || t.stride(d) % 8 == 0);
+    return ok;
+  };
+  for (const auto& [t, name] : {std::pair{&a.q, "q"}, {&a.kv, "kv"}, {&a.out, "out"}})
+    LKV_CHECK(aligned16(*t), "sparse_prefill on CUDA needs ", name, " rows aligned to 16 bytes");
+  LKV_CHECK(p.s_q <= 0x7fffffff && p.h_q <= int64_t{65535} * 64,
+            "sparse_prefill on CUDA supports s_q < 2^31 and h_q <= 4194240, got s_q=", p.s_q,
+            " h_q=", p.h_q);
+  const prefill::cuda::SplitPlan plan = prefill::cuda::plan_splits(p, cuda_common::sm_count(device));
+  const size_t need = prefill::cuda::workspace_bytes(p, plan);
+  // Stream-ordered scratch shared with the other attention ops on this stream.
+  void* ws = need ? cuda_common::cached_buffer(cuda_common::BufferPurpose::kDecodeScratch, need,
+                                               device, stream)
+                  : nullptr;
+  prefill::cuda::sparse_prefill(p, plan, ws, stream);
+}
+#endif
+
+void run(const prefill::Params& p, const SparsePrefillArgs& a, PrefillImpl impl, Stream stream) {
+  if (impl == PrefillImpl::kCuda) {
+#ifdef LKV_WITH_CUDA
+    run_cuda(p, a, stream);
+    return;
+#else
+    (void)a;
+    (void)stream;
+    LKV_FAIL(ErrorKind::kNotBuilt, "sparse_prefill: latentkv was built without CUDA");
+#endif
+  }
   if (impl == PrefillImpl::kCpuOracle) prefill::sparse_prefill_oracle(p);
   else prefill::sparse_prefill_cpu_fast(p);
 }
@@ -95,14 +135,13 @@ void run(const prefill::Params& p, PrefillImpl impl) {
 }  // namespace
 
 void sparse_prefill(const SparsePrefillArgs& a, Stream stream, PrefillImpl impl) {
-  (void)stream;  // the CPU backends run synchronously on the calling thread's OpenMP team
+  // The CPU backends run synchronously on the calling thread's OpenMP team; CUDA on `stream`.
   const prefill::Params p = make_params(a);
-  run(p, resolve_impl(a, nullptr, nullptr, impl));
+  run(p, a, resolve_impl(a, nullptr, nullptr, impl), stream);
 }
 
 void sparse_prefill_batched(const SparsePrefillArgs& a, const TensorView& seq_offsets_q,
                             const TensorView& seq_offsets_kv, Stream stream, PrefillImpl impl) {
-  (void)stream;
   prefill::Params p = make_params(a);
   SizeEnv env;
   check_tensor(seq_offsets_q, "seq_offsets_q", {"num_seqs + 1"}, DType::i64, env);
@@ -114,8 +153,9 @@ void sparse_prefill_batched(const SparsePrefillArgs& a, const TensorView& seq_of
     LKV_CHECK(t->stride(0) == 1, name, " must be contiguous");
   impl = resolve_impl(a, &seq_offsets_q, &seq_offsets_kv, impl);
 
-  // The offsets' values can be read only on the host; device offsets will be the CUDA backend's
-  // to check.
+  // The offsets' values are checked on the host only where they live there. On CUDA, reading them
+  // would synchronise; the kernel clamps every sequence's kv segment into [0, s_kv) instead, so
+  // bad device offsets give wrong attention sets but never an out-of-bounds read.
   if (impl != PrefillImpl::kCuda) {
     for (const auto& [t, name, total_name, total] :
          {std::tuple{&seq_offsets_q, "seq_offsets_q", "s_q", p.s_q},
@@ -134,7 +174,7 @@ void sparse_prefill_batched(const SparsePrefillArgs& a, const TensorView& seq_of
   p.seq_offsets_q = seq_offsets_q.ptr<const int64_t>();
   p.seq_offsets_kv = seq_offsets_kv.ptr<const int64_t>();
   p.num_seqs = num_seqs;
-  run(p, impl);
+  run(p, a, impl, stream);
 }
 
 }  // namespace latentkv

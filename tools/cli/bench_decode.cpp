@@ -56,7 +56,9 @@ std::vector<DecodeCase> decode_cases(bool small) {
   return v;
 }
 
-// A cache of num_pages pages of random, finite records of format f.
+}  // namespace
+
+// A cache of num_pages pages of random, finite records of format f (also used by bench dense).
 std::vector<uint8_t> random_cache(CacheFormat f, int64_t num_pages, int64_t P, uint64_t seed) {
   const FormatInfo& fi = format_info(f);
   const int64_t page_bytes = P * fi.bytes_per_token;
@@ -91,6 +93,8 @@ std::vector<uint8_t> random_cache(CacheFormat f, int64_t num_pages, int64_t P, u
   }
   return kv;
 }
+
+namespace {
 
 std::vector<int32_t> random_indices(int64_t b, int64_t s_q, int64_t topk, int64_t ctx,
                                     uint64_t seed) {

@@ -21,6 +21,8 @@ const char* kUsage =
     "  bench compress [--device auto|cpu|cuda] [--format v4_int8|v4_fp8] [--cases contest|quick]\n"
     "                 [--shuffled] [--reps N] [--reference FILE] [--json FILE] [--plot FILE.svg]\n"
     "  bench decode [--device auto|cpu|cuda] [--filter TEXT] [--reps N] [--json FILE] [--plot FILE.svg]\n"
+    "  bench prefill [--device auto|cpu|cuda] [--filter TEXT] [--reps N] [--json FILE] [--plot FILE.svg]\n"
+    "  bench dense [--device auto|cpu|cuda] [--filter TEXT] [--reps N] [--json FILE] [--plot FILE.svg]\n"
     "  run compress --inputs DIR --out FILE [--format F] [--device D]\n";
 
 int info() {
@@ -49,6 +51,8 @@ int main(int argc, char** argv) {
     if (a1 == "verify") return cmd_verify(Args(argc, argv, 2));
     if (a1 == "bench" && a2 == "compress") return cmd_bench_compress(Args(argc, argv, 3));
     if (a1 == "bench" && a2 == "decode") return cmd_bench_decode(Args(argc, argv, 3));
+    if (a1 == "bench" && a2 == "prefill") return cmd_bench_prefill(Args(argc, argv, 3));
+    if (a1 == "bench" && a2 == "dense") return cmd_bench_dense(Args(argc, argv, 3));
     if (a1 == "run" && a2 == "compress") return cmd_run_compress(Args(argc, argv, 3));
     std::fputs(kUsage, a1 == "--help" || a1 == "help" ? stdout : stderr);
     return a1 == "--help" || a1 == "help" ? 0 : 2;

@@ -23,23 +23,33 @@ inline constexpr int kRowPad = 8;
 // Splits hold whole blocks of this many candidates (the planner's unit).
 inline constexpr int kSplitUnit = 64;
 
-template <int kDqk>
+// Shared memory of one CTA. Quantized keys (kDirect false) are staged as raw records and
+// dequantized into one key tile; 16-bit keys (kDirect true) are copied straight into two key tiles.
+template <int kDqk, bool kDirect>
 struct SmemLayout {
-  static constexpr int q_stride = kDqk + kRowPad;            // bf16 elements per Q row
-  static constexpr int k_stride = kDqk + kRowPad;            // bf16 elements per K row
-  static constexpr int p_stride = kTileTokens + kRowPad;     // bf16 elements per P row
+  static constexpr int q_stride = kDqk + kRowPad;            // 16-bit elements per Q row
+  static constexpr int k_stride = kDqk + kRowPad;            // 16-bit elements per K row
+  static constexpr int p_stride = kTileTokens + kRowPad;     // 16-bit elements per P row
   static constexpr int q_bytes = kHeadsPerCta * q_stride * 2;
-  static constexpr int k_bytes = kTileTokens * k_stride * 2;
+  static constexpr int k_bytes = (kDirect ? 2 : 1) * kTileTokens * k_stride * 2;
   static constexpr int p_bytes = kHeadsPerCta * p_stride * 2;
   static constexpr int red_bytes = 2 * 2 * kHeadsPerCta * 4;  // [max|sum][n-half][head] fp32
-  // Double-buffered record pointers of a tile: data and scale bytes, null when not attended.
+  // Double-buffered key pointers of a tile: data and scale bytes, null when not attended.
   static constexpr int slot_bytes = 2 * 2 * kTileTokens * 8;
   // Raw records of the next tile land here by cp.async while the current tile is computed; a
   // v32 record is 656 bytes, a v4 one 576 data bytes plus its 8 scale bytes (padded to 16).
   static constexpr int raw_record = kDqk == 576 ? 656 : 592;
-  static constexpr int raw_bytes = 2 * kTileTokens * raw_record;
-  static constexpr int total = q_bytes + k_bytes + p_bytes + red_bytes + slot_bytes + raw_bytes;
+  static constexpr int raw_bytes = kDirect ? 0 : 2 * kTileTokens * raw_record;
+  static constexpr int q_off = 0;
+  static constexpr int k_off = q_off + q_bytes;
+  static constexpr int p_off = k_off + k_bytes;
+  static constexpr int red_off = p_off + p_bytes;
+  static constexpr int slot_off = red_off + red_bytes;
+  static constexpr int raw_off = slot_off + slot_bytes;
+  static constexpr int total = raw_off + raw_bytes;
 };
-static_assert(SmemLayout<576>::total <= 163 * 1024, "must fit an A100's 163 KB of shared memory");
+// 163 KB is an A100's per-CTA maximum; the H100/H200 allow 227 KB.
+static_assert(SmemLayout<576, false>::total <= 163 * 1024, "v32_fp8 must fit an A100");
+static_assert(SmemLayout<576, true>::total <= 163 * 1024, "576-wide 16-bit keys must fit an A100");
 
 }  // namespace latentkv::decode::cuda

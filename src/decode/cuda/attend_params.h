@@ -1,0 +1,66 @@
+// decode/cuda/attend_params.h: what the shared attention kernel (kernel.cuh) and its combine kernel
+// (combine.cu) see, whichever op launched them: the query and split geometry, the output addressing,
+// and the op's key-side arguments (a Source's Args). No CUDA headers: the ops' host code fills these.
+#pragma once
+
+#include <cstdint>
+
+namespace latentkv::decode::cuda {
+
+// Rows are query tokens, indexed row = r1 * n2 + r2 (decode: r1 = request, r2 = query token;
+// prefill: r1 = query token, n2 = 1). Query heads come in kv-head groups of heads_per_kv.
+struct Geometry {
+  const uint16_t* q;                            // [rows, h_q, d_qk] through the strides below
+  int64_t stride_q_r1, stride_q_r2, stride_q_h;  // elements
+  int64_t n1, n2;                               // rows = n1 * n2
+  int64_t h_q, heads_per_kv, head_blocks_per_kv;  // head_blocks_per_kv = ceil(heads_per_kv / 64)
+  int64_t kv_heads;
+  float scale;                                  // softmax scale (natural-log domain)
+  // Split-KV: candidate positions [0, candidates) in splits of keys_per_split.
+  int64_t num_splits, keys_per_split;
+  float* partial_out;                           // [rows, h_q, num_splits, 512] fp32
+  float* partial_lse;                           // [rows, h_q, num_splits]
+  float* partial_max;                           // [rows, h_q, num_splits]; null without max_logits
+};
+
+// Where the results go. out's element type (bf16 or f16) is the Source's.
+struct OutRef {
+  uint16_t* out;                                // [rows, h_q, 512]
+  int64_t stride_out_r1, stride_out_r2, stride_out_h;
+  float* lse;                                   // natural log; +inf for a query with no valid key
+  int64_t stride_lse_r1, stride_lse_r2, stride_lse_h;
+  float* max_logits;                            // may be null; -inf for a query with no valid key
+  int64_t stride_max_r1, stride_max_r2, stride_max_h;
+  const float* sink;                            // [h_q]; may be null
+};
+
+template <class Args>
+struct KernelParams {
+  Args src;
+  Geometry g;
+  OutRef o;
+};
+
+// Scratch of a split launch: partial outputs, then LSEs, then (with max_logits) maxima, each
+// 256-byte aligned.
+inline size_t split_workspace_bytes(int64_t rows, int64_t h_q, int64_t num_splits, bool with_max) {
+  if (num_splits <= 1) return 0;
+  const size_t n = static_cast<size_t>(rows * h_q * num_splits);
+  const auto round = [](size_t x) { return (x + 255) / 256 * 256; };
+  return round(n * 512 * sizeof(float)) + round(n * sizeof(float)) + (with_max ? round(n * sizeof(float)) : 0);
+}
+
+// Points the geometry's partial buffers into `ws` (laid out as split_workspace_bytes says).
+inline void place_split_workspace(Geometry& g, void* ws, bool with_max) {
+  if (g.num_splits <= 1) return;
+  const size_t n = static_cast<size_t>(g.n1 * g.n2 * g.h_q * g.num_splits);
+  const auto round = [](size_t x) { return (x + 255) / 256 * 256; };
+  uint8_t* base = static_cast<uint8_t*>(ws);
+  g.partial_out = reinterpret_cast<float*>(base);
+  g.partial_lse = reinterpret_cast<float*>(base + round(n * 512 * sizeof(float)));
+  g.partial_max = with_max ? reinterpret_cast<float*>(base + round(n * 512 * sizeof(float)) +
+                                                      round(n * sizeof(float)))
+                           : nullptr;
+}
+
+}  // namespace latentkv::decode::cuda

@@ -1,0 +1,80 @@
+// decode/cuda/combine.cu: the combine kernel of split-KV attention, shared by every op that uses the
+// attention kernel. One warp per (row, head) merges the splits' normalised outputs by their LSEs in
+// split order (deterministic), applies the sink, and writes out, lse and (where asked) max_logits.
+#include <cuda_runtime.h>
+
+#include "decode/cuda/attend_launch.cuh"
+
+namespace latentkv::decode::cuda {
+namespace {
+
+template <bool kF16>
+__global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const OutRef o) {
+  const int64_t prow = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (prow >= g.n1 * g.n2 * g.h_q) return;
+  const int64_t h = prow % g.h_q, row = prow / g.h_q, r1 = row / g.n2, r2 = row % g.n2;
+  const float* lses = g.partial_lse + prow * g.num_splits;
+  float m = -INFINITY;
+  bool nan = false;  // fmaxf skips NaN: a NaN split must still poison the row, as on the CPU
+  for (int64_t s = 0; s < g.num_splits; ++s) {
+    m = fmaxf(m, lses[s]);
+    nan |= lses[s] != lses[s];
+  }
+  if (nan) m = NAN;
+  float acc[16];
+#pragma unroll
+  for (int k = 0; k < 16; ++k) acc[k] = 0.0f;
+  float total = 0.0f;
+  if (m != -INFINITY) {
+    for (int64_t s = 0; s < g.num_splits; ++s) {
+      if (lses[s] == -INFINITY) continue;
+      const float w = expf(lses[s] - m);
+      total += w;
+      const float4* src = reinterpret_cast<const float4*>(g.partial_out + (prow * g.num_splits + s) * kDimV + lane * 16);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float4 v = src[q];
+        acc[4 * q] += w * v.x;
+        acc[4 * q + 1] += w * v.y;
+        acc[4 * q + 2] += w * v.z;
+        acc[4 * q + 3] += w * v.w;
+      }
+    }
+  }
+  const bool lonely = m == -INFINITY;
+  const float lse = lonely ? INFINITY : m + logf(total);
+  float factor = lonely ? 0.0f : 1.0f / total;
+  if (!lonely && o.sink) {
+    const float sink = o.sink[h];
+    factor *= (sink == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sink - lse));
+  }
+  uint16_t* out = o.out + r1 * o.stride_out_r1 + r2 * o.stride_out_r2 + h * o.stride_out_h + lane * 16;
+  uint32_t packed[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) packed[k] = pack2<kF16>(acc[2 * k] * factor, acc[2 * k + 1] * factor);
+  reinterpret_cast<uint4*>(out)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  reinterpret_cast<uint4*>(out)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+  if (lane == 0) {
+    o.lse[r1 * o.stride_lse_r1 + r2 * o.stride_lse_r2 + h * o.stride_lse_h] = lse;
+    if (o.max_logits) {
+      float mx = -INFINITY;  // the maximum of the splits' maxima (-inf for a split with no key)
+      for (int64_t s = 0; s < g.num_splits; ++s) mx = fmaxf(mx, g.partial_max[prow * g.num_splits + s]);
+      o.max_logits[r1 * o.stride_max_r1 + r2 * o.stride_max_r2 + h * o.stride_max_h] = mx;
+    }
+  }
+}
+
+}  // namespace
+
+void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream) {
+  const int64_t rows = g.n1 * g.n2 * g.h_q;
+  constexpr int kWarpsPerBlock = 8;
+  const unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (f16) combine_kernel<true><<<blocks, kWarpsPerBlock * 32, 0, s>>>(g, o);
+  else combine_kernel<false><<<blocks, kWarpsPerBlock * 32, 0, s>>>(g, o);
+  LKV_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace latentkv::decode::cuda

@@ -1,0 +1,57 @@
+// decode/cuda/source.cuh: sparse decode's Source for the shared attention kernel: candidate k of
+// (request i, query j) is position k of the main cache's indices, then of the extra cache's; a
+// candidate beyond its cache's topk_length or with an index outside its cache is not attended.
+#pragma once
+
+#include <cstdint>
+
+#include "decode/cuda/kernel.cuh"
+#include "decode/params.h"
+
+namespace latentkv::decode::cuda {
+
+struct SparseArgs {
+  CacheRef main, extra;  // extra.topk == 0 when there is no extra cache
+};
+
+template <CacheFormat F>
+struct SparseSource {
+  static_assert(F == CacheFormat::v32_fp8 || F == CacheFormat::v4_fp8, "fp8 decode formats");
+  using Args = SparseArgs;
+  static constexpr int kDqk = F == CacheFormat::v32_fp8 ? 576 : 512;
+  static constexpr bool kF16 = false;
+  static constexpr KeyStorage kStorage = F == CacheFormat::v32_fp8 ? KeyStorage::kV32Fp8 : KeyStorage::kV4Fp8;
+
+  int64_t i, j, main_count, extra_count, total;
+
+  __device__ SparseSource(const Args& a, int64_t r1, int64_t r2, int64_t /*kv_head*/)
+      : i(r1), j(r2), main_count(valid_count(a.main, r1)),
+        extra_count(a.extra.topk > 0 ? valid_count(a.extra, r1) : 0),
+        total(a.main.topk + a.extra.topk) {}
+
+  // Candidate positions: every index slot of both caches (lengths are applied per candidate).
+  __device__ int64_t candidates() const { return total; }
+
+  __device__ const uint8_t* locate(const Args& a, int64_t k, const uint8_t** scale) const {
+    const bool extra = k >= a.main.topk;
+    const CacheRef& c = extra ? a.extra : a.main;
+    const int64_t slot = extra ? candidate_slot(a.extra, i, j, k - a.main.topk, extra_count)
+                               : candidate_slot(a.main, i, j, k, main_count);
+    if (slot < 0) return nullptr;
+    // Slots come from int32 indices and the host checks that page sizes fit in 32 bits, so a
+    // 32-bit division suffices (a 64-bit one costs several times more).
+    const uint32_t s = static_cast<uint32_t>(slot), P = static_cast<uint32_t>(c.page_size);
+    const uint32_t page = s / P, tok = s - page * P;
+    const uint8_t* base = c.base + static_cast<int64_t>(page) * c.page_stride;
+    if constexpr (F == CacheFormat::v4_fp8) {
+      *scale = base + P * 576u + tok * 8u;
+      return base + tok * 576u;
+    } else {
+      const uint8_t* data = base + tok * 656u;
+      *scale = data + 512;
+      return data;
+    }
+  }
+};
+
+}  // namespace latentkv::decode::cuda

@@ -1,0 +1,84 @@
+// dense/cuda/dense.cu: dense decode's CUDA host side: splits from the shared planner, the
+// parameters mapped onto the attention kernel's geometry and output addressing, the launch.
+#include "dense/cuda/launch.h"
+#include "dense/cuda/source.cuh"
+#include "latentkv/decode.h"
+
+namespace latentkv::dense::cuda {
+
+using decode::cuda::Geometry;
+using decode::cuda::KernelParams;
+using decode::cuda::kHeadsPerCta;
+using decode::cuda::OutRef;
+
+namespace {
+int64_t head_blocks_per_kv(const Params& p) {
+  return (p.h_q / p.h_kv + kHeadsPerCta - 1) / kHeadsPerCta;
+}
+}  // namespace
+
+SplitPlan plan_splits(const Params& p, int num_sms) {
+  // The decode planner's rule; the candidates are every token a request could hold (lengths live
+  // on the device, and reading them would synchronise). Splits past a request's length end at once.
+  const DecodePlan d = plan_decode(p.b, p.s_q, p.h_kv * head_blocks_per_kv(p) * kHeadsPerCta,
+                                   p.max_pages * p.page_size, 0, num_sms);
+  return {d.num_splits, d.keys_per_split};
+}
+
+size_t workspace_bytes(const Params& p, const SplitPlan& plan) {
+  return decode::cuda::split_workspace_bytes(p.b * p.s_q, p.h_q, plan.num_splits, false);
+}
+
+void dense_decode(const Params& p, const SplitPlan& plan, void* ws, Stream stream) {
+  KernelParams<DenseArgs> k{};
+  DenseArgs& a = k.src;
+  if (p.fp8) {
+    a.base = p.k_cache_fp8;
+    a.stride_page_bytes = p.page_stride_fp8;
+    a.stride_token_bytes = 656;
+    a.stride_head_bytes = 0;
+  } else {
+    a.base = reinterpret_cast<const uint8_t*>(p.k_cache);
+    a.stride_page_bytes = p.stride_k_page * 2;
+    a.stride_token_bytes = p.stride_k_token * 2;
+    a.stride_head_bytes = p.stride_k_head * 2;
+  }
+  a.page_size = p.page_size;
+  a.num_pages = p.num_pages;
+  a.block_table = p.block_table;
+  a.stride_block_table_b = p.stride_block_table_b;
+  a.cache_seqlens = p.cache_seqlens;
+  a.max_pages = p.max_pages;
+  a.s_q = p.s_q;
+  a.causal = p.causal;
+  Geometry& g = k.g;
+  g.q = p.q;
+  g.stride_q_r1 = p.stride_q_b;
+  g.stride_q_r2 = p.stride_q_s;
+  g.stride_q_h = p.stride_q_h;
+  g.n1 = p.b;
+  g.n2 = p.s_q;
+  g.h_q = p.h_q;
+  g.heads_per_kv = p.h_q / p.h_kv;
+  g.head_blocks_per_kv = head_blocks_per_kv(p);
+  g.kv_heads = p.h_kv;
+  g.scale = p.scale;
+  g.num_splits = plan.num_splits;
+  g.keys_per_split = plan.keys_per_split;
+  decode::cuda::place_split_workspace(g, ws, false);
+  OutRef& o = k.o;
+  o.out = p.out;
+  o.stride_out_r1 = p.stride_out_b;
+  o.stride_out_r2 = p.stride_out_s;
+  o.stride_out_h = p.stride_out_h;
+  o.lse = p.lse;  // [b, h_q, s_q]
+  o.stride_lse_r1 = p.stride_lse_b;
+  o.stride_lse_r2 = 1;
+  o.stride_lse_h = p.stride_lse_h;
+  const bool f16 = p.dtype == Half::f16;
+  if (p.fp8) launch_dense_fp8(k, stream);
+  else if (p.d_qk == 576) f16 ? launch_dense16<576, true>(k, stream) : launch_dense16<576, false>(k, stream);
+  else f16 ? launch_dense16<512, true>(k, stream) : launch_dense16<512, false>(k, stream);
+}
+
+}  // namespace latentkv::dense::cuda

@@ -1,0 +1,29 @@
+// dense/cuda/launch.h: the CUDA backend of dense_decode (declarations only; no CUDA headers).
+#pragma once
+
+#include "decode/cuda/attend_params.h"
+#include "dense/params.h"
+#include "latentkv/tensor.h"
+
+namespace latentkv::dense::cuda {
+
+struct DenseArgs;
+
+// Splits of the candidates (the shared planner's rule over max_pages * P candidates).
+struct SplitPlan {
+  int64_t num_splits, keys_per_split;
+};
+SplitPlan plan_splits(const Params& p, int num_sms);
+size_t workspace_bytes(const Params& p, const SplitPlan& plan);
+
+// The attention kernel, then (with splits) the combine kernel, on `stream`; `ws` holds
+// workspace_bytes(p, plan) bytes. No host synchronisation.
+void dense_decode(const Params& p, const SplitPlan& plan, void* ws, Stream stream);
+
+// Instantiations (instantiations/*.cu): 16-bit caches of d_qk 512 or 576 in bf16 or f16, and
+// v32_fp8 records.
+template <int kDqk, bool kF16>
+void launch_dense16(const decode::cuda::KernelParams<DenseArgs>& p, Stream stream);
+void launch_dense_fp8(const decode::cuda::KernelParams<DenseArgs>& p, Stream stream);
+
+}  // namespace latentkv::dense::cuda

@@ -1,0 +1,318 @@
+// sparse_prefill and dense_decode on the GPU against the float64 CPU oracle: shape grids with odd
+// sizes (h_q 1, 3, 63, 126; topk 1, 100; page sizes 1, 53, 64; s_q up to 70000 for prefill), both
+// head widths, causal and not, bf16 / f16 / v32_fp8 caches, zero lengths, all-invalid and
+// adversarial indices, garbage block-table entries, NaN in unread rows, splits and bitwise
+// determinism. Runs only where a CUDA device exists.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/device_buffer.h"
+#include "latentkv/dense.h"
+#include "latentkv/error.h"
+#include "latentkv/prefill.h"
+#include "testing/attention_workload.h"
+
+using namespace latentkv;
+using latentkv::testing::AttentionDiff;
+using latentkv::testing::DenseWorkload;
+using latentkv::testing::DenseWorkloadOptions;
+using latentkv::testing::DeviceBuffer;
+using latentkv::testing::PrefillWorkload;
+using latentkv::testing::PrefillWorkloadOptions;
+
+namespace {
+
+#define REQUIRE_GPU() \
+  if (!latentkv::testing::has_cuda_device()) GTEST_SKIP() << "no CUDA device"
+
+template <typename T>
+std::vector<T> or_one(const std::vector<T>& v) {
+  return v.empty() ? std::vector<T>(1) : v;
+}
+
+void to_device(TensorView& t, void* p) {
+  if (t.data) {
+    t.data = p;
+    t.device = Device::cuda(0);
+  }
+}
+
+struct PrefillResult {
+  std::vector<uint16_t> out;
+  std::vector<float> max_logits, lse;
+};
+
+PrefillResult run_prefill_gpu(PrefillWorkload& w) {
+  SparsePrefillArgs a = w.args();
+  DeviceBuffer<uint16_t> q(w.q), kv(w.kv), out(w.out);
+  DeviceBuffer<int32_t> idx(w.indices), len(or_one(w.topk_length));
+  DeviceBuffer<float> sink(or_one(w.sink)), mx(w.max_logits), lse(w.lse);
+  DeviceBuffer<int64_t> oq(or_one(w.seq_offsets_q)), okv(or_one(w.seq_offsets_kv));
+  to_device(a.q, q.get());
+  to_device(a.kv, kv.get());
+  to_device(a.indices, idx.get());
+  to_device(a.topk_length, len.get());
+  to_device(a.attn_sink, sink.get());
+  to_device(a.out, out.get());
+  to_device(a.max_logits, mx.get());
+  to_device(a.lse, lse.get());
+  if (w.batched()) {
+    const int64_t n = static_cast<int64_t>(w.seq_offsets_q.size());
+    sparse_prefill_batched(a, TensorView(oq.get(), DType::i64, {n}, Device::cuda(0)),
+                           TensorView(okv.get(), DType::i64, {n}, Device::cuda(0)), nullptr,
+                           PrefillImpl::kCuda);
+  } else {
+    sparse_prefill(a, nullptr, PrefillImpl::kCuda);
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return {out.download(), mx.download(), lse.download()};
+}
+
+void check_prefill(const PrefillWorkloadOptions& o, const std::string& label) {
+  PrefillWorkload w = latentkv::testing::make_prefill_workload(o);
+  w.run(PrefillImpl::kCpuOracle);
+  const PrefillResult ref{w.out, w.max_logits, w.lse};
+  w.poison_outputs();
+  const PrefillResult got = run_prefill_gpu(w);
+  const AttentionDiff d = latentkv::testing::compare_prefill(w, got.out, got.max_logits, got.lse,
+                                                             ref.out, ref.max_logits, ref.lse);
+  std::printf("[prefill] %-58s max_rel %.2e cos %.7f lse_err %.1e lse/max/mask %lld/%lld/%lld nan %lld\n",
+              label.c_str(), d.max_rel, d.cos_sim, d.max_lse_err,
+              static_cast<long long>(d.lse_mismatch), static_cast<long long>(d.max_logits_mismatch),
+              static_cast<long long>(d.mask_mismatch), static_cast<long long>(d.nan_out));
+  EXPECT_TRUE(latentkv::testing::attention_close(d)) << label;
+}
+
+struct DenseResult {
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+};
+
+DenseResult run_dense_gpu(DenseWorkload& w) {
+  DenseDecodeArgs a = w.args();
+  DeviceBuffer<uint16_t> q(w.q), kc(or_one(w.k_cache)), out(w.out);
+  DeviceBuffer<uint8_t> kf(or_one(w.k_cache_fp8));
+  DeviceBuffer<int32_t> bt(w.block_table), lens(w.cache_seqlens);
+  DeviceBuffer<float> lse(w.lse);
+  to_device(a.q, q.get());
+  to_device(a.k_cache, w.opt.fp8 ? static_cast<void*>(kf.get()) : static_cast<void*>(kc.get()));
+  to_device(a.block_table, bt.get());
+  to_device(a.cache_seqlens, lens.get());
+  to_device(a.out, out.get());
+  to_device(a.lse, lse.get());
+  dense_decode(a, nullptr, DenseImpl::kCuda);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return {out.download(), lse.download()};
+}
+
+DenseResult check_dense(const DenseWorkloadOptions& o, const std::string& label) {
+  DenseWorkload w = latentkv::testing::make_dense_workload(o);
+  w.run(DenseImpl::kCpuOracle);
+  const DenseResult ref{w.out, w.lse};
+  w.poison_outputs();
+  const DenseResult got = run_dense_gpu(w);
+  const AttentionDiff d = latentkv::testing::compare_dense(w, got.out, got.lse, ref.out, ref.lse);
+  std::printf("[dense] %-60s max_rel %.2e cos %.7f lse_err %.1e lse/mask %lld/%lld nan %lld\n",
+              label.c_str(), d.max_rel, d.cos_sim, d.max_lse_err,
+              static_cast<long long>(d.lse_mismatch), static_cast<long long>(d.mask_mismatch),
+              static_cast<long long>(d.nan_out));
+  EXPECT_TRUE(latentkv::testing::attention_close(d)) << label;
+  return got;
+}
+
+}  // namespace
+
+TEST(PrefillCuda, ShapeGrid) {
+  REQUIRE_GPU();
+  struct Shape { int64_t s_q, s_kv, h_q, topk, d_qk; };
+  const Shape shapes[] = {
+      {5, 300, 1, 1, 576},    {9, 400, 3, 100, 512},  {17, 1000, 63, 100, 576},
+      {4, 5000, 126, 576, 512}, {33, 2048, 64, 2048, 576}, {2, 700, 128, 256, 512},
+  };
+  int n = 0;
+  for (const Shape& s : shapes)
+    for (int features = 0; features < 2; ++features) {
+      PrefillWorkloadOptions o;
+      o.s_q = s.s_q;
+      o.s_kv = s.s_kv;
+      o.h_q = s.h_q;
+      o.topk = s.topk;
+      o.d_qk = s.d_qk;
+      o.topk_length = features;
+      o.sink = features;
+      o.seed = 300 + n++;
+      check_prefill(o, "sq" + std::to_string(s.s_q) + " skv" + std::to_string(s.s_kv) + " h" +
+                           std::to_string(s.h_q) + " topk" + std::to_string(s.topk) + " d" +
+                           std::to_string(s.d_qk) + (features ? " +len+sink" : ""));
+    }
+}
+
+TEST(PrefillCuda, CornerCasesAndBatched) {
+  REQUIRE_GPU();
+  PrefillWorkloadOptions o;
+  o.s_q = 12;
+  o.s_kv = 500;
+  o.h_q = 70;
+  o.topk = 130;
+  o.topk_length = true;
+  o.sink = true;
+  for (int d : {512, 576}) {
+    o.d_qk = d;
+    const std::string dn = " d" + std::to_string(d);
+    { PrefillWorkloadOptions c = o; c.all_invalid = true; check_prefill(c, "all indices invalid" + dn); }
+    { PrefillWorkloadOptions c = o; c.zero_lengths = true; check_prefill(c, "zero lengths" + dn); }
+    for (float s : {INFINITY, -INFINITY}) {
+      PrefillWorkloadOptions c = o;
+      c.sink_special = s;
+      check_prefill(c, std::string(s > 0 ? "sink +inf" : "sink -inf") + dn);
+    }
+    {
+      PrefillWorkloadOptions c = o;
+      c.adversarial = true;
+      c.nan_unused = true;
+      check_prefill(c, "adversarial indices, NaN unused" + dn);
+    }
+    {
+      PrefillWorkloadOptions c = o;
+      c.seq_q = {5, 0, 9, 3};
+      c.seq_kv = {100, 50, 0, 300};
+      c.adversarial = true;
+      check_prefill(c, "batched 4 sequences (one without kv), adversarial" + dn);
+    }
+  }
+}
+
+TEST(PrefillCuda, SeventyThousandRows) {
+  REQUIRE_GPU();
+  // More rows than a 16-bit grid dimension holds; small topk keeps the float64 oracle quick.
+  PrefillWorkloadOptions o;
+  o.s_q = 70000;
+  o.s_kv = 3000;
+  o.h_q = 3;
+  o.topk = 16;
+  o.d_qk = 512;
+  o.topk_length = true;
+  check_prefill(o, "s_q 70000 h3 topk16");
+}
+
+TEST(PrefillCuda, SplitsAndDeterminism) {
+  REQUIRE_GPU();
+  // One row and 64 heads leave the SMs idle: the planner splits the 4096 candidates, and the
+  // combine merges max_logits as well as out and lse.
+  PrefillWorkloadOptions o;
+  o.s_q = 1;
+  o.s_kv = 9000;
+  o.h_q = 64;
+  o.topk = 4096;
+  o.topk_length = true;
+  o.sink = true;
+  check_prefill(o, "s_q 1 topk 4096 (split)");
+  PrefillWorkload w = latentkv::testing::make_prefill_workload(o);
+  const PrefillResult first = run_prefill_gpu(w);
+  for (int run = 0; run < 3; ++run) {
+    w.poison_outputs();
+    const PrefillResult again = run_prefill_gpu(w);
+    ASSERT_EQ(again.out, first.out) << run;
+    ASSERT_EQ(0, std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * 4)) << run;
+    ASSERT_EQ(0, std::memcmp(again.max_logits.data(), first.max_logits.data(), first.lse.size() * 4)) << run;
+  }
+}
+
+TEST(DenseCuda, ShapeGrid) {
+  REQUIRE_GPU();
+  struct Shape { int64_t b, s_q, h_q, h_kv, d_qk, page, max_len; };
+  const Shape shapes[] = {
+      {3, 1, 1, 1, 576, 1, 200},   {4, 2, 3, 1, 512, 53, 700},  {2, 1, 63, 1, 576, 64, 1500},
+      {5, 2, 126, 2, 512, 64, 300}, {2, 1, 128, 1, 576, 64, 4096}, {3, 3, 16, 4, 576, 53, 500},
+  };
+  int n = 0;
+  for (const Shape& s : shapes)
+    for (int variant = 0; variant < 3; ++variant) {  // bf16, f16, v32_fp8 (576, h_kv 1 only)
+      if (variant == 2 && (s.d_qk != 576 || s.h_kv != 1)) continue;
+      for (bool causal : {false, true}) {
+        DenseWorkloadOptions o;
+        o.b = s.b;
+        o.s_q = s.s_q;
+        o.h_q = s.h_q;
+        o.h_kv = s.h_kv;
+        o.d_qk = s.d_qk;
+        o.page_size = s.page;
+        o.max_len = s.max_len;
+        o.f16 = variant == 1;
+        o.fp8 = variant == 2;
+        o.causal = causal;
+        o.seed = 500 + n++;
+        check_dense(o, std::string(variant == 0 ? "bf16" : variant == 1 ? "f16" : "v32_fp8") +
+                           " b" + std::to_string(s.b) + " sq" + std::to_string(s.s_q) + " h" +
+                           std::to_string(s.h_q) + "/" + std::to_string(s.h_kv) + " d" +
+                           std::to_string(s.d_qk) + " P" + std::to_string(s.page) + " len" +
+                           std::to_string(s.max_len) + (causal ? " causal" : ""));
+      }
+    }
+}
+
+TEST(DenseCuda, CornerCasesAndDeterminism) {
+  REQUIRE_GPU();
+  for (int variant = 0; variant < 3; ++variant) {
+    const std::string vn = variant == 0 ? "bf16" : variant == 1 ? "f16" : "v32_fp8";
+    DenseWorkloadOptions o;
+    o.b = 6;
+    o.s_q = 2;
+    o.h_q = 70;
+    o.d_qk = 576;
+    o.page_size = 53;
+    o.max_len = 400;
+    o.f16 = variant == 1;
+    o.fp8 = variant == 2;
+    o.causal = true;
+    {
+      DenseWorkloadOptions c = o;
+      c.zero_lengths = true;
+      c.garbage_block_table = true;
+      c.nan_unused = true;
+      check_dense(c, vn + " zero lengths, garbage block table, NaN unused");
+    }
+    {
+      DenseWorkloadOptions c = o;
+      c.lengths = {1, 0, 2, 53, 54, 400};  // early causal rows see nothing
+      check_dense(c, vn + " lengths 1 0 2 53 54 400 causal");
+    }
+    {
+      // b 1 with a long context: the planner splits; repeated runs give the same bytes.
+      DenseWorkloadOptions c = o;
+      c.b = 1;
+      c.s_q = 1;
+      c.max_len = 6000;
+      c.page_size = 64;
+      const DenseResult first = check_dense(c, vn + " b1 len 6000 (split)");
+      DenseWorkload w = latentkv::testing::make_dense_workload(c);
+      for (int run = 0; run < 3; ++run) {
+        w.poison_outputs();
+        const DenseResult again = run_dense_gpu(w);
+        ASSERT_EQ(again.out, first.out) << vn << " run " << run;
+        ASSERT_EQ(0, std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * 4)) << vn;
+      }
+    }
+  }
+}
+
+TEST(DenseCuda, Errors) {
+  REQUIRE_GPU();
+  // f16 queries with a v32_fp8 cache: refused on CUDA, nothing launched.
+  DenseWorkloadOptions o;
+  o.fp8 = true;
+  o.f16 = true;
+  DenseWorkload w = latentkv::testing::make_dense_workload(o);
+  try {
+    run_dense_gpu(w);
+    FAIL() << "f16 q with a v32_fp8 cache was accepted on CUDA";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs bf16 q"), std::string::npos) << e.what();
+  }
+}

@@ -1,0 +1,291 @@
+// `latentkv bench prefill` and `latentkv bench dense`: FlashMLA's sparse-prefill and dense-decode
+// performance cases on the GPU (or, with --device cpu, one small case each on the CPU fast path).
+//
+// Inputs are random bf16 values (and random finite v32_fp8 records for the fp8 dense cache) made by
+// a counter-based generator; values do not change the kernels' work. Figures use SPEC.md section 8's
+// formulas; the JSON's notes state each one.
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "commands.h"
+#include "latentkv/decode.h"
+#include "latentkv/dense.h"
+#include "latentkv/error.h"
+#include "latentkv/numerics.h"
+#include "latentkv/prefill.h"
+#include "testing/compress_workload.h"
+#ifdef LKV_WITH_CUDA
+#include "cuda_common/bench.h"
+#endif
+
+namespace latentkv::cli {
+namespace {
+
+// Device selection, ceilings and buffer placement shared by both benches.
+struct Bench {
+  bool cuda = false;
+  double hbm = 0;
+  std::vector<void*> allocations;
+
+  Bench(const std::string& device, BenchResult& res) {
+#ifdef LKV_WITH_CUDA
+    cuda = device != "cpu" && bench_cuda::device_count() > 0;
+    LKV_CHECK(cuda || device != "cuda", "--device cuda: no CUDA device is visible");
+    if (cuda) {
+      res.device = bench_cuda::device_name(0);
+      hbm = bench_cuda::measure_hbm_read_GBps();
+      res.ceilings["hbm_read_GBps"] = hbm;
+      res.ceilings["bf16_dense_TFLOPS_datasheet"] = 989.0;
+    }
+#else
+    LKV_CHECK(device != "cuda", "--device cuda: latentkv was built without CUDA");
+#endif
+    if (!cuda) res.device = "cpu";
+  }
+  ~Bench() { release(); }
+  Device where() const { return cuda ? Device::cuda(0) : Device::cpu(); }
+  // The host vector's bytes on the bench's device (the host pointer itself on the CPU).
+  template <typename T>
+  void* place(std::vector<T>& v) {
+#ifdef LKV_WITH_CUDA
+    if (cuda) {
+      void* d = bench_cuda::alloc(v.size() * sizeof(T));
+      bench_cuda::to_device(d, v.data(), v.size() * sizeof(T));
+      allocations.push_back(d);
+      return d;
+    }
+#endif
+    return v.data();
+  }
+  void release() {
+#ifdef LKV_WITH_CUDA
+    for (void* d : allocations) bench_cuda::free(d);
+#endif
+    allocations.clear();
+  }
+  // The splits the op's planner picks (the decode planner's rule, as src/prefill/cuda and
+  // src/dense/cuda apply it); 1 on the CPU.
+  int64_t splits(int64_t rows, int64_t s_q, int64_t head_rows, int64_t candidates) const {
+#ifdef LKV_WITH_CUDA
+    if (cuda) return plan_decode(rows, s_q, head_rows, candidates, 0, bench_cuda::sm_count(0)).num_splits;
+#endif
+    (void)rows, (void)s_q, (void)head_rows, (void)candidates;
+    return 1;
+  }
+  double time(const std::function<void()>& fn, int reps) const {
+#ifdef LKV_WITH_CUDA
+    if (cuda) return bench_cuda::time_us(fn, reps);
+#endif
+    return cpu_time_us(fn, std::min(reps, 3));
+  }
+};
+
+std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
+  std::vector<uint16_t> v(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < static_cast<int64_t>(n); ++k)
+    v[k] = num::f32_to_bf16(testing::normal_at(seed, static_cast<uint64_t>(k)));
+  return v;
+}
+
+void finish(BenchResult& res, const Bench& b, const std::string& json, const std::string& plot,
+            const char* summary_case, const char* summary_key) {
+  std::vector<double> tf;
+  for (const auto& c : res.cases) tf.push_back(c.numbers.at("TFLOPS"));
+  res.summary["geomean_TFLOPS"] = geomean(tf);
+  for (const auto& c : res.cases)
+    if (c.name == summary_case) res.summary[summary_key] = c.numbers.at("TFLOPS");
+  (void)b;
+  if (!json.empty()) write_json(res, json);
+  if (!plot.empty()) write_svg(res, "TFLOPS", "bf16_dense_TFLOPS_datasheet", "TFLOPS", plot);
+}
+
+void print_case(const BenchCase& bc, double hbm) {
+  std::printf("%-44s %10.1f %9.2f %9.0f %7.1f%% %7.0f\n", bc.name.c_str(), bc.time_us,
+              bc.numbers.at("TFLOPS"), bc.numbers.at("GBps"),
+              hbm > 0 ? 100.0 * bc.numbers.at("GBps") / hbm : 0.0, bc.numbers.at("num_splits"));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+// ---- sparse prefill ------------------------------------------------------------------------------
+int cmd_bench_prefill(const Args& args) {
+  const std::string device = args.get("device", "auto");
+  const std::string json = args.get("json", "");
+  const std::string filter = args.get("filter", "");
+  const std::string plot = args.get("plot", "");
+  const int reps = args.get_int("reps", 10);
+  args.check_all_used();
+  BenchResult res;
+  res.op = "sparse_prefill";
+  res.command = args.command_line();
+  res.date = utc_now();
+  Bench bench(device, res);
+  res.notes["timing"] = bench.cuda ? "median of " + std::to_string(reps) +
+                                         " event-timed calls (kernel through combine), L2 flushed before each"
+                                   : "median wall time";
+  res.notes["flops"] = "2 * h_q * attended * (d_qk + d_v), attended = sum over query rows of their valid candidates";
+  res.notes["bytes"] = "s_kv * d_qk * 2 (the kv tensor once) + s_q * h_q * (d_qk + d_v) * 2";
+  res.notes["inputs"] = "indices uniform over [0, s_kv); with_len: topk_length uniform in [1, topk] per row";
+  std::printf("sparse_prefill on %s\n%-44s %10s %9s %9s %8s %7s\n", res.device.c_str(), "case", "us",
+              "TFLOPS", "GB/s", "of HBM", "splits");
+
+  struct Case { int64_t s_q, s_kv, topk, h_q, d_qk; bool len; };
+  std::vector<Case> cases;
+  if (!bench.cuda) {
+    cases.push_back({64, 4096, 256, 64, 576, false});
+  } else {
+    for (int64_t d : {576, 512})
+      for (int64_t h : {128, 64})
+        for (int64_t s_kv : {8192, 32768, 65536})
+          for (bool len : {false, true}) cases.push_back({4096, s_kv, 2048, h, d, len});
+  }
+  for (const Case& c : cases) {
+    const std::string name = "sq" + std::to_string(c.s_q) + "_skv" + std::to_string(c.s_kv) + "_topk" +
+                             std::to_string(c.topk) + "_h" + std::to_string(c.h_q) + "_d" +
+                             std::to_string(c.d_qk) + (c.len ? "_len" : "");
+    if (!filter.empty() && name.find(filter) == std::string::npos) continue;
+    std::vector<uint16_t> q = random_bf16(static_cast<size_t>(c.s_q * c.h_q * c.d_qk), 21);
+    std::vector<uint16_t> kv = random_bf16(static_cast<size_t>(c.s_kv * c.d_qk), 23);
+    std::vector<int32_t> idx(static_cast<size_t>(c.s_q * c.topk));
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < static_cast<int64_t>(idx.size()); ++k)
+      idx[k] = static_cast<int32_t>(testing::bits_at(25, static_cast<uint64_t>(k)) % c.s_kv);
+    std::vector<int32_t> len;
+    double attended = static_cast<double>(c.s_q * c.topk);
+    if (c.len) {
+      len.resize(static_cast<size_t>(c.s_q));
+      attended = 0;
+      for (int64_t t = 0; t < c.s_q; ++t) {
+        len[t] = static_cast<int32_t>(1 + testing::bits_at(27, static_cast<uint64_t>(t)) % c.topk);
+        attended += len[t];
+      }
+    }
+    std::vector<uint16_t> out(static_cast<size_t>(c.s_q * c.h_q * 512));
+    std::vector<float> mx(static_cast<size_t>(c.s_q * c.h_q)), lse(mx.size());
+    const Device w = bench.where();
+    SparsePrefillArgs a;
+    a.q = TensorView(bench.place(q), DType::bf16, {c.s_q, c.h_q, c.d_qk}, w);
+    a.kv = TensorView(bench.place(kv), DType::bf16, {c.s_kv, 1, c.d_qk}, w);
+    a.indices = TensorView(bench.place(idx), DType::i32, {c.s_q, 1, c.topk}, w);
+    if (c.len) a.topk_length = TensorView(bench.place(len), DType::i32, {c.s_q}, w);
+    a.sm_scale = 1.0f / 24.0f;
+    a.out = TensorView(bench.place(out), DType::bf16, {c.s_q, c.h_q, 512}, w);
+    a.max_logits = TensorView(bench.place(mx), DType::f32, {c.s_q, c.h_q}, w);
+    a.lse = TensorView(bench.place(lse), DType::f32, {c.s_q, c.h_q}, w);
+    BenchCase bc;
+    bc.name = name;
+    bc.time_us = bench.time([&] { sparse_prefill(a); }, reps);
+    bench.release();
+    const double flops = 2.0 * c.h_q * attended * (c.d_qk + 512);
+    const double bytes = 2.0 * c.s_kv * c.d_qk + 2.0 * c.s_q * c.h_q * (c.d_qk + 512);
+    bc.numbers["TFLOPS"] = flops / (bc.time_us * 1e-6) / 1e12;
+    bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
+    if (bench.hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / bench.hbm;
+    bc.numbers["num_splits"] = static_cast<double>(bench.splits(c.s_q, 1, c.h_q, c.topk));
+    print_case(bc, bench.hbm);
+    res.cases.push_back(bc);
+  }
+  finish(res, bench, json, plot, "sq4096_skv65536_topk2048_h128_d576", "h128_d576_skv65536_TFLOPS");
+  return 0;
+}
+
+// ---- dense decode --------------------------------------------------------------------------------
+int cmd_bench_dense(const Args& args) {
+  const std::string device = args.get("device", "auto");
+  const std::string json = args.get("json", "");
+  const std::string filter = args.get("filter", "");
+  const std::string plot = args.get("plot", "");
+  const int reps = args.get_int("reps", 20);
+  args.check_all_used();
+  BenchResult res;
+  res.op = "dense_decode";
+  res.command = args.command_line();
+  res.date = utc_now();
+  Bench bench(device, res);
+  res.notes["timing"] = bench.cuda ? "median of " + std::to_string(reps) +
+                                         " event-timed calls (kernel through combine), L2 flushed before each"
+                                   : "median wall time";
+  res.notes["flops"] = "b * h_q * s_q * 2 * mean_len * (d_qk + d_v) (causal masking not subtracted, as FlashMLA counts)";
+  res.notes["bytes"] = "b * (2*s_q*h_q*d_qk + mean_len*h_kv*bytes_per_token + 2*s_q*h_q*d_v), bytes_per_token 1152 (bf16) or 656 (v32_fp8)";
+  res.notes["inputs"] = "d_qk 576, h_kv 1, page 64, every request at length s_k, pages in order";
+  std::printf("dense_decode on %s\n%-44s %10s %9s %9s %8s %7s\n", res.device.c_str(), "case", "us",
+              "TFLOPS", "GB/s", "of HBM", "splits");
+
+  struct Case { int64_t b, s_k, h_q, s_q; bool fp8; };
+  std::vector<Case> cases;
+  if (!bench.cuda) {
+    cases.push_back({4, 1024, 16, 1, false});
+  } else {
+    for (bool fp8 : {false, true})
+      for (int64_t s_k : {4096, 8192})
+        for (int64_t s_q : {1, 2})
+          for (int64_t h : {16, 32, 64, 128}) cases.push_back({128, s_k, h, s_q, fp8});
+  }
+  constexpr int64_t kD = 576, kP = 64;
+  std::vector<uint16_t> kc;
+  std::vector<uint8_t> kf;
+  bool cache_fp8 = false;
+  int64_t cache_pages = -1;
+  for (const Case& c : cases) {
+    const std::string name = std::string(c.fp8 ? "fp8" : "bf16") + "_b" + std::to_string(c.b) + "_sk" +
+                             std::to_string(c.s_k) + "_h" + std::to_string(c.h_q) + "_sq" +
+                             std::to_string(c.s_q) + "_causal";
+    if (!filter.empty() && name.find(filter) == std::string::npos) continue;
+    const int64_t pages_per_req = (c.s_k + kP - 1) / kP, num_pages = c.b * pages_per_req;
+    std::vector<uint16_t> q = random_bf16(static_cast<size_t>(c.b * c.s_q * c.h_q * kD), 31);
+    // The cache (up to 1.2 GB) is made once per (dtype, s_k) and shared by the cases that follow.
+    if (c.fp8 != cache_fp8 || num_pages != cache_pages) {
+      kc.clear();
+      kf.clear();
+      if (c.fp8) kf = random_cache(CacheFormat::v32_fp8, num_pages, kP, 33);
+      else kc = random_bf16(static_cast<size_t>(num_pages * kP * kD), 33);
+      cache_fp8 = c.fp8;
+      cache_pages = num_pages;
+    }
+    std::vector<int32_t> bt(static_cast<size_t>(num_pages)), lens(static_cast<size_t>(c.b), static_cast<int32_t>(c.s_k));
+    for (int64_t k = 0; k < num_pages; ++k) bt[k] = static_cast<int32_t>(k);
+    std::vector<uint16_t> out(static_cast<size_t>(c.b * c.s_q * c.h_q * 512));
+    std::vector<float> lse(static_cast<size_t>(c.b * c.h_q * c.s_q));
+    const Device w = bench.where();
+    DenseDecodeArgs a;
+    a.q = TensorView(bench.place(q), DType::bf16, {c.b, c.s_q, c.h_q, kD}, w);
+    if (c.fp8) {
+      a.k_cache = TensorView(bench.place(kf), DType::u8, {num_pages, kP, 1, 656}, w);
+      a.fp8 = true;
+    } else {
+      a.k_cache = TensorView(bench.place(kc), DType::bf16, {num_pages, kP, 1, kD}, w);
+    }
+    a.block_table = TensorView(bench.place(bt), DType::i32, {c.b, pages_per_req}, w);
+    a.cache_seqlens = TensorView(bench.place(lens), DType::i32, {c.b}, w);
+    a.causal = true;
+    a.out = TensorView(bench.place(out), DType::bf16, {c.b, c.s_q, c.h_q, 512}, w);
+    a.lse = TensorView(bench.place(lse), DType::f32, {c.b, c.h_q, c.s_q}, w);
+    BenchCase bc;
+    bc.name = name;
+    bc.time_us = bench.time([&] { dense_decode(a); }, reps);
+    bench.release();
+    const double bpt = c.fp8 ? 656.0 : 2.0 * kD;
+    const double flops = static_cast<double>(c.b) * c.h_q * c.s_q * 2.0 * c.s_k * (kD + 512);
+    const double bytes = c.b * (2.0 * c.s_q * c.h_q * kD + c.s_k * bpt + 2.0 * c.s_q * c.h_q * 512);
+    bc.numbers["TFLOPS"] = flops / (bc.time_us * 1e-6) / 1e12;
+    bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
+    if (bench.hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / bench.hbm;
+    bc.numbers["num_splits"] = static_cast<double>(bench.splits(c.b, c.s_q, (c.h_q + 63) / 64 * 64, pages_per_req * kP));
+    print_case(bc, bench.hbm);
+    res.cases.push_back(bc);
+  }
+  std::vector<double> frac;
+  for (const auto& c : res.cases)
+    if (c.numbers.count("frac_of_ceiling")) frac.push_back(c.numbers.at("frac_of_ceiling"));
+  if (!frac.empty()) res.summary["max_frac_of_hbm"] = *std::max_element(frac.begin(), frac.end());
+  finish(res, bench, json, plot, "bf16_b128_sk8192_h128_sq2_causal", "bf16_b128_sk8192_h128_sq2_TFLOPS");
+  return 0;
+}
+
+}  // namespace latentkv::cli
