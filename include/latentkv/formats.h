@@ -59,15 +59,23 @@ struct RecordOffsets {
 RecordOffsets record_offsets(const CacheGeometry& g, const FormatInfo& fi, int64_t slot);
 
 // quantize: latents [n, d_qk] (bf16 or f32) -> records at slots [n] (i64 or i32) of cache.
-// A slot < 0 is skipped; a slot >= num_slots is an error. Only the target records' bytes are
-// written (including the pad byte of page-split scale rows, written as 0).
+// A slot < 0 is skipped; a slot >= num_slots, or two tokens with one slot, is an error. Only the
+// target records' bytes are written (including the pad byte of page-split scale rows, written as 0).
+//
+// check_slots: the slot checks read the slots on the host, which for CUDA tensors means a copy
+// and a stream synchronisation (no CUDA-graph capture). A caller who guarantees unique in-range
+// slots may turn them off: then nothing synchronises, a slot outside [0, num_slots) is still
+// skipped (never followed), and duplicate slots race (the record holds one of the writers' bytes).
 void quantize(CacheFormat f, const TensorView& latents, const TensorView& slots,
-              const TensorView& cache, int64_t page_size = -1, Stream stream = nullptr);
+              const TensorView& cache, int64_t page_size = -1, Stream stream = nullptr,
+              bool check_slots = true);
 
 // dequantize: records at slots [n] -> out [n, d_qk] bf16. A slot < 0 gives a row of zeros; a slot
-// >= num_slots is an error.
+// >= num_slots is an error (with check_slots; without, such a slot also gives zeros and nothing
+// synchronises).
 void dequantize(CacheFormat f, const TensorView& cache, const TensorView& slots,
-                const TensorView& out, int64_t page_size = -1, Stream stream = nullptr);
+                const TensorView& out, int64_t page_size = -1, Stream stream = nullptr,
+                bool check_slots = true);
 
 // positions_to_slots: flat slots of logical positions through a block table:
 //   slots[i][j] = block_table[i][pos / P] * P + pos % P, pos = positions[i][j].

@@ -64,40 +64,44 @@ def _torch_ops(x: Any) -> Any:
 # ---- cache formats ---------------------------------------------------------------------------
 
 def quantize(latents: Any, slots: Any, cache: Any, format: str, *,
-             page_size: Optional[int] = None) -> Any:
+             page_size: Optional[int] = None, check_slots: bool = True) -> Any:
     """Quantizes latents into their cache records, in place; returns ``cache``.
 
     latents: bf16 or f32 [n, d_qk] (d_qk 576 for v32_fp8, else 512), inner dim contiguous.
     slots:   i64 or i32 [n], flat slots (page * P + offset); a slot < 0 is skipped.
     cache:   u8 [num_pages, P, 1, bytes_per_token] or [num_pages, page_bytes] (then page_size).
     Only the target records' bytes are written. Two tokens may not write one slot.
+    check_slots: the slot checks read GPU slots on the host (a synchronisation, so no CUDA-graph
+    capture); with False the caller guarantees unique in-range slots: out-of-range ones are still
+    skipped, never followed, and duplicates race.
     """
+    ps = -1 if page_size is None else page_size
     ops = _torch_ops(cache)
     if ops is not None:
-        ops.quantize(latents, slots, cache, format, -1 if page_size is None else page_size)
+        ops.quantize(latents, slots, cache, format, ps, check_slots)
         return cache
     _native.quantize(format, _arrays.native(latents), _arrays.native(slots),
-                     _arrays.native_bytes(cache), -1 if page_size is None else page_size,
-                     _arrays.stream_of(cache))
+                     _arrays.native_bytes(cache), ps, _arrays.stream_of(cache), check_slots)
     return cache
 
 
 def dequantize(cache: Any, slots: Any, format: str, *, page_size: Optional[int] = None,
-               out: Any = None) -> Any:
+               out: Any = None, check_slots: bool = True) -> Any:
     """Dequantizes the records at slots; returns bf16 [n, d_qk] (``out`` when given).
 
     cache: u8 paged cache of ``format``; slots: i64 or i32 [n] (a slot < 0 gives a row of zeros).
     The result is exact: bf16(payload * scale), RoPE dims copied.
+    check_slots: as for quantize (without it, a slot past the cache also gives zeros).
     """
     ps = -1 if page_size is None else page_size
     ops = _torch_ops(cache)
     if ops is not None and out is None:
-        return ops.dequantize(cache, slots, format, ps)
+        return ops.dequantize(cache, slots, format, ps, check_slots)
     if out is None:
         n = int(slots.shape[0])
         out = _arrays.empty(cache, (n, format_info(format)["d_qk"]), "bf16")
     _native.dequantize(format, _arrays.native_bytes(cache), _arrays.native(slots),
-                       _arrays.native(out, bf16=True), ps, _arrays.stream_of(cache))
+                       _arrays.native(out, bf16=True), ps, _arrays.stream_of(cache), check_slots)
     return out
 
 
@@ -154,11 +158,13 @@ def compress_kv(state_cache: Any, token_to_req: Any, positions: Any, boundary_to
         args = (state_cache, token_to_req, positions, boundary_token_indices, block_table,
                 rms_norm_weight, cos_sin_cache, kv_slot_mapping)
         rest = (block_size, compress_ratio, page_size, float(rms_norm_eps), format,
-                check_indices, impl, workspace)
+                check_indices, impl)
         if mode == "inplace":
-            ops.compress_kv_(*args, kv_cache, *rest)
+            ops.compress_kv_(*args, kv_cache, *rest, workspace)
             return kv_cache
-        return ops.compress_kv(*args, kv_cache, *rest)
+        if workspace is None:
+            return ops.compress_kv(*args, kv_cache, *rest)
+        return ops.compress_kv_ws(*args, kv_cache, *rest, workspace)
     target = kv_cache
     if mode == "functional":
         # The core zeroes the target first, so a fresh array of the same shape is enough.

@@ -25,14 +25,14 @@ def format_info(format: str) -> dict:
     """{name, d_qk, bytes_per_token, page_split, data_bytes, scale_bytes} of a format."""
 
 def quantize(format: str, latents: Arr, slots: Arr, cache: Arr, page_size: int = -1,
-             stream: int = 0) -> None:
+             stream: int = 0, check_slots: bool = True) -> None:
     """latents bf16|f32 [n, d_qk] -> records at slots i64|i32 [n] of cache u8 (written in place).
 
     cache: [num_pages, P, 1, bytes_per_token] or [num_pages, page_bytes] with page_size = P.
     """
 
 def dequantize(format: str, cache: Arr, slots: Arr, out: Arr, page_size: int = -1,
-               stream: int = 0) -> None:
+               stream: int = 0, check_slots: bool = True) -> None:
     """Records at slots i64|i32 [n] -> out bf16 [n, d_qk]; slot < 0 gives zeros."""
 
 def positions_to_slots(block_table: Arr, positions: Arr, page_size: int, slots: Arr,

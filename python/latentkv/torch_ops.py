@@ -13,6 +13,7 @@ their arguments declare them in ``mutates_args``:
     latentkv::positions_to_slots  -> i32 [b, n]
     latentkv::compress_kv_        mutates kv_cache (in place)
     latentkv::compress_kv         -> u8, kv_cache's shape (functional)
+    latentkv::compress_kv_ws      the same with a caller workspace (mutated)
     latentkv::sparse_decode       -> (bf16 [b, s_q, h_q, 512], f32 [b, h_q, s_q])
     latentkv::sparse_prefill      -> (bf16 [s_q, h_q, d_v], f32 [s_q, h_q], f32 [s_q, h_q])
     latentkv::sparse_prefill_batched  the same, over packed sequences
@@ -33,26 +34,28 @@ _D_QK = {name: _native.format_info(name)["d_qk"] for name in _native.format_name
 
 
 @torch.library.custom_op("latentkv::quantize", mutates_args=("cache",))
-def quantize(latents: Tensor, slots: Tensor, cache: Tensor, format: str, page_size: int) -> None:
+def quantize(latents: Tensor, slots: Tensor, cache: Tensor, format: str, page_size: int,
+             check_slots: bool = True) -> None:
     _native.quantize(format, _arrays.native(latents), _arrays.native(slots),
-                     _arrays.native_bytes(cache), page_size, _arrays.stream_of(cache))
+                     _arrays.native_bytes(cache), page_size, _arrays.stream_of(cache), check_slots)
 
 
 @quantize.register_fake
-def _quantize_fake(latents, slots, cache, format, page_size):
+def _quantize_fake(latents, slots, cache, format, page_size, check_slots=True):
     return None
 
 
 @torch.library.custom_op("latentkv::dequantize", mutates_args=())
-def dequantize(cache: Tensor, slots: Tensor, format: str, page_size: int) -> Tensor:
+def dequantize(cache: Tensor, slots: Tensor, format: str, page_size: int,
+               check_slots: bool = True) -> Tensor:
     out = torch.empty((slots.shape[0], _D_QK[format]), dtype=torch.bfloat16, device=cache.device)
     _native.dequantize(format, _arrays.native_bytes(cache), _arrays.native(slots),
-                       _arrays.native(out), page_size, _arrays.stream_of(cache))
+                       _arrays.native(out), page_size, _arrays.stream_of(cache), check_slots)
     return out
 
 
 @dequantize.register_fake
-def _dequantize_fake(cache, slots, format, page_size):
+def _dequantize_fake(cache, slots, format, page_size, check_slots=True):
     return cache.new_empty((slots.shape[0], _D_QK[format]), dtype=torch.bfloat16)
 
 
@@ -99,14 +102,35 @@ def _compress_kv__fake(*args):
     return None
 
 
-@torch.library.custom_op("latentkv::compress_kv", mutates_args=("workspace",))
+# The functional form comes as two ops, without and with a caller workspace: an op that returns a
+# tensor and declares an Optional argument mutated cannot be lowered by inductor (torch 2.11) when
+# that argument is None.
+@torch.library.custom_op("latentkv::compress_kv", mutates_args=())
 def compress_kv(state_cache: Tensor, token_to_req: Tensor, positions: Tensor,
                 boundary_token_indices: Tensor, block_table: Tensor, rms_norm_weight: Tensor,
                 cos_sin_cache: Tensor, kv_slot_mapping: Tensor, kv_cache: Tensor,
                 block_size: int, compress_ratio: int, page_size: int, rms_norm_eps: float,
-                format: str, check_indices: bool, impl: str,
-                workspace: Optional[Tensor]) -> Tensor:
+                format: str, check_indices: bool, impl: str) -> Tensor:
     # The core zeroes the new cache before writing (functional mode), so empty is enough.
+    out = torch.empty(kv_cache.shape, dtype=torch.uint8, device=kv_cache.device)
+    _compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
+              rms_norm_weight, cos_sin_cache, kv_slot_mapping, out, block_size, compress_ratio,
+              page_size, rms_norm_eps, format, "functional", check_indices, impl, None)
+    return out
+
+
+@compress_kv.register_fake
+def _compress_kv_fake(state_cache, token_to_req, positions, boundary_token_indices, block_table,
+                      rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, *rest):
+    return kv_cache.new_empty(kv_cache.shape, dtype=torch.uint8)
+
+
+@torch.library.custom_op("latentkv::compress_kv_ws", mutates_args=("workspace",))
+def compress_kv_ws(state_cache: Tensor, token_to_req: Tensor, positions: Tensor,
+                   boundary_token_indices: Tensor, block_table: Tensor, rms_norm_weight: Tensor,
+                   cos_sin_cache: Tensor, kv_slot_mapping: Tensor, kv_cache: Tensor,
+                   block_size: int, compress_ratio: int, page_size: int, rms_norm_eps: float,
+                   format: str, check_indices: bool, impl: str, workspace: Tensor) -> Tensor:
     out = torch.empty(kv_cache.shape, dtype=torch.uint8, device=kv_cache.device)
     _compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
               rms_norm_weight, cos_sin_cache, kv_slot_mapping, out, block_size, compress_ratio,
@@ -114,9 +138,9 @@ def compress_kv(state_cache: Tensor, token_to_req: Tensor, positions: Tensor,
     return out
 
 
-@compress_kv.register_fake
-def _compress_kv_fake(state_cache, token_to_req, positions, boundary_token_indices, block_table,
-                      rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, *rest):
+@compress_kv_ws.register_fake
+def _compress_kv_ws_fake(state_cache, token_to_req, positions, boundary_token_indices, block_table,
+                         rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, *rest):
     return kv_cache.new_empty(kv_cache.shape, dtype=torch.uint8)
 
 

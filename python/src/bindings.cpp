@@ -303,26 +303,26 @@ NB_MODULE(_native, m) {
   }, nb::arg("format"));
 
   m.def("quantize", [](const std::string& format, nb::handle latents, nb::handle slots,
-                       nb::handle cache, int64_t page_size, uintptr_t stream) {
+                       nb::handle cache, int64_t page_size, uintptr_t stream, bool check_slots) {
     Keep keep;
     const CacheFormat f = parse_format(format);
     const TensorView l = to_view(latents, "latents", keep), s = to_view(slots, "slots", keep),
                      c = to_view(cache, "cache", keep, Access::kWrite);
     nb::gil_scoped_release release;
-    quantize(f, l, s, c, page_size, to_stream(stream));
+    quantize(f, l, s, c, page_size, to_stream(stream), check_slots);
   }, nb::arg("format"), nb::arg("latents"), nb::arg("slots"), nb::arg("cache"),
-     nb::arg("page_size") = -1, nb::arg("stream") = 0);
+     nb::arg("page_size") = -1, nb::arg("stream") = 0, nb::arg("check_slots") = true);
 
   m.def("dequantize", [](const std::string& format, nb::handle cache, nb::handle slots,
-                         nb::handle out, int64_t page_size, uintptr_t stream) {
+                         nb::handle out, int64_t page_size, uintptr_t stream, bool check_slots) {
     Keep keep;
     const CacheFormat f = parse_format(format);
     const TensorView c = to_view(cache, "cache", keep), s = to_view(slots, "slots", keep),
                      o = to_view(out, "out", keep, Access::kWrite);
     nb::gil_scoped_release release;
-    dequantize(f, c, s, o, page_size, to_stream(stream));
+    dequantize(f, c, s, o, page_size, to_stream(stream), check_slots);
   }, nb::arg("format"), nb::arg("cache"), nb::arg("slots"), nb::arg("out"),
-     nb::arg("page_size") = -1, nb::arg("stream") = 0);
+     nb::arg("page_size") = -1, nb::arg("stream") = 0, nb::arg("check_slots") = true);
 
   m.def("positions_to_slots", [](nb::handle block_table, nb::handle positions, int64_t page_size,
                                  nb::handle slots, uintptr_t stream) {

@@ -70,7 +70,7 @@ void require_backend(const Device& device) {
 }
 
 // Checks a 1-D slot tensor: i64 or i32 [n], contiguous.
-void check_slots(const TensorView& slots, SizeEnv& env) {
+void check_slots_tensor(const TensorView& slots, SizeEnv& env) {
   LKV_CHECK_TYPE(slots.dtype == DType::i64 || slots.dtype == DType::i32,
                  "expected slots of shape [n] i64 or i32, got ", slots.shape_str());
   check_tensor(slots, "slots", {"n"}, slots.dtype, env);
@@ -201,7 +201,7 @@ RecordOffsets record_offsets(const CacheGeometry& g, const FormatInfo& fi, int64
 }
 
 void quantize(CacheFormat f, const TensorView& latents, const TensorView& slots,
-              const TensorView& cache, int64_t page_size, Stream stream) {
+              const TensorView& cache, int64_t page_size, Stream stream, bool check_slots) {
   const FormatInfo& fi = format_info(f);
   const Device device = cache.device;
   require_backend(device);
@@ -213,11 +213,11 @@ void quantize(CacheFormat f, const TensorView& latents, const TensorView& slots,
                  latents.shape_str());
   check_tensor(latents, "latents", {"n", fi.d_qk}, latents.dtype, env);
   check_inner_contiguous(latents, "latents");
-  check_slots(slots, env);
+  check_slots_tensor(slots, env);
   check_device(latents, "latents", device);
   check_device(slots, "slots", device);
 
-  validate_slots(host_slots(slots, stream), g.num_slots(), /*unique=*/true);
+  if (check_slots) validate_slots(host_slots(slots, stream), g.num_slots(), /*unique=*/true);
 
   const formats::QuantizeParams p{.format = f,
                                   .latents = latents.data,
@@ -234,20 +234,20 @@ void quantize(CacheFormat f, const TensorView& latents, const TensorView& slots,
 }
 
 void dequantize(CacheFormat f, const TensorView& cache, const TensorView& slots,
-                const TensorView& out, int64_t page_size, Stream stream) {
+                const TensorView& out, int64_t page_size, Stream stream, bool check_slots) {
   const FormatInfo& fi = format_info(f);
   const Device device = cache.device;
   require_backend(device);
   const CacheGeometry g = cache_geometry(cache, f, page_size);
 
   SizeEnv env;
-  check_slots(slots, env);
+  check_slots_tensor(slots, env);
   check_tensor(out, "out", {"n", fi.d_qk}, DType::bf16, env);
   check_inner_contiguous(out, "out");
   check_device(slots, "slots", device);
   check_device(out, "out", device);
 
-  validate_slots(host_slots(slots, stream), g.num_slots(), /*unique=*/false);
+  if (check_slots) validate_slots(host_slots(slots, stream), g.num_slots(), /*unique=*/false);
 
   const formats::DequantizeParams p{.format = f,
                                     .slots = slots.data,

@@ -560,6 +560,30 @@ TEST(FormatSlots, OutOfRangeSlotIsNamedAndNothingIsWritten) {
   }
 }
 
+TEST(FormatSlots, UncheckedOutOfRangeSlotIsSkippedNeverFollowed) {
+  // check_slots = false (no host read of the slots): a slot past the cache writes nothing and
+  // dequantizes to zeros; the in-range slots are handled as with the checks.
+  for (CacheFormat f : kAllFormats) {
+    SCOPED_TRACE(format_info(f).name);
+    const auto l = ref_layout(f);
+    const int64_t n = 3;
+    HostCache checked(f, 2, 4, lkv_test::padded_stride(f, 4));
+    HostCache unchecked(f, 2, 4, lkv_test::padded_stride(f, 4));
+    std::vector<float> x = lkv_test::random_latents(n, l.d_qk, l.group, 3);
+    std::vector<int64_t> good = {0, 5, -1}, bad = {0, 5, 8};  // the cache has 8 slots
+    quantize(f, TensorView(x.data(), DType::f32, {n, l.d_qk}),
+             TensorView(good.data(), DType::i64, {n}), checked.view4());
+    quantize(f, TensorView(x.data(), DType::f32, {n, l.d_qk}),
+             TensorView(bad.data(), DType::i64, {n}), unchecked.view4(), -1, nullptr,
+             /*check_slots=*/false);
+    ASSERT_EQ(unchecked.bytes, checked.bytes);
+    std::vector<uint16_t> out(n * l.d_qk, 0x7777);
+    dequantize(f, unchecked.view4(), TensorView(bad.data(), DType::i64, {n}),
+               TensorView(out.data(), DType::bf16, {n, l.d_qk}), -1, nullptr, false);
+    for (int64_t d = 0; d < l.d_qk; ++d) ASSERT_EQ(out[2 * l.d_qk + d], 0) << d;
+  }
+}
+
 TEST(FormatSlots, DuplicateSlotIsNamedAndNothingIsWritten) {
   for (CacheFormat f : kAllFormats) {
     SCOPED_TRACE(format_info(f).name);

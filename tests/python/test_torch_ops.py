@@ -35,7 +35,9 @@ def test_opcheck_every_op():
     c = {k: (t(v) if isinstance(v, np.ndarray) else v) for k, v in compress_inputs(C=16).items()}
     args = [c[k] for k in ARG_ORDER_COMPRESS]
     rest = (c["block_size"], c["compress_ratio"], 64, 1e-6, "v4_int8", True, "auto", None)
-    torch.library.opcheck(torch_ops.compress_kv, (*args, *rest))
+    torch.library.opcheck(torch_ops.compress_kv, (*args, *rest[:-1]))
+    torch.library.opcheck(torch_ops.compress_kv_ws,
+                          (*args, *rest[:-1], torch.empty(1 << 16, dtype=torch.uint8)))
     torch.library.opcheck(torch_ops.compress_kv_, (*args, *rest))
 
 
