@@ -39,6 +39,14 @@ if [ $rc -ne 0 ]; then
   exit 1
 fi
 
+# What the extension links (a libstdc++ copied into the module would show up as defined locale
+# symbols): recorded for diagnosis.
+so=$(python3 -c "import importlib.util as u; print(u.find_spec('latentkv._native').origin)" 2>/dev/null)
+if [ -n "$so" ]; then
+  echo "python: $so links: $(ldd "$so" | awk '{print $1}' | tr '\n' ' ')"
+  echo "python: std::locale symbols defined in the module: $(nm -DC --defined-only "$so" 2>/dev/null | grep -c 'std::locale')"
+fi
+
 # Without a GPU, or with a CPU-only build, the CUDA tests would only be skipped: refuse instead.
 if ! python3 - <<'EOF'
 import sys

@@ -5,9 +5,12 @@
 // exceptions (ValueError/TypeError in Python, a non-zero exit status in the CLI).
 #pragma once
 
-#include <sstream>
+#include <charconv>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 namespace latentkv {
 
@@ -30,19 +33,48 @@ class Error : public std::runtime_error {
 
 namespace detail {
 
-inline void append(std::ostringstream&) {}
+// Messages are built with std::to_chars and string appends rather than iostreams: formatting
+// through a locale-aware ostream inside a Python extension module has been seen to crash on some
+// toolchains, and error paths must never crash.
+inline void append_one(std::string& s, const char* v) { s += v; }
+inline void append_one(std::string& s, const std::string& v) { s += v; }
+inline void append_one(std::string& s, std::string_view v) { s += v; }
+inline void append_one(std::string& s, char v) { s += v; }
+template <typename T>
+void append_one(std::string& s, const T& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    s += v ? "1" : "0";  // what an ostream prints
+  } else if constexpr (std::is_integral_v<T>) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    s.append(buf, r.ptr);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    char buf[48];
+    const int n = std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(v));  // an ostream's default
+    s.append(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  } else if constexpr (std::is_pointer_v<T> && !std::is_convertible_v<T, std::string_view>) {
+    char buf[32];
+    const int n = std::snprintf(buf, sizeof(buf), "%p", static_cast<const void*>(v));
+    s.append(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  } else {
+    static_assert(std::is_convertible_v<const T&, std::string_view>, "unsupported message part");
+    s += std::string_view(v);
+  }
+}
+
+inline void append(std::string&) {}
 template <typename T, typename... Rest>
-void append(std::ostringstream& os, const T& v, const Rest&... rest) {
-  os << v;
-  append(os, rest...);
+void append(std::string& s, const T& v, const Rest&... rest) {
+  append_one(s, v);
+  append(s, rest...);
 }
 
 template <typename... Args>
 [[noreturn]] void raise(ErrorKind kind, const char* file, int line, const Args&... args) {
-  std::ostringstream os;
-  append(os, args...);
-  os << " [" << file << ":" << line << "]";
-  throw Error(kind, os.str());
+  std::string msg;
+  append(msg, args...);
+  append(msg, " [", file, ":", line, "]");
+  throw Error(kind, msg);
 }
 
 }  // namespace detail

@@ -53,8 +53,14 @@ def format_info(format: str) -> dict:
 
 
 def _torch_ops(x: Any) -> Any:
-    """The torch custom ops when x is a torch tensor (imported on first use), else None."""
+    """The torch custom ops while torch.compile traces a call on torch tensors (imported on first
+    use), else None. Eager calls on torch tensors go straight to the binding through DLPack: the
+    custom-op dispatch costs tens of microseconds per call, more than a small kernel takes."""
     if _arrays.framework(x) != "torch":
+        return None
+    import torch
+
+    if not torch.compiler.is_compiling():
         return None
     from . import torch_ops
 

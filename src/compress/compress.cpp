@@ -2,7 +2,6 @@
 // the CUDA backend. Nothing is written before every check has passed.
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 #include <vector>
 
 #include "compress/cpu/compress_cpu.h"
@@ -29,44 +28,44 @@ int64_t page_extent(const TensorView& kv) {
 
 [[noreturn]] void raise_output_error(const Params& p, int64_t i, int32_t code, int64_t value,
                                      int64_t extra) {
-  std::ostringstream os;
-  os << "compress_kv: output " << i;
+  std::string os = "compress_kv: output ";
+  detail::append(os, i);
   switch (code) {
     case compress::kBoundaryOutOfRange:
-      os << ": boundary_token_indices[" << i << "] = " << value << " is outside [0, num_tokens = "
-         << p.num_tokens << ")";
+      detail::append(os, ": boundary_token_indices[", i, "] = ", value,
+                     " is outside [0, num_tokens = ", p.num_tokens, ")");
       break;
     case compress::kSlotOutOfRange:
-      os << ": kv_slot_mapping gives slot " << value << ", outside the cache's " << p.num_slots
-         << " slots";
+      detail::append(os, ": kv_slot_mapping gives slot ", value, ", outside the cache's ",
+                     p.num_slots, " slots");
       break;
     case compress::kReqOutOfRange:
-      os << ": token_to_req gives request " << value << ", outside [0, num_reqs = " << p.num_reqs
-         << ")";
+      detail::append(os, ": token_to_req gives request ", value, ", outside [0, num_reqs = ",
+                     p.num_reqs, ")");
       break;
     case compress::kWindowBeforeStart:
-      os << ": position " << value << " with compress_ratio " << p.compress_ratio
-         << " has a window starting before position 0";
+      detail::append(os, ": position ", value, " with compress_ratio ", p.compress_ratio,
+                     " has a window starting before position 0");
       break;
     case compress::kWindowPastTable:
-      os << ": its window needs logical block " << value << " but block_table has " << extra
-         << " blocks per request";
+      detail::append(os, ": its window needs logical block ", value, " but block_table has ",
+                     extra, " blocks per request");
       break;
     case compress::kBlockOutOfRange:
-      os << ": block_table maps logical block " << extra << " to block " << value
-         << ", outside the state cache's " << p.num_blocks << " blocks";
+      detail::append(os, ": block_table maps logical block ", extra, " to block ", value,
+                     ", outside the state cache's ", p.num_blocks, " blocks");
       break;
     case compress::kRopePosOutOfRange:
-      os << ": RoPE row " << value << " is outside cos_sin_cache's " << extra << " rows";
+      detail::append(os, ": RoPE row ", value, " is outside cos_sin_cache's ", extra, " rows");
       break;
     case compress::kDuplicateSlot:
-      os << ": slot " << value << " is written by outputs " << std::min<int64_t>(i, extra)
-         << " and " << std::max<int64_t>(i, extra);
+      detail::append(os, ": slot ", value, " is written by outputs ",
+                     std::min<int64_t>(i, extra), " and ", std::max<int64_t>(i, extra));
       break;
     default:
-      os << ": invalid (code " << code << ")";
+      detail::append(os, ": invalid (code ", code, ")");
   }
-  LKV_FAIL(ErrorKind::kValue, os.str());
+  LKV_FAIL(ErrorKind::kValue, os);
 }
 
 // The counter region at the start of a caller-provided workspace (256-byte aligned).

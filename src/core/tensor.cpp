@@ -2,7 +2,6 @@
 #include "latentkv/error.h"
 #include "latentkv/tensor.h"
 
-#include <sstream>
 
 namespace latentkv {
 
@@ -96,11 +95,10 @@ bool TensorView::is_contiguous() const {
 }
 
 std::string TensorView::shape_str() const {
-  std::ostringstream os;
-  os << "[";
-  for (int i = 0; i < ndim; ++i) os << (i ? ", " : "") << shape[i];
-  os << "] " << dtype_name(dtype);
-  return os.str();
+  std::string s = "[";
+  for (int i = 0; i < ndim; ++i) detail::append(s, i ? ", " : "", shape[i]);
+  detail::append(s, "] ", dtype_name(dtype));
+  return s;
 }
 
 int64_t SizeEnv::get(const std::string& name) const {
@@ -121,16 +119,15 @@ void SizeEnv::bind(const std::string& name, int64_t v) {
 void check_tensor(const TensorView& t, const char* name, std::initializer_list<Dim> dims,
                   DType dtype, SizeEnv& env) {
   auto expected = [&] {
-    std::ostringstream os;
-    os << "[";
+    std::string s = "[";
     int i = 0;
     for (const Dim& d : dims) {
-      os << (i++ ? ", " : "");
-      if (d.value >= 0) os << d.value;
-      else os << d.name;
+      s += i++ ? ", " : "";
+      if (d.value >= 0) detail::append(s, d.value);
+      else detail::append(s, d.name);
     }
-    os << "] " << dtype_name(dtype);
-    return os.str();
+    detail::append(s, "] ", dtype_name(dtype));
+    return s;
   };
   auto fail = [&](const std::string& why) {
     LKV_FAIL(ErrorKind::kValue, "expected ", name, " of shape ", expected(), ", got ",
