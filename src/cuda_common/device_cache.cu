@@ -23,6 +23,18 @@ int sm_count(int device) {
   return n;
 }
 
+int max_smem_per_block(int device) {
+  static std::mutex mu;
+  static std::map<int, int> sizes;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = sizes.find(device);
+  if (it != sizes.end()) return it->second;
+  int n = 0;
+  LKV_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  sizes[device] = n;
+  return n;
+}
+
 void* cached_buffer(BufferPurpose purpose, size_t bytes, int device, Stream stream) {
   static std::mutex mu;
   static std::map<std::tuple<BufferPurpose, int, Stream>, std::pair<void*, size_t>> cache;

@@ -12,6 +12,9 @@ namespace latentkv::cuda_common {
 // The device's multiprocessor count (queried once per device).
 int sm_count(int device);
 
+// The most shared memory one block may opt in to, in bytes (queried once per device).
+int max_smem_per_block(int device);
+
 // What a cached buffer is for; each purpose has its own buffer per (device, stream).
 enum class BufferPurpose { kCompressScratch, kCompressCounters, kDecodeScratch };
 

@@ -14,6 +14,7 @@
 #include "cuda/device_buffer.h"
 #include "latentkv/decode.h"
 #include "latentkv/error.h"
+#include "decode/cuda/launch.h"
 #include "testing/decode_workload.h"
 
 using namespace latentkv;
@@ -219,4 +220,46 @@ TEST(DecodeCuda, PlanReuseSplitsAndDeterminism) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("plan was made for"), std::string::npos) << e.what();
   }
+}
+
+TEST(DecodeCuda, WideAndNarrowLayoutsAgreeBitwise) {
+  REQUIRE_GPU();
+  // Devices with more than 163 KB of shared memory per CTA dequantize the next tile while the
+  // current one is multiplied (the wide layout); the narrow one serves the others. Same arithmetic
+  // in the same order: the two must give the same bytes.
+  int n = 0;
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+    for (int shape = 0; shape < 3; ++shape) {
+      DecodeWorkloadOptions o;
+      o.format = f;
+      o.b = shape == 2 ? 74 : 4;
+      o.s_q = 2;
+      o.h_q = shape == 0 ? 70 : (shape == 1 ? 16 : 128);
+      o.topk = shape == 1 ? 2048 : 200;
+      o.page_size = 61;
+      o.topk_length = true;
+      o.sink = true;
+      o.adversarial = shape == 0;
+      o.nan_unused = shape == 0;
+      o.extra = f == CacheFormat::v4_fp8;
+      o.extra_topk = 100;
+      o.extra_page_size = 2;
+      o.seed = 900 + n++;
+      const std::string label = std::string(format_info(f).name) + " shape " + std::to_string(shape);
+      DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+      const GpuResult ref = run_oracle(w);
+      w.poison_outputs();
+      const GpuResult wide = run_gpu(w);
+      latentkv::decode::cuda::set_wide_layout_allowed(false);
+      w.poison_outputs();
+      const GpuResult narrow = run_gpu(w);
+      latentkv::decode::cuda::set_wide_layout_allowed(true);
+      const auto d = latentkv::testing::compare_decode(w, narrow.out, narrow.lse, ref.out, ref.lse);
+      std::printf("[decode] narrow layout %-40s max_rel %.2e cos %.7f\n", label.c_str(), d.max_rel,
+                  d.cos_sim);
+      EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label;
+      EXPECT_EQ(d.mask_mismatch, 0) << label;
+      EXPECT_EQ(wide.out, narrow.out) << label;
+      EXPECT_EQ(0, std::memcmp(wide.lse.data(), narrow.lse.data(), wide.lse.size() * 4)) << label;
+    }
 }

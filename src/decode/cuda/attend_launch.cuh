@@ -4,7 +4,9 @@
 #pragma once
 
 #include "cuda_common/cuda_check.h"
+#include "cuda_common/device_cache.h"
 #include "decode/cuda/kernel.cuh"
+#include "decode/cuda/launch.h"
 #include "latentkv/tensor.h"
 
 namespace latentkv::decode::cuda {
@@ -12,17 +14,31 @@ namespace latentkv::decode::cuda {
 // Merges the splits' partial results by LSE (combine.cu). out is f16 when f16, else bf16.
 void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream);
 
-template <class Source>
-void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) {
-  constexpr int kSmem = SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16>::total;
+template <class Source, bool kWide>
+void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream stream) {
+  constexpr int kSmem = SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16,
+                                   kWide && Source::kStorage != KeyStorage::kDirect16>::total;
   // Set on every launch: the attribute belongs to the current device, and setting it is cheap.
-  LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source>,
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source, kWide>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(static_cast<unsigned>(p.g.n1 * p.g.n2),
                   static_cast<unsigned>(p.g.kv_heads * p.g.head_blocks_per_kv),
                   static_cast<unsigned>(p.g.num_splits));
-  attend_kernel<Source><<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(p);
+  attend_kernel<Source, kWide><<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(p);
   LKV_CUDA_CHECK_LAUNCH();
+}
+
+template <class Source>
+void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) {
+  bool wide = false;
+  if constexpr (Source::kStorage != KeyStorage::kDirect16) {
+    int device = 0;
+    LKV_CUDA_CHECK(cudaGetDevice(&device));
+    wide = wide_layout_allowed() &&
+           cuda_common::max_smem_per_block(device) >= SmemLayout<Source::kDqk, false, true>::total;
+  }
+  if (wide) launch_attend_as<Source, true>(p, stream);
+  else launch_attend_as<Source, false>(p, stream);
   if (p.g.num_splits > 1) launch_combine(p.g, p.o, Source::kF16, stream);
 }
 

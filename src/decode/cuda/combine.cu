@@ -3,6 +3,8 @@
 // split order (deterministic), applies the sink, and writes out, lse and (where asked) max_logits.
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include "decode/cuda/attend_launch.cuh"
 
 namespace latentkv::decode::cuda {
@@ -66,6 +68,13 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
 }
 
 }  // namespace
+
+namespace {
+std::atomic<bool> g_wide_allowed{true};
+}  // namespace
+
+void set_wide_layout_allowed(bool allowed) { g_wide_allowed = allowed; }
+bool wide_layout_allowed() { return g_wide_allowed; }
 
 void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream) {
   const int64_t rows = g.n1 * g.n2 * g.h_q;

@@ -23,19 +23,22 @@ inline constexpr int kRowPad = 8;
 // Splits hold whole blocks of this many candidates (the planner's unit).
 inline constexpr int kSplitUnit = 64;
 
-// Shared memory of one CTA. Quantized keys (kDirect false) are staged as raw records and
-// dequantized into one key tile; 16-bit keys (kDirect true) are copied straight into two key tiles.
-template <int kDqk, bool kDirect>
+// Shared memory of one CTA. Quantized keys are staged as raw records and dequantized into one key
+// tile (kOverlap false) or, where the device has the room, into two key tiles so that the next
+// tile is dequantized while the current one is multiplied (kOverlap true; three key-pointer
+// buffers then, for tiles t, t + 1 and t + 2). 16-bit keys (kDirect) are copied straight into two
+// key tiles.
+template <int kDqk, bool kDirect, bool kOverlap = false>
 struct SmemLayout {
   static constexpr int q_stride = kDqk + kRowPad;            // 16-bit elements per Q row
   static constexpr int k_stride = kDqk + kRowPad;            // 16-bit elements per K row
   static constexpr int p_stride = kTileTokens + kRowPad;     // 16-bit elements per P row
   static constexpr int q_bytes = kHeadsPerCta * q_stride * 2;
-  static constexpr int k_bytes = (kDirect ? 2 : 1) * kTileTokens * k_stride * 2;
+  static constexpr int k_bytes = (kDirect || kOverlap ? 2 : 1) * kTileTokens * k_stride * 2;
   static constexpr int p_bytes = kHeadsPerCta * p_stride * 2;
   static constexpr int red_bytes = 2 * 2 * kHeadsPerCta * 4;  // [max|sum][n-half][head] fp32
-  // Double-buffered key pointers of a tile: data and scale bytes, null when not attended.
-  static constexpr int slot_bytes = 2 * 2 * kTileTokens * 8;
+  // Key pointers of a tile: data and scale bytes, null when not attended.
+  static constexpr int slot_bytes = (kOverlap ? 3 : 2) * 2 * kTileTokens * 8;
   // Raw records of the next tile land here by cp.async while the current tile is computed; a
   // v32 record is 656 bytes, a v4 one 576 data bytes plus its 8 scale bytes (padded to 16).
   static constexpr int raw_record = kDqk == 576 ? 656 : 592;
@@ -51,5 +54,6 @@ struct SmemLayout {
 // 163 KB is an A100's per-CTA maximum; the H100/H200 allow 227 KB.
 static_assert(SmemLayout<576, false>::total <= 163 * 1024, "v32_fp8 must fit an A100");
 static_assert(SmemLayout<576, true>::total <= 163 * 1024, "576-wide 16-bit keys must fit an A100");
+static_assert(SmemLayout<576, false, true>::total <= 227 * 1024, "overlapped v32_fp8 must fit an H100");
 
 }  // namespace latentkv::decode::cuda

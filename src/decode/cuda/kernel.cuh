@@ -225,13 +225,22 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
 //                                             the host planned for: keys_per_split * num_splits)
 //   __device__ const uint8_t* locate(const Args&, int64_t k, const uint8_t** scale) const;
 //                                             the key bytes of candidate k, null if not attended
-template <class Source>
+//
+// kWide (quantized storage only, for devices with more than 163 KB of shared memory per CTA): two
+// key tiles, so the records of tile t + 1 are dequantized while tile t is multiplied. Dequantization
+// runs on the CUDA cores and the products on the tensor cores; in separate phases (the narrow
+// layout) their times add up, here warps that finish their score products early dequantize while
+// the others still multiply.
+template <class Source, bool kWide>
 __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<typename Source::Args> p) {
   constexpr int kDqk = Source::kDqk;
   constexpr bool kF16 = Source::kF16;
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
-  using L = SmemLayout<kDqk, kDirect>;
+  constexpr bool kOverlap = kWide && !kDirect;
+  using L = SmemLayout<kDqk, kDirect, kOverlap>;
+  // Key pointer buffers: tiles t, t + 1 and (overlapped) t + 2 are resolved at once.
+  constexpr int kPtrBufs = kOverlap ? 3 : 2;
 
   extern __shared__ __align__(16) uint8_t smem[];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem + L::q_off);
@@ -239,9 +248,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   uint16_t* sP = reinterpret_cast<uint16_t*>(smem + L::p_off);
   float* sMax = reinterpret_cast<float*>(smem + L::red_off);  // [2][64]
   float* sSum = sMax + 2 * kHeadsPerCta;                      // [2][64]
-  // [2][32] data pointers, then [2][32] scale pointers
+  // [kPtrBufs][32] data pointers, then [kPtrBufs][32] scale pointers
   const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::slot_off);
-  const uint8_t** sScale = sData + 2 * kTileTokens;
+  const uint8_t** sScale = sData + kPtrBufs * kTileTokens;
   uint8_t* sRaw = smem + L::raw_off;  // [2][32][raw_record] (quantized storage only)
 
   const Geometry& g = p.g;
@@ -255,6 +264,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const int64_t hb0 = static_cast<int64_t>(blockIdx.y % g.head_blocks_per_kv) * kHeadsPerCta;
   const int64_t heads_here = min(static_cast<int64_t>(kHeadsPerCta), g.heads_per_kv - hb0);
   const int64_t h0 = kv_head * g.heads_per_kv + hb0;  // first query head of the CTA
+  // A warp whose 16 head rows are all padding (h_q < 64 in this CTA) skips its products: their
+  // results are never written, and the other warps then share the SM among fewer.
+  const bool active = mt * 16 < heads_here;
 
   // ---- 1. Q to shared memory (16-byte loads), zero rows past the CTA's heads.
   const uint16_t* q_row = g.q + r1 * g.stride_q_r1 + r2 * g.stride_q_r2;
@@ -286,53 +298,85 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     if (tile >= num_tiles || k >= k_end) return;
     *data = src.locate(p.src, k, scale);
   };
-  auto issue = [&](int buf) {
+  // Starts the copies of the keys listed in pointer buffer `pbuf` into key / staging buffer `buf`.
+  auto issue = [&](int pbuf, int buf) {
     if constexpr (kDirect)
-      issue_direct_copies<kDqk, L::k_stride>(sData + buf * kTileTokens,
+      issue_direct_copies<kDqk, L::k_stride>(sData + pbuf * kTileTokens,
                                              sK + buf * kTileTokens * L::k_stride, tid);
     else
-      issue_record_copies<kStorage, L::raw_record>(sData + buf * kTileTokens, sScale + buf * kTileTokens,
+      issue_record_copies<kStorage, L::raw_record>(sData + pbuf * kTileTokens, sScale + pbuf * kTileTokens,
                                                    sRaw + buf * kTileTokens * L::raw_record, tid);
+  };
+  auto dequantize = [&](int pbuf, int buf, uint16_t* keys_out) {
+    if constexpr (!kDirect)
+      dequantize_tile<kStorage, kDqk, L::raw_record, L::k_stride>(
+          sData + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record, keys_out, tid);
   };
   const uint8_t* pending_data = nullptr;
   const uint8_t* pending_scale = nullptr;
-  if (tid < kTileTokens) {
-    locate(0, &sData[tid], &sScale[tid]);
-    locate(1, &pending_data, &pending_scale);
+  if constexpr (kOverlap) {
+    // Tiles 0..2 resolved, the records of tiles 0 and 1 in flight, tile 0 dequantized.
+    if (tid < kTileTokens)
+      for (int t = 0; t < 3; ++t) locate(t, &sData[t * kTileTokens + tid], &sScale[t * kTileTokens + tid]);
+    __syncthreads();
+    issue(0, 0);
+    cp_async_commit();
+    issue(1, 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    dequantize(0, 0, sK);
+  } else {
+    if (tid < kTileTokens) {
+      locate(0, &sData[tid], &sScale[tid]);
+      locate(1, &pending_data, &pending_scale);
+    }
+    __syncthreads();
+    issue(0, 0);
+    cp_async_commit();
   }
-  __syncthreads();
-  issue(0);
-  cp_async_commit();
 
   for (int64_t tile = 0; tile < num_tiles; ++tile) {
     const int cur = static_cast<int>(tile % 2), nxt = cur ^ 1;
-    const uint8_t* const* tile_data = sData + cur * kTileTokens;
-    // ---- 2a. Publish tile + 1's keys (their address loads were issued a tile ago), start its
-    // copies, and issue tile + 2's address loads.
-    if (tid < kTileTokens) {
-      sData[nxt * kTileTokens + tid] = pending_data;
-      sScale[nxt * kTileTokens + tid] = pending_scale;
-    }
-    __syncthreads();  // also: every warp is done with the previous tile's keys, P and staging
-    issue(nxt);
-    cp_async_commit();
-    if (tid < kTileTokens) locate(tile + 2, &pending_data, &pending_scale);
-    cp_async_wait<1>();  // this thread's copies of the current tile have landed
-    __syncthreads();     // and everyone else's
-
-    // ---- 2b. Quantized storage: dequantize the current tile's records into the key tile.
+    const int pcur = static_cast<int>(tile % kPtrBufs);
+    const uint8_t* const* tile_data = sData + pcur * kTileTokens;
     const uint16_t* keys = sK;
-    if constexpr (kDirect) {
+    if constexpr (kOverlap) {
+      // ---- 2. Tile t + 1's records have landed (and tile t was dequantized during the previous
+      // iteration); start tile t + 2's copies into the staging buffer tile t used, and resolve
+      // tile t + 3.
+      cp_async_wait<0>();
+      __syncthreads();  // also: every warp is done with the previous tile's keys, P and staging
+      issue(static_cast<int>((tile + 2) % 3), cur);
+      cp_async_commit();
+      if (tid < kTileTokens) locate(tile + 3, &pending_data, &pending_scale);
       keys = sK + cur * kTileTokens * L::k_stride;
     } else {
-      dequantize_tile<kStorage, kDqk, L::raw_record, L::k_stride>(
-          tile_data, sRaw + cur * kTileTokens * L::raw_record, sK, tid);
-      __syncthreads();
+      // ---- 2a. Publish tile + 1's keys (their address loads were issued a tile ago), start its
+      // copies, and issue tile + 2's address loads.
+      if (tid < kTileTokens) {
+        sData[nxt * kTileTokens + tid] = pending_data;
+        sScale[nxt * kTileTokens + tid] = pending_scale;
+      }
+      __syncthreads();  // also: every warp is done with the previous tile's keys, P and staging
+      issue(nxt, nxt);
+      cp_async_commit();
+      if (tid < kTileTokens) locate(tile + 2, &pending_data, &pending_scale);
+      cp_async_wait<1>();  // this thread's copies of the current tile have landed
+      __syncthreads();     // and everyone else's
+
+      // ---- 2b. Quantized storage: dequantize the current tile's records into the key tile.
+      if constexpr (kDirect) {
+        keys = sK + cur * kTileTokens * L::k_stride;
+      } else {
+        dequantize(cur, cur, sK);
+        __syncthreads();
+      }
     }
 
     // ---- 3. S = Q K^T for heads 16 mt.. and tokens 16 nh.. (two n8 tiles).
     float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    {
+    if (active) {
       const uint16_t* qa = sQ + (mt * 16 + (lane % 16)) * L::q_stride + (lane / 16) * 8;
       const uint16_t* kb = keys + (nh * 16 + (lane % 8) + (lane / 16) * 8) * L::k_stride + ((lane / 8) % 2) * 8;
       // Two accumulator pairs (even and odd k-steps) halve the dependent MMA chain.
@@ -355,6 +399,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
 #pragma unroll
         for (int e = 0; e < 4; ++e) sc[nt][e] += sc2[nt][e];
     }
+
+    // ---- 3b. Overlapped: dequantize tile t + 1 into the other key tile while other warps still
+    // multiply.
+    if constexpr (kOverlap) dequantize(static_cast<int>((tile + 1) % 3), nxt, sK + nxt * kTileTokens * L::k_stride);
 
     // ---- 4. Online softmax (log2 domain). Element e of tile nt: row gr + 8 (e / 2), token
     // 16 nh + 8 nt + 2 t4 + (e % 2).
@@ -412,6 +460,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     // ---- 5. O += P V for heads 16 mt.. and dims 256 nh.. (32 n8 tiles).
 #pragma unroll
     for (int kk = 0; kk < kTileTokens; kk += 16) {
+      if (!active) break;
       uint32_t a[4];
       ldmatrix_x4(a, sP + (mt * 16 + (lane % 16)) * L::p_stride + kk + (lane / 16) * 8);
       const uint16_t* vb = keys + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
@@ -423,6 +472,13 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         mma_16816<kF16>(acc[n + 1], a, b[2], b[3]);
       }
     }
+    // Overlapped: tile t's pointers are no longer read (its masking is done); tile t + 3's take
+    // their place, visible after the next iteration's first barrier.
+    if constexpr (kOverlap)
+      if (tid < kTileTokens) {
+        sData[pcur * kTileTokens + tid] = pending_data;
+        sScale[pcur * kTileTokens + tid] = pending_scale;
+      }
   }
 
   cp_async_wait<0>();  // no copy may outlive the CTA's shared memory

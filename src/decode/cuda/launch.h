@@ -13,6 +13,11 @@ struct SparseArgs;
 // p.partial_out / p.partial_lse hold the split scratch when p.num_splits > 1.
 void sparse_decode(const Params& p, Stream stream);
 
+// Whether quantized caches may use the wide (overlapped-dequantization) layout where the device has
+// room for it; tests turn it off to exercise the narrow layout on such devices (combine.cu).
+void set_wide_layout_allowed(bool allowed);
+bool wide_layout_allowed();
+
 // One instantiation per format (instantiations/*.cu).
 template <CacheFormat F>
 void launch_sparse(const KernelParams<SparseArgs>& p, Stream stream);
