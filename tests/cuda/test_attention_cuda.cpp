@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/device_buffer.h"
+#include "decode/cuda/launch.h"
 #include "latentkv/dense.h"
 #include "latentkv/error.h"
 #include "latentkv/prefill.h"
@@ -314,5 +315,59 @@ TEST(DenseCuda, Errors) {
     FAIL() << "f16 q with a v32_fp8 cache was accepted on CUDA";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("needs bf16 q"), std::string::npos) << e.what();
+  }
+}
+
+TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
+  REQUIRE_GPU();
+  // Wide devices keep three tiles of 16-bit keys in flight (and dequantize v32_fp8 pages while
+  // multiplying); the narrow layout keeps two. Same arithmetic in the same order: same bytes.
+  auto both = [](auto&& run) {
+    const auto wide = run();
+    latentkv::decode::cuda::set_wide_layout_allowed(false);
+    const auto narrow = run();
+    latentkv::decode::cuda::set_wide_layout_allowed(true);
+    return std::pair{wide, narrow};
+  };
+  for (int d : {512, 576}) {
+    PrefillWorkloadOptions o;
+    o.s_q = 9;
+    o.s_kv = 3000;
+    o.h_q = 70;
+    o.topk = 300;
+    o.d_qk = d;
+    o.topk_length = true;
+    o.sink = true;
+    o.adversarial = true;
+    check_prefill(o, "layouts: prefill d" + std::to_string(d));
+    PrefillWorkload w = latentkv::testing::make_prefill_workload(o);
+    const auto [wide, narrow] = both([&] {
+      w.poison_outputs();
+      return run_prefill_gpu(w);
+    });
+    EXPECT_EQ(wide.out, narrow.out) << d;
+    EXPECT_EQ(0, std::memcmp(wide.lse.data(), narrow.lse.data(), wide.lse.size() * 4)) << d;
+    EXPECT_EQ(0, std::memcmp(wide.max_logits.data(), narrow.max_logits.data(), wide.lse.size() * 4)) << d;
+  }
+  for (int variant = 0; variant < 3; ++variant) {
+    DenseWorkloadOptions o;
+    o.b = 3;
+    o.s_q = 2;
+    o.h_q = 40;
+    o.d_qk = 576;
+    o.page_size = 53;
+    o.max_len = 900;
+    o.f16 = variant == 1;
+    o.fp8 = variant == 2;
+    o.causal = true;
+    o.garbage_block_table = true;
+    check_dense(o, "layouts: dense variant " + std::to_string(variant));
+    DenseWorkload w = latentkv::testing::make_dense_workload(o);
+    const auto [wide, narrow] = both([&] {
+      w.poison_outputs();
+      return run_dense_gpu(w);
+    });
+    EXPECT_EQ(wide.out, narrow.out) << variant;
+    EXPECT_EQ(0, std::memcmp(wide.lse.data(), narrow.lse.data(), wide.lse.size() * 4)) << variant;
   }
 }
