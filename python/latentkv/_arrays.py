@@ -53,49 +53,19 @@ def _torch_tag(x: Any) -> Optional[str]:
     return tags.get(x.dtype)
 
 
-_TORCH_DTYPES: Optional[dict] = None
 _TORCH_TENSOR: Any = None
+_TORCH_U8: Any = None
 
 
 def _is_plain_torch_tensor(x: Any) -> bool:
     """x is exactly a torch.Tensor (not a subclass such as a fake tensor); never imports torch."""
-    global _TORCH_TENSOR
+    global _TORCH_TENSOR, _TORCH_U8
     if _TORCH_TENSOR is None:
         torch = sys.modules.get("torch")
         if torch is None:
             return False
-        _TORCH_TENSOR = torch.Tensor
+        _TORCH_TENSOR, _TORCH_U8 = torch.Tensor, torch.uint8
     return type(x) is _TORCH_TENSOR
-
-
-def _torch_desc(x: Any, as_bytes: bool = False) -> Any:
-    """A torch tensor as (data pointer, dtype name, shape, strides, device index or -1): the
-    binding reads it far faster than a DLPack export. None for what this path does not cover (an
-    unknown dtype, a sparse tensor, a device other than CPU and CUDA, no storage), which then goes
-    through DLPack."""
-    global _TORCH_DTYPES
-    if _TORCH_DTYPES is None:
-        import torch
-
-        table = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
-                 torch.int8: "i8", torch.uint8: "u8", torch.int32: "i32", torch.int64: "i64",
-                 torch.float8_e4m3fn: "e4m3"}
-        e8m0 = getattr(torch, "float8_e8m0fnu", None)
-        if e8m0 is not None:
-            table[e8m0] = "e8m0"
-        _TORCH_DTYPES = table
-    name = _TORCH_DTYPES.get(x.dtype)
-    if name is None or x.is_sparse:
-        return None
-    dev = x.get_device()
-    if dev >= 0 and not x.is_cuda:
-        return None
-    ptr = x.data_ptr()
-    if ptr == 0:
-        return None
-    if as_bytes and x.element_size() == 1:
-        name = "u8"
-    return (ptr, name, x.shape, x.stride(), dev)
 
 
 def native(x: Any, bf16: bool = False) -> Any:
@@ -106,9 +76,7 @@ def native(x: Any, bf16: bool = False) -> Any:
     if x is None:
         return None
     if _is_plain_torch_tensor(x):
-        desc = _torch_desc(x)
-        if desc is not None:
-            return desc
+        return x  # the binding reads a plain torch tensor's attributes itself
     fw = framework(x)
     if fw == "cupy" and bf16 and x.dtype.name in ("uint16", "int16"):
         return (x, "bf16")
@@ -132,10 +100,8 @@ def native_bytes(x: Any) -> Any:
     """A cache (any 1-byte dtype) as a uint8 view for the binding."""
     if x is None:
         return None
-    if _is_plain_torch_tensor(x):
-        desc = _torch_desc(x, as_bytes=True)
-        if desc is not None:
-            return desc
+    if _is_plain_torch_tensor(x) and x.dtype is _TORCH_U8:
+        return x
     fw = framework(x)
     if fw == "numpy":
         if x.dtype.itemsize == 1 and x.dtype != np.uint8:

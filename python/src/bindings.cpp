@@ -18,6 +18,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "latentkv/compress.h"
@@ -115,44 +117,75 @@ TensorView view_of(const Array& arr, const std::string& tag, const char* name) {
                     strides, dev);
 }
 
-// A tensor described by its attributes, (data pointer, dtype name, shape, strides, device index
-// or -1 for host memory), as latentkv._arrays builds it for torch tensors: reading five attributes
-// costs a fraction of a DLPack export (a few microseconds per tensor in torch). The caller keeps the
-// tensor alive for the call.
-TensorView raw_view(const nb::tuple& d, const char* name) {
-  const auto ptr = static_cast<uintptr_t>(nb::cast<uint64_t>(d[0]));
-  const std::string dt = nb::cast<std::string>(d[1]);
-  DType dtype = DType::u8;
-  bool known = false;
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i8, DType::u8, DType::i32,
-                  DType::i64, DType::e4m3, DType::e8m0})
-    if (dt == dtype_name(t)) {
-      dtype = t;
-      known = true;
-    }
-  LKV_CHECK_TYPE(known, name, ": unsupported dtype ", dt);
-  const nb::tuple shape = nb::borrow<nb::tuple>(d[2]), strides = nb::borrow<nb::tuple>(d[3]);
+// torch tensors are read through their attributes, from here: a DLPack export costs a few
+// microseconds per tensor in torch, and so does building a description in Python. torch is never
+// imported by the binding; its tensor type and dtypes are looked up the first time one arrives.
+struct TorchTypes {
+  PyTypeObject* tensor = nullptr;
+  nb::object strided;
+  std::vector<std::pair<nb::object, DType>> dtypes;
+};
+
+TorchTypes& torch_types() {
+  static TorchTypes t;
+  return t;
+}
+
+bool is_torch_tensor(nb::handle obj) {
+  TorchTypes& t = torch_types();
+  PyTypeObject* type = Py_TYPE(obj.ptr());
+  if (t.tensor) return type == t.tensor;
+  if (std::string_view(type->tp_name) != "Tensor") return false;
+  nb::object module = nb::getattr(nb::handle(reinterpret_cast<PyObject*>(type)), "__module__", nb::none());
+  if (module.is_none() || nb::cast<std::string>(nb::str(module)) != "torch") return false;
+  nb::module_ torch = nb::module_::import_("torch");
+  t.tensor = type;
+  t.strided = torch.attr("strided");
+  for (const auto& [attr, dtype] :
+       {std::pair{"float32", DType::f32}, {"float16", DType::f16}, {"bfloat16", DType::bf16},
+        {"int8", DType::i8}, {"uint8", DType::u8}, {"int32", DType::i32}, {"int64", DType::i64},
+        {"float8_e4m3fn", DType::e4m3}, {"float8_e8m0fnu", DType::e8m0}})
+    if (nb::hasattr(torch, attr)) t.dtypes.emplace_back(torch.attr(attr), dtype);
+  return true;
+}
+
+// A strided CPU or CUDA torch tensor of a dtype latentkv knows, as a view; false for anything else
+// (which then takes the DLPack path and its errors). The caller keeps the tensor alive.
+bool torch_view(nb::handle obj, TensorView* v) {
+  const TorchTypes& t = torch_types();
+  nb::object dt = obj.attr("dtype");
+  const DType* dtype = nullptr;
+  for (const auto& [o, d] : t.dtypes)
+    if (o.is(dt)) dtype = &d;
+  if (!dtype || !obj.attr("layout").is(t.strided)) return false;
+  const int index = nb::cast<int>(obj.attr("get_device")());
+  if (index >= 0 && !nb::cast<bool>(obj.attr("is_cuda"))) return false;
+  const auto ptr = static_cast<uintptr_t>(nb::cast<uint64_t>(obj.attr("data_ptr")()));
+  if (ptr == 0) return false;
+  const nb::tuple shape = nb::borrow<nb::tuple>(obj.attr("shape"));
+  const nb::tuple strides = nb::borrow<nb::tuple>(obj.attr("stride")());
   const size_t nd = nb::len(shape);
-  LKV_CHECK(nd <= static_cast<size_t>(TensorView::kMaxDims) && nb::len(strides) == nd, name, ": ",
-            nd, " dimensions, latentkv takes at most ", TensorView::kMaxDims);
+  if (nd > static_cast<size_t>(TensorView::kMaxDims)) return false;
   std::vector<int64_t> sh(nd), st(nd);
   for (size_t i = 0; i < nd; ++i) {
     sh[i] = nb::cast<int64_t>(shape[i]);
     st[i] = nb::cast<int64_t>(strides[i]);
   }
-  const int index = nb::cast<int>(d[4]);
-  return TensorView(reinterpret_cast<void*>(ptr), dtype, sh, st,
-                    index < 0 ? Device::cpu() : Device::cuda(index));
+  *v = TensorView(reinterpret_cast<void*>(ptr), *dtype, sh, st,
+                  index < 0 ? Device::cpu() : Device::cuda(index));
+  return true;
 }
 
-// Converts obj (None, an array, (array, tag), or a raw description) to a view. None gives an
-// absent view (null data).
+// Converts obj (None, a torch tensor, an array, or (array, tag)) to a view. None gives an absent
+// view (null data).
 TensorView to_view(nb::handle obj, const char* name, Keep& keep, Access access = Access::kRead) {
   if (obj.is_none()) return TensorView{};
+  if (is_torch_tensor(obj)) {
+    TensorView v;
+    if (torch_view(obj, &v)) return v;
+  }
   nb::handle arr_obj = obj;
   std::string tag;
-  if (nb::isinstance<nb::tuple>(obj) && nb::len(obj) == 5)
-    return raw_view(nb::borrow<nb::tuple>(obj), name);
   if (nb::isinstance<nb::tuple>(obj)) {
     nb::tuple pair = nb::borrow<nb::tuple>(obj);
     LKV_CHECK_TYPE(pair.size() == 2, name, ": expected an array or (array, dtype tag)");
