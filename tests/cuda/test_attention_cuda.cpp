@@ -320,8 +320,9 @@ TEST(DenseCuda, Errors) {
 
 TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
   REQUIRE_GPU();
-  // Wide devices keep three tiles of 16-bit keys in flight (and dequantize v32_fp8 pages while
-  // multiplying); the narrow layout keeps two. Same arithmetic in the same order: same bytes.
+  // Wide devices dequantize v32_fp8 pages while multiplying (the narrow layout does it in its own
+  // phase); 16-bit keys take one layout on every device, so for them this checks that the switch
+  // changes nothing. Same arithmetic in the same order: same bytes.
   auto both = [](auto&& run) {
     const auto wide = run();
     latentkv::decode::cuda::set_wide_layout_allowed(false);

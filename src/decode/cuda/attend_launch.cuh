@@ -16,9 +16,8 @@ void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream)
 
 template <class Source, bool kWide>
 void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream stream) {
-  constexpr bool kDirect = Source::kStorage == KeyStorage::kDirect16;
-  constexpr int kSmem = SmemLayout<Source::kDqk, kDirect, kWide && !kDirect,
-                                   kWide && kDirect ? 3 : 2>::total;
+  constexpr int kSmem = SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16,
+                                   kWide && Source::kStorage != KeyStorage::kDirect16>::total;
   // Set on every launch: the attribute belongs to the current device, and setting it is cheap.
   LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source, kWide>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -31,12 +30,13 @@ void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream strea
 
 template <class Source>
 void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) {
-  // The wide layout where the device has the shared memory for it (H100/H200, not an A100).
-  constexpr bool kDirect = Source::kStorage == KeyStorage::kDirect16;
-  constexpr int kWideSmem = SmemLayout<Source::kDqk, kDirect, !kDirect, kDirect ? 3 : 2>::total;
-  int device = 0;
-  LKV_CUDA_CHECK(cudaGetDevice(&device));
-  const bool wide = wide_layout_allowed() && cuda_common::max_smem_per_block(device) >= kWideSmem;
+  bool wide = false;
+  if constexpr (Source::kStorage != KeyStorage::kDirect16) {
+    int device = 0;
+    LKV_CUDA_CHECK(cudaGetDevice(&device));
+    wide = wide_layout_allowed() &&
+           cuda_common::max_smem_per_block(device) >= SmemLayout<Source::kDqk, false, true>::total;
+  }
   if (wide) launch_attend_as<Source, true>(p, stream);
   else launch_attend_as<Source, false>(p, stream);
   if (p.g.num_splits > 1) launch_combine(p.g, p.o, Source::kF16, stream);

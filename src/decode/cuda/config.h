@@ -27,18 +27,18 @@ inline constexpr int kSplitUnit = 64;
 // tile (kOverlap false) or, where the device has the room, into two key tiles so that the next
 // tile is dequantized while the current one is multiplied (kOverlap true; three key-pointer
 // buffers then, for tiles t, t + 1 and t + 2). 16-bit keys (kDirect) are copied straight into two
-// key tiles (kStages of them: 3 on wide devices, to keep more bytes in flight).
-template <int kDqk, bool kDirect, bool kOverlap = false, int kStages = 2>
+// key tiles.
+template <int kDqk, bool kDirect, bool kOverlap = false>
 struct SmemLayout {
   static constexpr int q_stride = kDqk + kRowPad;            // 16-bit elements per Q row
   static constexpr int k_stride = kDqk + kRowPad;            // 16-bit elements per K row
   static constexpr int p_stride = kTileTokens + kRowPad;     // 16-bit elements per P row
   static constexpr int q_bytes = kHeadsPerCta * q_stride * 2;
-  static constexpr int k_bytes = (kDirect ? kStages : kOverlap ? 2 : 1) * kTileTokens * k_stride * 2;
+  static constexpr int k_bytes = (kDirect || kOverlap ? 2 : 1) * kTileTokens * k_stride * 2;
   static constexpr int p_bytes = kHeadsPerCta * p_stride * 2;
   static constexpr int red_bytes = 2 * 2 * kHeadsPerCta * 4;  // [max|sum][n-half][head] fp32
   // Key pointers of a tile: data and scale bytes, null when not attended.
-  static constexpr int slot_bytes = (kOverlap ? 3 : kStages) * 2 * kTileTokens * 8;
+  static constexpr int slot_bytes = (kOverlap ? 3 : 2) * 2 * kTileTokens * 8;
   // Raw records of the next tile land here by cp.async while the current tile is computed; a
   // v32 record is 656 bytes, a v4 one 576 data bytes plus its 8 scale bytes (padded to 16).
   static constexpr int raw_record = kDqk == 576 ? 656 : 592;
@@ -55,6 +55,5 @@ struct SmemLayout {
 static_assert(SmemLayout<576, false>::total <= 163 * 1024, "v32_fp8 must fit an A100");
 static_assert(SmemLayout<576, true>::total <= 163 * 1024, "576-wide 16-bit keys must fit an A100");
 static_assert(SmemLayout<576, false, true>::total <= 227 * 1024, "overlapped v32_fp8 must fit an H100");
-static_assert(SmemLayout<576, true, false, 3>::total <= 227 * 1024, "3-stage 16-bit keys must fit an H100");
 
 }  // namespace latentkv::decode::cuda

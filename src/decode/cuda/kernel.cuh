@@ -238,12 +238,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
   constexpr bool kOverlap = kWide && !kDirect;
-  // Tiles in flight on the copy path: 16-bit keys on a wide device keep three (more bytes in
-  // flight per SM where the kernel waits on memory), everything else two.
-  constexpr int kStages = kWide && kDirect ? 3 : 2;
-  using L = SmemLayout<kDqk, kDirect, kOverlap, kStages>;
-  // Key pointer buffers: tiles t .. t + kStages - 1 (overlapped: t, t + 1, t + 2) resolved at once.
-  constexpr int kPtrBufs = kOverlap ? 3 : kStages;
+  using L = SmemLayout<kDqk, kDirect, kOverlap>;
+  // Key pointer buffers: tiles t, t + 1 and (overlapped) t + 2 are resolved at once.
+  constexpr int kPtrBufs = kOverlap ? 3 : 2;
 
   extern __shared__ __align__(16) uint8_t smem[];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem + L::q_off);
@@ -330,22 +327,17 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     __syncthreads();
     dequantize(0, 0, sK);
   } else {
-    // Tiles 0 .. kStages - 2 resolved and in flight, tile kStages - 1 resolved into registers.
     if (tid < kTileTokens) {
-      for (int t = 0; t + 1 < kStages; ++t)
-        locate(t, &sData[t * kTileTokens + tid], &sScale[t * kTileTokens + tid]);
-      locate(kStages - 1, &pending_data, &pending_scale);
+      locate(0, &sData[tid], &sScale[tid]);
+      locate(1, &pending_data, &pending_scale);
     }
     __syncthreads();
-    for (int t = 0; t + 1 < kStages; ++t) {
-      issue(t, t);
-      cp_async_commit();
-    }
+    issue(0, 0);
+    cp_async_commit();
   }
 
   for (int64_t tile = 0; tile < num_tiles; ++tile) {
-    // Overlapped: key and staging buffers alternate; otherwise tile t uses buffer t % kStages.
-    const int cur = static_cast<int>(tile % (kOverlap ? 2 : kStages)), nxt = cur ^ 1;
+    const int cur = static_cast<int>(tile % 2), nxt = cur ^ 1;
     const int pcur = static_cast<int>(tile % kPtrBufs);
     const uint8_t* const* tile_data = sData + pcur * kTileTokens;
     const uint16_t* keys = sK;
@@ -360,19 +352,18 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       if (tid < kTileTokens) locate(tile + 3, &pending_data, &pending_scale);
       keys = sK + cur * kTileTokens * L::k_stride;
     } else {
-      // ---- 2a. Publish the keys of tile t + kStages - 1 (their address loads were issued a tile
-      // ago) into the buffers tile t - 1 used, start their copies, and resolve tile t + kStages.
-      const int pnew = static_cast<int>((tile + kStages - 1) % kStages);
+      // ---- 2a. Publish tile + 1's keys (their address loads were issued a tile ago), start its
+      // copies, and issue tile + 2's address loads.
       if (tid < kTileTokens) {
-        sData[pnew * kTileTokens + tid] = pending_data;
-        sScale[pnew * kTileTokens + tid] = pending_scale;
+        sData[nxt * kTileTokens + tid] = pending_data;
+        sScale[nxt * kTileTokens + tid] = pending_scale;
       }
       __syncthreads();  // also: every warp is done with the previous tile's keys, P and staging
-      issue(pnew, pnew);
+      issue(nxt, nxt);
       cp_async_commit();
-      if (tid < kTileTokens) locate(tile + kStages, &pending_data, &pending_scale);
-      cp_async_wait<kStages - 1>();  // this thread's copies of the current tile have landed
-      __syncthreads();               // and everyone else's
+      if (tid < kTileTokens) locate(tile + 2, &pending_data, &pending_scale);
+      cp_async_wait<1>();  // this thread's copies of the current tile have landed
+      __syncthreads();     // and everyone else's
 
       // ---- 2b. Quantized storage: dequantize the current tile's records into the key tile.
       if constexpr (kDirect) {
