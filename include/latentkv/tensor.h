@@ -62,6 +62,9 @@ struct TensorView {
   int64_t numel() const;
   bool defined() const { return data != nullptr || numel() == 0; }
   bool is_contiguous() const;
+  // The start and every outer stride (of dimensions longer than 1; the innermost is not looked at)
+  // are multiples of `bytes`: rows can be moved with accesses that wide.
+  bool rows_aligned(int64_t bytes) const;
   std::string shape_str() const;  // "[2, 1, 64, 512] bf16"
 
   template <typename T>

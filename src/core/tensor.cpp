@@ -85,6 +85,14 @@ int64_t TensorView::numel() const {
   return n;
 }
 
+bool TensorView::rows_aligned(int64_t bytes) const {
+  if (reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(bytes) != 0) return false;
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+  for (int d = 0; d + 1 < ndim; ++d)
+    if (shape[d] > 1 && (strides[d] * elem) % bytes != 0) return false;
+  return true;
+}
+
 bool TensorView::is_contiguous() const {
   int64_t s = 1;
   for (int i = ndim - 1; i >= 0; --i) {

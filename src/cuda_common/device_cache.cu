@@ -5,34 +5,35 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "cuda_common/cuda_check.h"
 #include "cuda_common/device_cache.h"
 
 namespace latentkv::cuda_common {
 
-int sm_count(int device) {
+namespace {
+
+// A device attribute, queried once per (attribute, device).
+int cached_attribute(cudaDeviceAttr attr, int device) {
   static std::mutex mu;
-  static std::map<int, int> counts;
+  static std::map<std::pair<int, int>, int> values;
   std::lock_guard<std::mutex> lock(mu);
-  auto it = counts.find(device);
-  if (it != counts.end()) return it->second;
+  const auto key = std::make_pair(static_cast<int>(attr), device);
+  auto it = values.find(key);
+  if (it != values.end()) return it->second;
   int n = 0;
-  LKV_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  counts[device] = n;
+  LKV_CUDA_CHECK(cudaDeviceGetAttribute(&n, attr, device));
+  values[key] = n;
   return n;
 }
 
+}  // namespace
+
+int sm_count(int device) { return cached_attribute(cudaDevAttrMultiProcessorCount, device); }
+
 int max_smem_per_block(int device) {
-  static std::mutex mu;
-  static std::map<int, int> sizes;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = sizes.find(device);
-  if (it != sizes.end()) return it->second;
-  int n = 0;
-  LKV_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  sizes[device] = n;
-  return n;
+  return cached_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
 }
 
 void* cached_buffer(BufferPurpose purpose, size_t bytes, int device, Stream stream) {

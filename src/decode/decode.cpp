@@ -172,12 +172,8 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
 #ifdef LKV_WITH_CUDA
   const cuda_common::DeviceGuard guard(dev.index);
   // The kernel reads q rows and writes out rows with 16-byte accesses.
-  const auto aligned16 = [](const TensorView& t) {
-    return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride(0) % 8 == 0 &&
-           t.stride(1) % 8 == 0 && t.stride(2) % 8 == 0;
-  };
-  LKV_CHECK(aligned16(a.q), "sparse_decode on CUDA needs q rows aligned to 16 bytes");
-  LKV_CHECK(aligned16(a.out), "sparse_decode on CUDA needs out rows aligned to 16 bytes");
+  LKV_CHECK(a.q.rows_aligned(16), "sparse_decode on CUDA needs q rows aligned to 16 bytes");
+  LKV_CHECK(a.out.rows_aligned(16), "sparse_decode on CUDA needs out rows aligned to 16 bytes");
   // The kernel locates records with 32-bit arithmetic (page index and in-page byte offset).
   for (const decode::CacheRef* c : {&p.main, &p.extra})
     LKV_CHECK(c->topk == 0 || c->page_size <= (int64_t{1} << 22),

@@ -97,13 +97,8 @@ void run_cuda(const prefill::Params& p, const SparsePrefillArgs& a, Stream strea
   LKV_CHECK(p.d_qk == 512 || p.d_qk == 576,
             "sparse_prefill on CUDA supports d_qk 512 and 576, got d_qk=", p.d_qk);
   // The kernel moves q, kv and out rows with 16-byte accesses.
-  const auto aligned16 = [](const TensorView& t) {
-    bool ok = reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
-    for (int d = 0; d + 1 < t.ndim; ++d) ok = ok && (t.size(d) <= 1 || t.stride(d) % 8 == 0);
-    return ok;
-  };
   for (const auto& [t, name] : {std::pair{&a.q, "q"}, {&a.kv, "kv"}, {&a.out, "out"}})
-    LKV_CHECK(aligned16(*t), "sparse_prefill on CUDA needs ", name, " rows aligned to 16 bytes");
+    LKV_CHECK(t->rows_aligned(16), "sparse_prefill on CUDA needs ", name, " rows aligned to 16 bytes");
   LKV_CHECK(p.s_q <= 0x7fffffff && p.h_q <= int64_t{65535} * 64,
             "sparse_prefill on CUDA supports s_q < 2^31 and h_q <= 4194240, got s_q=", p.s_q,
             " h_q=", p.h_q);

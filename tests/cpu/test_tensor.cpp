@@ -73,3 +73,17 @@ TEST(Tensor, DtypeSizes) {
   EXPECT_EQ(dtype_size(DType::i64), 8u);
   EXPECT_STREQ(dtype_name(DType::e8m0), "e8m0");
 }
+
+TEST(TensorView, RowsAligned) {
+  alignas(64) static uint16_t buf[4096];
+  // bf16 [4, 3, 520]: rows of 1040 bytes, a multiple of 16.
+  EXPECT_TRUE(TensorView(buf, DType::bf16, {4, 3, 520}).rows_aligned(16));
+  // A start 2 bytes in.
+  EXPECT_FALSE(TensorView(buf + 1, DType::bf16, {4, 3, 520}).rows_aligned(16));
+  // Rows 1036 bytes apart: not a multiple of 16.
+  EXPECT_FALSE(TensorView(buf, DType::bf16, {2, 518}).rows_aligned(16));
+  // A dimension of length 1 is never stepped over, so its stride does not matter.
+  EXPECT_TRUE(TensorView(buf, DType::bf16, {1, 2, 512}, {3, 512, 1}).rows_aligned(16));
+  // The innermost stride is not looked at (contiguity is checked elsewhere).
+  EXPECT_TRUE(TensorView(buf, DType::u8, {2, 16}, {16, 2}).rows_aligned(16));
+}

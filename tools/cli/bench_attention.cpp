@@ -26,12 +26,35 @@ namespace latentkv::cli {
 namespace {
 
 // Device selection, ceilings and buffer placement shared by both benches.
+// The flags both benches take.
+struct Options {
+  std::string device, json, filter, plot;
+  int reps = 0;
+};
+
+Options parse_options(const Args& args, int default_reps) {
+  Options o;
+  o.device = args.get("device", "auto");
+  o.json = args.get("json", "");
+  o.filter = args.get("filter", "");
+  o.plot = args.get("plot", "");
+  o.reps = args.get_int("reps", default_reps);
+  args.check_all_used();
+  return o;
+}
+
 struct Bench {
   bool cuda = false;
   double hbm = 0;
   std::vector<void*> allocations;
 
-  Bench(const std::string& device, BenchResult& res) {
+  // Fills the result's header (op, command, date, device, ceilings, timing note) and prints the
+  // table's header.
+  Bench(const char* op, const Options& o, const Args& args, BenchResult& res) {
+    res.op = op;
+    res.command = args.command_line();
+    res.date = utc_now();
+    const std::string& device = o.device;
 #ifdef LKV_WITH_CUDA
     cuda = device != "cpu" && bench_cuda::device_count() > 0;
     LKV_CHECK(cuda || device != "cuda", "--device cuda: no CUDA device is visible");
@@ -45,6 +68,11 @@ struct Bench {
     LKV_CHECK(device != "cuda", "--device cuda: latentkv was built without CUDA");
 #endif
     if (!cuda) res.device = "cpu";
+    res.notes["timing"] = cuda ? "median of " + std::to_string(o.reps) +
+                                     " event-timed calls (kernel through combine), L2 flushed before each"
+                               : "median wall time";
+    std::printf("%s on %s\n%-44s %10s %9s %9s %8s %7s\n", op, res.device.c_str(), "case", "us",
+                "TFLOPS", "GB/s", "of HBM", "splits");
   }
   ~Bench() { release(); }
   Device where() const { return cuda ? Device::cuda(0) : Device::cpu(); }
@@ -115,25 +143,12 @@ void print_case(const BenchCase& bc, double hbm) {
 
 // ---- sparse prefill ------------------------------------------------------------------------------
 int cmd_bench_prefill(const Args& args) {
-  const std::string device = args.get("device", "auto");
-  const std::string json = args.get("json", "");
-  const std::string filter = args.get("filter", "");
-  const std::string plot = args.get("plot", "");
-  const int reps = args.get_int("reps", 10);
-  args.check_all_used();
+  const Options opt = parse_options(args, 10);
   BenchResult res;
-  res.op = "sparse_prefill";
-  res.command = args.command_line();
-  res.date = utc_now();
-  Bench bench(device, res);
-  res.notes["timing"] = bench.cuda ? "median of " + std::to_string(reps) +
-                                         " event-timed calls (kernel through combine), L2 flushed before each"
-                                   : "median wall time";
+  Bench bench("sparse_prefill", opt, args, res);
   res.notes["flops"] = "2 * h_q * attended * (d_qk + d_v), attended = sum over query rows of their valid candidates";
   res.notes["bytes"] = "s_kv * d_qk * 2 (the kv tensor once) + s_q * h_q * (d_qk + d_v) * 2";
   res.notes["inputs"] = "indices uniform over [0, s_kv); with_len: topk_length uniform in [1, topk] per row";
-  std::printf("sparse_prefill on %s\n%-44s %10s %9s %9s %8s %7s\n", res.device.c_str(), "case", "us",
-              "TFLOPS", "GB/s", "of HBM", "splits");
 
   struct Case { int64_t s_q, s_kv, topk, h_q, d_qk; bool len; };
   std::vector<Case> cases;
@@ -149,7 +164,7 @@ int cmd_bench_prefill(const Args& args) {
     const std::string name = "sq" + std::to_string(c.s_q) + "_skv" + std::to_string(c.s_kv) + "_topk" +
                              std::to_string(c.topk) + "_h" + std::to_string(c.h_q) + "_d" +
                              std::to_string(c.d_qk) + (c.len ? "_len" : "");
-    if (!filter.empty() && name.find(filter) == std::string::npos) continue;
+    if (!opt.filter.empty() && name.find(opt.filter) == std::string::npos) continue;
     std::vector<uint16_t> q = random_bf16(static_cast<size_t>(c.s_q * c.h_q * c.d_qk), 21);
     std::vector<uint16_t> kv = random_bf16(static_cast<size_t>(c.s_kv * c.d_qk), 23);
     std::vector<int32_t> idx(static_cast<size_t>(c.s_q * c.topk));
@@ -180,7 +195,7 @@ int cmd_bench_prefill(const Args& args) {
     a.lse = TensorView(bench.place(lse), DType::f32, {c.s_q, c.h_q}, w);
     BenchCase bc;
     bc.name = name;
-    bc.time_us = bench.time([&] { sparse_prefill(a); }, reps);
+    bc.time_us = bench.time([&] { sparse_prefill(a); }, opt.reps);
     bench.release();
     const double flops = 2.0 * c.h_q * attended * (c.d_qk + 512);
     const double bytes = 2.0 * c.s_kv * c.d_qk + 2.0 * c.s_q * c.h_q * (c.d_qk + 512);
@@ -191,31 +206,18 @@ int cmd_bench_prefill(const Args& args) {
     print_case(bc, bench.hbm);
     res.cases.push_back(bc);
   }
-  finish(res, bench, json, plot, "sq4096_skv65536_topk2048_h128_d576", "h128_d576_skv65536_TFLOPS");
+  finish(res, bench, opt.json, opt.plot, "sq4096_skv65536_topk2048_h128_d576", "h128_d576_skv65536_TFLOPS");
   return 0;
 }
 
 // ---- dense decode --------------------------------------------------------------------------------
 int cmd_bench_dense(const Args& args) {
-  const std::string device = args.get("device", "auto");
-  const std::string json = args.get("json", "");
-  const std::string filter = args.get("filter", "");
-  const std::string plot = args.get("plot", "");
-  const int reps = args.get_int("reps", 20);
-  args.check_all_used();
+  const Options opt = parse_options(args, 20);
   BenchResult res;
-  res.op = "dense_decode";
-  res.command = args.command_line();
-  res.date = utc_now();
-  Bench bench(device, res);
-  res.notes["timing"] = bench.cuda ? "median of " + std::to_string(reps) +
-                                         " event-timed calls (kernel through combine), L2 flushed before each"
-                                   : "median wall time";
+  Bench bench("dense_decode", opt, args, res);
   res.notes["flops"] = "b * h_q * s_q * 2 * mean_len * (d_qk + d_v) (causal masking not subtracted, as FlashMLA counts)";
   res.notes["bytes"] = "b * (2*s_q*h_q*d_qk + mean_len*h_kv*bytes_per_token + 2*s_q*h_q*d_v), bytes_per_token 1152 (bf16) or 656 (v32_fp8)";
   res.notes["inputs"] = "d_qk 576, h_kv 1, page 64, every request at length s_k, pages in order";
-  std::printf("dense_decode on %s\n%-44s %10s %9s %9s %8s %7s\n", res.device.c_str(), "case", "us",
-              "TFLOPS", "GB/s", "of HBM", "splits");
 
   struct Case { int64_t b, s_k, h_q, s_q; bool fp8; };
   std::vector<Case> cases;
@@ -236,7 +238,7 @@ int cmd_bench_dense(const Args& args) {
     const std::string name = std::string(c.fp8 ? "fp8" : "bf16") + "_b" + std::to_string(c.b) + "_sk" +
                              std::to_string(c.s_k) + "_h" + std::to_string(c.h_q) + "_sq" +
                              std::to_string(c.s_q) + "_causal";
-    if (!filter.empty() && name.find(filter) == std::string::npos) continue;
+    if (!opt.filter.empty() && name.find(opt.filter) == std::string::npos) continue;
     const int64_t pages_per_req = (c.s_k + kP - 1) / kP, num_pages = c.b * pages_per_req;
     std::vector<uint16_t> q = random_bf16(static_cast<size_t>(c.b * c.s_q * c.h_q * kD), 31);
     // The cache (up to 1.2 GB) is made once per (dtype, s_k) and shared by the cases that follow.
@@ -268,7 +270,7 @@ int cmd_bench_dense(const Args& args) {
     a.lse = TensorView(bench.place(lse), DType::f32, {c.b, c.h_q, c.s_q}, w);
     BenchCase bc;
     bc.name = name;
-    bc.time_us = bench.time([&] { dense_decode(a); }, reps);
+    bc.time_us = bench.time([&] { dense_decode(a); }, opt.reps);
     bench.release();
     const double bpt = c.fp8 ? 656.0 : 2.0 * kD;
     const double flops = static_cast<double>(c.b) * c.h_q * c.s_q * 2.0 * c.s_k * (kD + 512);
@@ -284,7 +286,7 @@ int cmd_bench_dense(const Args& args) {
   for (const auto& c : res.cases)
     if (c.numbers.count("frac_of_ceiling")) frac.push_back(c.numbers.at("frac_of_ceiling"));
   if (!frac.empty()) res.summary["max_frac_of_hbm"] = *std::max_element(frac.begin(), frac.end());
-  finish(res, bench, json, plot, "bf16_b128_sk8192_h128_sq2_causal", "bf16_b128_sk8192_h128_sq2_TFLOPS");
+  finish(res, bench, opt.json, opt.plot, "bf16_b128_sk8192_h128_sq2_causal", "bf16_b128_sk8192_h128_sq2_TFLOPS");
   return 0;
 }
 

@@ -34,6 +34,12 @@ struct OutRef {
   const float* sink;                            // [h_q]; may be null
 };
 
+// How many splits a launch cuts each row's candidates into (prefill and dense plan their own with
+// the decode planner's rule; sparse decode takes a DecodePlan).
+struct SplitPlan {
+  int64_t num_splits, keys_per_split;
+};
+
 template <class Args>
 struct KernelParams {
   Args src;

@@ -9,10 +9,8 @@ namespace latentkv::dense::cuda {
 
 struct DenseArgs;
 
-// Splits of the candidates (the shared planner's rule over max_pages * P candidates).
-struct SplitPlan {
-  int64_t num_splits, keys_per_split;
-};
+// Splits of the candidates, by the decode planner's rule.
+using decode::cuda::SplitPlan;
 SplitPlan plan_splits(const Params& p, int num_sms);
 size_t workspace_bytes(const Params& p, const SplitPlan& plan);
 
