@@ -47,6 +47,28 @@ struct KernelParams {
   OutRef o;
 };
 
+// Decode-shaped rows, row = (request i, query j), from a parameter struct with decode's field names
+// (sparse and dense decode): q and out [b, s_q, h_q, ...], lse [b, h_q, s_q].
+template <class P>
+void set_decode_rows(const P& p, Geometry& g, OutRef& o) {
+  g.q = p.q;
+  g.stride_q_r1 = p.stride_q_b;
+  g.stride_q_r2 = p.stride_q_s;
+  g.stride_q_h = p.stride_q_h;
+  g.n1 = p.b;
+  g.n2 = p.s_q;
+  g.h_q = p.h_q;
+  g.scale = p.scale;
+  o.out = p.out;
+  o.stride_out_r1 = p.stride_out_b;
+  o.stride_out_r2 = p.stride_out_s;
+  o.stride_out_h = p.stride_out_h;
+  o.lse = p.lse;
+  o.stride_lse_r1 = p.stride_lse_b;
+  o.stride_lse_r2 = 1;
+  o.stride_lse_h = p.stride_lse_h;
+}
+
 // Scratch of a split launch: partial outputs, then LSEs, then (with max_logits) maxima, each
 // 256-byte aligned.
 inline size_t split_workspace_bytes(int64_t rows, int64_t h_q, int64_t num_splits, bool with_max) {

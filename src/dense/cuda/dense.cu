@@ -9,7 +9,6 @@ namespace latentkv::dense::cuda {
 using decode::cuda::Geometry;
 using decode::cuda::KernelParams;
 using decode::cuda::kHeadsPerCta;
-using decode::cuda::OutRef;
 
 namespace {
 int64_t head_blocks_per_kv(const Params& p) {
@@ -52,29 +51,13 @@ void dense_decode(const Params& p, const SplitPlan& plan, void* ws, Stream strea
   a.s_q = p.s_q;
   a.causal = p.causal;
   Geometry& g = k.g;
-  g.q = p.q;
-  g.stride_q_r1 = p.stride_q_b;
-  g.stride_q_r2 = p.stride_q_s;
-  g.stride_q_h = p.stride_q_h;
-  g.n1 = p.b;
-  g.n2 = p.s_q;
-  g.h_q = p.h_q;
+  decode::cuda::set_decode_rows(p, g, k.o);
   g.heads_per_kv = p.h_q / p.h_kv;
   g.head_blocks_per_kv = head_blocks_per_kv(p);
   g.kv_heads = p.h_kv;
-  g.scale = p.scale;
   g.num_splits = plan.num_splits;
   g.keys_per_split = plan.keys_per_split;
   decode::cuda::place_split_workspace(g, ws, false);
-  OutRef& o = k.o;
-  o.out = p.out;
-  o.stride_out_r1 = p.stride_out_b;
-  o.stride_out_r2 = p.stride_out_s;
-  o.stride_out_h = p.stride_out_h;
-  o.lse = p.lse;  // [b, h_q, s_q]
-  o.stride_lse_r1 = p.stride_lse_b;
-  o.stride_lse_r2 = 1;
-  o.stride_lse_h = p.stride_lse_h;
   const bool f16 = p.dtype == Half::f16;
   if (p.fp8) launch_dense_fp8(k, stream);
   else if (p.d_qk == 576) f16 ? launch_dense16<576, true>(k, stream) : launch_dense16<576, false>(k, stream);
