@@ -65,6 +65,8 @@ struct TensorView {
   // The start and every outer stride (of dimensions longer than 1; the innermost is not looked at)
   // are multiples of `bytes`: rows can be moved with accesses that wide.
   bool rows_aligned(int64_t bytes) const;
+  // "address % bytes = r, strides [..] x e bytes": what rows_aligned looked at, for messages.
+  std::string alignment_str(int64_t bytes) const;
   std::string shape_str() const;  // "[2, 1, 64, 512] bf16"
 
   template <typename T>

@@ -53,14 +53,17 @@ def format_info(format: str) -> dict:
 
 
 def _torch_ops(x: Any) -> Any:
-    """The torch custom ops while torch.compile traces a call on torch tensors (imported on first
-    use), else None. Eager calls on torch tensors go straight to the binding through DLPack: the
-    custom-op dispatch costs tens of microseconds per call, more than a small kernel takes."""
+    """The torch custom ops while torch.compile or torch.jit.trace traces a call on torch tensors
+    (imported on first use), else None. Eager calls on torch tensors go straight to the binding,
+    which reads the tensors' attributes: the custom-op dispatch costs tens of microseconds per call,
+    more than a small kernel takes. Tensors written in place get their version counters bumped
+    (_arrays.mark_written); outputs carry no autograd history either way (latentkv computes no
+    gradients)."""
     if _arrays.framework(x) != "torch":
         return None
     import torch
 
-    if not torch.compiler.is_compiling():
+    if not (torch.compiler.is_compiling() or torch.jit.is_tracing()):
         return None
     from . import torch_ops
 
@@ -88,6 +91,7 @@ def quantize(latents: Any, slots: Any, cache: Any, format: str, *,
         return cache
     _native.quantize(format, _arrays.native(latents), _arrays.native(slots),
                      _arrays.native_bytes(cache), ps, _arrays.stream_of(cache), check_slots)
+    _arrays.mark_written(cache)
     return cache
 
 
@@ -108,6 +112,7 @@ def dequantize(cache: Any, slots: Any, format: str, *, page_size: Optional[int] 
         out = _arrays.empty(cache, (n, format_info(format)["d_qk"]), "bf16")
     _native.dequantize(format, _arrays.native_bytes(cache), _arrays.native(slots),
                        _arrays.native(out, bf16=True), ps, _arrays.stream_of(cache), check_slots)
+    _arrays.mark_written(out)
     return out
 
 
@@ -121,10 +126,12 @@ def positions_to_slots(block_table: Any, positions: Any, page_size: int, *,
     ops = _torch_ops(positions)
     if ops is not None and out is None:
         return ops.positions_to_slots(block_table, positions, page_size)
+    given = out
     if out is None:
         out = _arrays.empty(positions, tuple(positions.shape), "i32")
     _native.positions_to_slots(_arrays.native(block_table), _arrays.native(positions), page_size,
                                _arrays.native(out), _arrays.stream_of(positions))
+    _arrays.mark_written(given)
     return out
 
 
@@ -182,6 +189,8 @@ def compress_kv(state_cache: Any, token_to_req: Any, positions: Any, boundary_to
         _arrays.native(kv_slot_mapping), _arrays.native_bytes(target), block_size,
         compress_ratio, page_size, float(rms_norm_eps), format, mode, check_indices, impl,
         _arrays.native_bytes(workspace), _arrays.stream_of(state_cache))
+    if mode == "inplace":
+        _arrays.mark_written(kv_cache)
     return target
 
 
@@ -265,6 +274,7 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
                                   p.extra_topk],
             impl, workspace)
     b, s_q, h_q = (int(s) for s in q.shape[:3])
+    given = (out, lse, workspace)
     if out is None:
         out = _arrays.empty(q, (b, s_q, h_q, 512), "bf16")
     if lse is None:
@@ -275,6 +285,7 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
         _arrays.native_bytes(extra_k_cache), eps, _arrays.native(extra_indices),
         _arrays.native(extra_topk_length), scale, _arrays.native(out, bf16=True),
         _arrays.native(lse), plan, impl, _arrays.native_bytes(workspace), _arrays.stream_of(q))
+    _arrays.mark_written(*given)
     return out, lse
 
 
@@ -312,12 +323,14 @@ def sparse_prefill(q: Any, kv: Any, indices: Any, sm_scale: float, *, d_v: int =
     if ops is not None and out is None and max_logits is None and lse is None:
         return ops.sparse_prefill(q, kv, indices, float(sm_scale), d_v, attn_sink, topk_length,
                                   impl)
+    given = (out, max_logits, lse)
     out, max_logits, lse = _prefill_outputs(q, d_v, out, max_logits, lse)
     _native.sparse_prefill(
         _arrays.native(q, bf16=True), _arrays.native(kv, bf16=True), _arrays.native(indices),
         float(sm_scale), d_v, _arrays.native(attn_sink), _arrays.native(topk_length),
         _arrays.native(out, bf16=True), _arrays.native(max_logits), _arrays.native(lse), impl,
         _arrays.stream_of(q))
+    _arrays.mark_written(*given)
     return out, max_logits, lse
 
 
@@ -338,6 +351,7 @@ def sparse_prefill_batched(q: Any, kv: Any, indices: Any, sm_scale: float, seq_o
     if ops is not None and out is None and max_logits is None and lse is None:
         return ops.sparse_prefill_batched(q, kv, indices, float(sm_scale), d_v, attn_sink,
                                           topk_length, seq_offsets_q, seq_offsets_kv, impl)
+    given = (out, max_logits, lse)
     out, max_logits, lse = _prefill_outputs(q, d_v, out, max_logits, lse)
     _native.sparse_prefill_batched(
         _arrays.native(q, bf16=True), _arrays.native(kv, bf16=True), _arrays.native(indices),
@@ -345,6 +359,7 @@ def sparse_prefill_batched(q: Any, kv: Any, indices: Any, sm_scale: float, seq_o
         _arrays.native(seq_offsets_q), _arrays.native(seq_offsets_kv),
         _arrays.native(out, bf16=True), _arrays.native(max_logits), _arrays.native(lse), impl,
         _arrays.stream_of(q))
+    _arrays.mark_written(*given)
     return out, max_logits, lse
 
 
@@ -371,6 +386,7 @@ def dense_decode(q: Any, k_cache: Any, block_table: Any, cache_seqlens: Any, *,
     if ops is not None and out is None and lse is None:
         return ops.dense_decode(q, k_cache, block_table, cache_seqlens, causal, scale, fp8, impl)
     b, s_q, h_q = (int(s) for s in q.shape[:3])
+    given = (out, lse)
     if out is None:
         out = _arrays.empty(q, (b, s_q, h_q, 512), _arrays.half_dtype(q))
     if lse is None:
@@ -382,4 +398,5 @@ def dense_decode(q: Any, k_cache: Any, block_table: Any, cache_seqlens: Any, *,
         _arrays.native(_arrays.native_bytes(k_cache) if fp8 else k_cache, bf16=True), fp8,
         _arrays.native(block_table), _arrays.native(cache_seqlens), causal, scale, 512,
         _arrays.native(out, bf16=True), _arrays.native(lse), impl, _arrays.stream_of(q))
+    _arrays.mark_written(*given)
     return out, lse

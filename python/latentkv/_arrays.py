@@ -1,7 +1,10 @@
 """Array adapters: what the binding is handed for each framework's arrays, the stream a call runs
 on, and how outputs are allocated in the caller's framework.
 
-The binding takes any DLPack-capable array. Two cases need help first:
+The binding takes any DLPack-capable array, and reads plain torch tensors (exactly torch.Tensor,
+strided, CPU or CUDA, a dtype latentkv knows) through their attributes instead (pointer, shape,
+strides, dtype, device): a DLPack export costs a few microseconds per tensor in torch. Everything
+else, torch subclasses included, goes through DLPack. Two cases need help first:
 
 * NumPy cannot export ml_dtypes' bfloat16 / float8 dtypes through DLPack. Such arrays are passed as a
   same-width integer view plus a dtype tag, ``(x.view(np.uint16), "bf16")`` or
@@ -66,6 +69,20 @@ def _is_plain_torch_tensor(x: Any) -> bool:
             return False
         _TORCH_TENSOR, _TORCH_U8 = torch.Tensor, torch.uint8
     return type(x) is _TORCH_TENSOR
+
+
+def mark_written(*xs: Any) -> None:
+    """Bumps torch's version counter of the plain torch tensors among xs, which the binding wrote in
+    place: autograd then notices if a tensor it saved for backward was overwritten, as it would
+    with a torch op. Nothing for other arrays."""
+    if _TORCH_TENSOR is None:
+        return
+    written = [x for x in xs if type(x) is _TORCH_TENSOR]
+    if written:
+        import torch
+
+        for x in written:
+            torch.autograd.graph.increment_version(x)
 
 
 def native(x: Any, bf16: bool = False) -> Any:

@@ -5,7 +5,8 @@
 // (pointer, dtype, device, shape, strides in elements) and goes to the core unchanged; the core
 // validates everything. The dtype tag exists because NumPy cannot export ml_dtypes' bfloat16 or
 // float8 arrays through DLPack: the Python layer passes a same-width integer view plus the tag
-// ("bf16", "e4m3", "e8m0"), and the view's dtype is set from the tag. Arrays are taken without any
+// ("bf16", "e4m3", "e8m0"), and the view's dtype is set from the tag. A plain torch tensor is read
+// through its attributes rather than exported (see torch_view). Arrays are taken without any
 // implicit conversion, so an output is always written in place, never into a silent copy.
 //
 // latentkv::Error becomes ValueError (kValue), TypeError (kType), NotImplementedError (kNotBuilt,

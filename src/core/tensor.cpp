@@ -93,6 +93,15 @@ bool TensorView::rows_aligned(int64_t bytes) const {
   return true;
 }
 
+std::string TensorView::alignment_str(int64_t bytes) const {
+  std::string s;
+  detail::append(s, "address % ", bytes, " = ", reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(bytes),
+                 ", strides [");
+  for (int d = 0; d < ndim; ++d) detail::append(s, d ? ", " : "", strides[d]);
+  detail::append(s, "] x ", dtype_size(dtype), " bytes");
+  return s;
+}
+
 bool TensorView::is_contiguous() const {
   int64_t s = 1;
   for (int i = ndim - 1; i >= 0; --i) {

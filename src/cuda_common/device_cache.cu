@@ -43,6 +43,15 @@ void* cached_buffer(BufferPurpose purpose, size_t bytes, int device, Stream stre
   auto& entry = cache[{purpose, device, stream}];
   bytes = std::max<size_t>(bytes, 1);
   if (entry.second < bytes) {
+    // Growing allocates (and may synchronise and free), which a stream being captured into a CUDA
+    // graph does not allow; say so rather than failing inside the capture with a runtime error.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    LKV_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture));
+    LKV_CHECK(capture == cudaStreamCaptureStatusNone,
+              "latentkv needs ", bytes, " bytes of scratch on this stream and has ", entry.second,
+              ", but the stream is being captured into a CUDA graph, where it cannot allocate: run "
+              "the same call once on the capturing stream before the capture, or pass a workspace "
+              "where the op takes one");
     const size_t grown = std::max(bytes, entry.second * 2);  // doubling: few reallocations
     if (entry.first) {
       LKV_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));

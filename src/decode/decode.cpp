@@ -172,8 +172,12 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
 #ifdef LKV_WITH_CUDA
   const cuda_common::DeviceGuard guard(dev.index);
   // The kernel reads q rows and writes out rows with 16-byte accesses.
-  LKV_CHECK(a.q.rows_aligned(16), "sparse_decode on CUDA needs q rows aligned to 16 bytes");
-  LKV_CHECK(a.out.rows_aligned(16), "sparse_decode on CUDA needs out rows aligned to 16 bytes");
+  LKV_CHECK(a.q.rows_aligned(16), "sparse_decode on CUDA needs q rows aligned to 16 bytes, got ",
+            a.q.alignment_str(16));
+  LKV_CHECK(a.out.rows_aligned(16), "sparse_decode on CUDA needs out rows aligned to 16 bytes, got ",
+            a.out.alignment_str(16));
+  LKV_CHECK((p.h_q + 63) / 64 <= 65535, "sparse_decode on CUDA supports h_q <= 4194240, got h_q=",
+            p.h_q);
   // The kernel locates records with 32-bit arithmetic (page index and in-page byte offset).
   for (const decode::CacheRef* c : {&p.main, &p.extra})
     LKV_CHECK(c->topk == 0 || c->page_size <= (int64_t{1} << 22),

@@ -51,9 +51,9 @@ void run_cuda(const dense::Params& p, const DenseDecodeArgs& a, Stream stream) {
             "dense_decode on CUDA with an fp8 (v32_fp8) cache needs bf16 q; got f16 (the "
             "dequantized keys are bf16 values, which f16 cannot hold exactly)");
   // The kernel moves q, out and key rows with 16-byte accesses.
-  LKV_CHECK(a.q.rows_aligned(16), "dense_decode on CUDA needs q rows aligned to 16 bytes");
-  LKV_CHECK(a.out.rows_aligned(16), "dense_decode on CUDA needs out rows aligned to 16 bytes");
-  LKV_CHECK(a.k_cache.rows_aligned(16), "dense_decode on CUDA needs k_cache rows (and pages) aligned to 16 bytes");
+  for (const auto& [t, name] : {std::pair{&a.q, "q"}, {&a.out, "out"}, {&a.k_cache, "k_cache"}})
+    LKV_CHECK(t->rows_aligned(16), "dense_decode on CUDA needs ", name,
+              " rows (and pages) aligned to 16 bytes, got ", t->alignment_str(16));
   LKV_CHECK(p.max_pages * p.page_size < (int64_t{1} << 31),
             "dense_decode on CUDA supports max_pages * P < 2^31, got ", p.max_pages * p.page_size);
   LKV_CHECK(p.h_kv * ((p.h_q / p.h_kv + 63) / 64) <= 65535,

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "dense/half.h"
+#include "latentkv/numerics.h"
 #include "formats/record_codec.h"
 #include "latentkv/formats.h"
 #include "latentkv/numerics.h"

@@ -98,7 +98,8 @@ void run_cuda(const prefill::Params& p, const SparsePrefillArgs& a, Stream strea
             "sparse_prefill on CUDA supports d_qk 512 and 576, got d_qk=", p.d_qk);
   // The kernel moves q, kv and out rows with 16-byte accesses.
   for (const auto& [t, name] : {std::pair{&a.q, "q"}, {&a.kv, "kv"}, {&a.out, "out"}})
-    LKV_CHECK(t->rows_aligned(16), "sparse_prefill on CUDA needs ", name, " rows aligned to 16 bytes");
+    LKV_CHECK(t->rows_aligned(16), "sparse_prefill on CUDA needs ", name,
+              " rows aligned to 16 bytes, got ", t->alignment_str(16));
   LKV_CHECK(p.s_q <= 0x7fffffff && p.h_q <= int64_t{65535} * 64,
             "sparse_prefill on CUDA supports s_q < 2^31 and h_q <= 4194240, got s_q=", p.s_q,
             " h_q=", p.h_q);

@@ -13,7 +13,7 @@
 #include <limits>
 #include <numeric>
 
-#include "dense/half.h"
+#include "latentkv/numerics.h"
 #include "formats/record_codec.h"
 #include "latentkv/error.h"
 #include "latentkv/formats.h"

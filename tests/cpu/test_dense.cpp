@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "dense/half.h"
+#include "latentkv/numerics.h"
 #include "latentkv/dense.h"
 #include "latentkv/error.h"
 #include "latentkv/numerics.h"

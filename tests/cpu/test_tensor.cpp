@@ -87,3 +87,9 @@ TEST(TensorView, RowsAligned) {
   // The innermost stride is not looked at (contiguity is checked elsewhere).
   EXPECT_TRUE(TensorView(buf, DType::u8, {2, 16}, {16, 2}).rows_aligned(16));
 }
+
+TEST(TensorView, AlignmentStringNamesWhatWasChecked) {
+  alignas(64) static uint16_t buf[64];
+  const TensorView v(buf + 1, DType::bf16, {2, 3}, {5, 1});
+  EXPECT_EQ(v.alignment_str(16), "address % 16 = 2, strides [5, 1] x 2 bytes");
+}

@@ -70,3 +70,35 @@ def test_compile_fullgraph():
     traced = compiled(q, k, idx, ek, eidx, latents, torch.zeros(1, 2, 1, 584, dtype=torch.uint8))
     torch.testing.assert_close(traced[0], eager[0], rtol=0, atol=0)
     torch.testing.assert_close(traced[1], eager[1], rtol=0, atol=0)
+
+
+def test_eager_writes_bump_the_version_counter():
+    """Eager calls skip the custom op; tensors they write in place still get their version bumped,
+    so autograd would notice a saved tensor being overwritten."""
+    cache = torch.zeros(1, 4, 1, 584, dtype=torch.uint8)
+    before = cache._version
+    latentkv.quantize(torch.randn(2, 512, dtype=torch.bfloat16), torch.tensor([0, 3]), cache,
+                      "v4_fp8")
+    assert cache._version > before
+    inp = compress_inputs(C=16, seed=34)
+    tin = {k: (t(v) if isinstance(v, np.ndarray) else v) for k, v in inp.items()}
+    kv = tin["kv_cache"]
+    before = kv._version
+    latentkv.compress_kv(*[tin[k] for k in ARG_ORDER_COMPRESS + ["block_size", "compress_ratio"]])
+    assert kv._version > before
+
+
+def test_jit_trace_records_the_op():
+    """torch.jit.trace goes through the custom op (eager calls do not), so the trace contains it."""
+    x = torch.randn(3, 512, dtype=torch.bfloat16)
+    slots = torch.tensor([0, 1, 3])
+
+    def roundtrip(x):
+        cache = torch.zeros(1, 4, 1, 584, dtype=torch.uint8)
+        latentkv.quantize(x, slots, cache, "v4_fp8")
+        return latentkv.dequantize(cache, slots, "v4_fp8")
+
+    traced = torch.jit.trace(roundtrip, (x,), check_trace=False)
+    assert "latentkv::dequantize" in str(traced.graph)
+    y = torch.randn(3, 512, dtype=torch.bfloat16)
+    torch.testing.assert_close(traced(y), roundtrip(y), rtol=0, atol=0)

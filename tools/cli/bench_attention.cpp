@@ -147,7 +147,7 @@ int cmd_bench_prefill(const Args& args) {
   BenchResult res;
   Bench bench("sparse_prefill", opt, args, res);
   res.notes["flops"] = "2 * h_q * attended * (d_qk + d_v), attended = sum over query rows of their valid candidates";
-  res.notes["bytes"] = "s_kv * d_qk * 2 (the kv tensor once) + s_q * h_q * (d_qk + d_v) * 2";
+  res.notes["bytes"] = "valid * d_qk * 2 + s_q * h_q * (d_qk + d_v) * 2, valid = attended rows (SPEC section 8)";
   res.notes["inputs"] = "indices uniform over [0, s_kv); with_len: topk_length uniform in [1, topk] per row";
 
   struct Case { int64_t s_q, s_kv, topk, h_q, d_qk; bool len; };
@@ -198,7 +198,7 @@ int cmd_bench_prefill(const Args& args) {
     bc.time_us = bench.time([&] { sparse_prefill(a); }, opt.reps);
     bench.release();
     const double flops = 2.0 * c.h_q * attended * (c.d_qk + 512);
-    const double bytes = 2.0 * c.s_kv * c.d_qk + 2.0 * c.s_q * c.h_q * (c.d_qk + 512);
+    const double bytes = 2.0 * attended * c.d_qk + 2.0 * c.s_q * c.h_q * (c.d_qk + 512);
     bc.numbers["TFLOPS"] = flops / (bc.time_us * 1e-6) / 1e12;
     bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
     if (bench.hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / bench.hbm;

@@ -18,11 +18,21 @@ template <class Source, bool kWide>
 void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream stream) {
   constexpr int kSmem = SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16,
                                    kWide && Source::kStorage != KeyStorage::kDirect16>::total;
+  int device = 0;
+  LKV_CUDA_CHECK(cudaGetDevice(&device));
+  const int smem_limit = cuda_common::max_smem_per_block(device);
+  LKV_CHECK(smem_limit >= kSmem, "the CUDA attention kernel needs ", kSmem,
+            " bytes of shared memory per block and device ", device, " allows ", smem_limit,
+            " (it runs on A100/H100/H200-class GPUs, not on parts with 99 KB per block)");
+  const int64_t rows = p.g.n1 * p.g.n2, head_blocks = p.g.kv_heads * p.g.head_blocks_per_kv;
+  LKV_CHECK(rows <= 0x7fffffff && head_blocks <= 65535 && p.g.num_splits <= 65535,
+            "the CUDA attention kernel's grid takes at most 2^31 - 1 query rows, 65535 head blocks "
+            "and 65535 splits, got ", rows, " rows (", p.g.n1, " x ", p.g.n2, "), ", head_blocks,
+            " head blocks, ", p.g.num_splits, " splits");
   // Set on every launch: the attribute belongs to the current device, and setting it is cheap.
   LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source, kWide>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  const dim3 grid(static_cast<unsigned>(p.g.n1 * p.g.n2),
-                  static_cast<unsigned>(p.g.kv_heads * p.g.head_blocks_per_kv),
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(head_blocks),
                   static_cast<unsigned>(p.g.num_splits));
   attend_kernel<Source, kWide><<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(p);
   LKV_CUDA_CHECK_LAUNCH();

@@ -35,7 +35,7 @@
 
 #include "decode/cuda/config.h"
 #include "decode/cuda/attend_params.h"
-#include "dense/half.h"
+#include "latentkv/numerics.h"
 
 namespace latentkv::decode::cuda {
 

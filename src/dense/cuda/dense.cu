@@ -17,6 +17,8 @@ int64_t head_blocks_per_kv(const Params& p) {
 }  // namespace
 
 SplitPlan plan_splits(const Params& p, int num_sms) {
+  // No page to read (max_pages 0): one split that attends nothing (out 0, lse +inf).
+  if (p.max_pages * p.page_size == 0) return {1, 1};
   // The decode planner's rule; the candidates are every token a request could hold (lengths live
   // on the device, and reading them would synchronise). Splits past a request's length end at once.
   const DecodePlan d = plan_decode(p.b, p.s_q, p.h_kv * head_blocks_per_kv(p) * kHeadsPerCta,
