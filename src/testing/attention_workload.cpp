@@ -26,7 +26,6 @@ namespace {
 constexpr uint16_t kBf16Nan = 0x7fc0;
 constexpr uint16_t kF16Nan = 0x7e00;
 constexpr int64_t kDimV = 512;
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Streams of the workloads' random draws, offsets from opt.seed.
 enum DrawStream : uint64_t {
@@ -319,68 +318,6 @@ DenseWorkload make_dense_workload(const DenseWorkloadOptions& opt) {
 
 // ---- comparison --------------------------------------------------------------------------------
 
-namespace {
-
-// +inf, -inf, NaN and finite values each form their own class.
-int value_class(float x) {
-  if (std::isnan(x)) return 0;
-  if (std::isinf(x)) return x > 0 ? 1 : 2;
-  return 3;
-}
-
-bool stat_mismatch(float a, float r) {
-  return value_class(a) != value_class(r) ||
-         (value_class(r) == 3 &&
-          std::fabs(static_cast<double>(a) - r) > 1e-5 + 1e-5 * std::fabs(static_cast<double>(r)));
-}
-
-// Compares `rows` output rows of 512 values (row-major in both outputs) and, per row, the lse at
-// lse_at(row) (and max_logits at the same place when given).
-AttentionDiff compare_rows(int64_t rows, bool f16, const std::vector<uint16_t>& out,
-                           const std::vector<uint16_t>& ref_out, const std::vector<float>& lse,
-                           const std::vector<float>& ref_lse, const std::function<int64_t(int64_t)>& lse_at,
-                           const std::vector<float>* max_logits, const std::vector<float>* ref_max_logits) {
-  LKV_CHECK(static_cast<int64_t>(out.size()) == rows * kDimV && out.size() == ref_out.size() &&
-                lse.size() == ref_lse.size() && static_cast<int64_t>(lse.size()) == rows,
-            "compare: output sizes do not match the workload");
-  const auto widen = [f16](uint16_t x) -> double { return f16 ? num::f16_to_f32(x) : num::bf16_to_f32(x); };
-  AttentionDiff d;
-  double max_ref = 0, dot = 0, norm_a = 0, norm_r = 0;
-  for (int64_t row = 0; row < rows; ++row) {
-    bool zero_a = true, zero_r = true;
-    for (int64_t e = row * kDimV; e < (row + 1) * kDimV; ++e) {
-      const double a = widen(out[e]), r = widen(ref_out[e]);
-      if (std::isnan(a)) {
-        ++d.nan_out;
-        continue;
-      }
-      zero_a = zero_a && a == 0;
-      zero_r = zero_r && r == 0;
-      d.max_abs = std::max(d.max_abs, std::fabs(a - r));
-      max_ref = std::max(max_ref, std::fabs(r));
-      dot += a * r;
-      norm_a += a * a;
-      norm_r += r * r;
-    }
-    const int64_t l = lse_at(row);
-    const float la = lse[l], lr = ref_lse[l];
-    if (stat_mismatch(la, lr)) ++d.lse_mismatch;
-    if (std::isfinite(lr) && std::isfinite(la))
-      d.max_lse_err = std::max(d.max_lse_err, std::fabs(static_cast<double>(la) - lr));
-    if (max_logits && stat_mismatch((*max_logits)[l], (*ref_max_logits)[l])) ++d.max_logits_mismatch;
-    const bool lonely_a = zero_a && la == kInf;
-    const bool lonely_r = zero_r && lr == kInf;
-    if (lonely_a != lonely_r) ++d.mask_mismatch;
-  }
-  d.max_rel = max_ref > 0 ? d.max_abs / max_ref : d.max_abs;
-  if (norm_a == 0 && norm_r == 0) d.cos_sim = 1;
-  else if (norm_a == 0 || norm_r == 0) d.cos_sim = 0;
-  else d.cos_sim = dot / std::sqrt(norm_a * norm_r);
-  return d;
-}
-
-}  // namespace
-
 AttentionDiff compare_prefill(const PrefillWorkload& w, const std::vector<uint16_t>& out,
                               const std::vector<float>& max_logits, const std::vector<float>& lse,
                               const std::vector<uint16_t>& ref_out,
@@ -389,7 +326,7 @@ AttentionDiff compare_prefill(const PrefillWorkload& w, const std::vector<uint16
   LKV_CHECK(max_logits.size() == lse.size() && ref_max_logits.size() == ref_lse.size(),
             "compare_prefill: max_logits and lse sizes differ");
   // out [s_q, h_q, 512] and lse/max_logits [s_q, h_q] share their row order.
-  return compare_rows(w.s_q * w.opt.h_q, false, out, ref_out, lse, ref_lse,
+  return compare_attention_rows(w.s_q * w.opt.h_q, false, out, ref_out, lse, ref_lse,
                       [](int64_t row) { return row; }, &max_logits, &ref_max_logits);
 }
 
@@ -402,8 +339,7 @@ AttentionDiff compare_dense(const DenseWorkload& w, const std::vector<uint16_t>&
     const int64_t h = row % h_q, j = (row / h_q) % s_q, i = row / (h_q * s_q);
     return (i * h_q + h) * s_q + j;
   };
-  return compare_rows(w.opt.b * s_q * h_q, w.opt.f16, out, ref_out, lse, ref_lse, lse_at, nullptr,
-                      nullptr);
+  return compare_attention_rows(w.opt.b * s_q * h_q, w.opt.f16, out, ref_out, lse, ref_lse, lse_at);
 }
 
 bool attention_close(const AttentionDiff& d, double max_rel_tol, double cos_tol) {

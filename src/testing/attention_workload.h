@@ -105,17 +105,6 @@ DenseWorkload make_dense_workload(const DenseWorkloadOptions& opt);
 
 // ---- comparison --------------------------------------------------------------------------------
 
-// How a backend's outputs differ from a reference's; the fields of DecodeDiff plus max_logits.
-struct AttentionDiff {
-  double max_abs = 0;   // max |out - ref| over every output element
-  double max_rel = 0;   // max_abs / max |ref| over the tensor (max_abs when ref is all zero)
-  double cos_sim = 1;   // cosine similarity of the outputs as flat vectors (1 if both zero)
-  double max_lse_err = 0;      // max |lse - ref| over finite reference values
-  int64_t lse_mismatch = 0;    // beyond 1e-5 + 1e-5 |ref| (finite), or in class (+inf, -inf, NaN)
-  int64_t max_logits_mismatch = 0;  // the same rule for max_logits (prefill only)
-  int64_t mask_mismatch = 0;   // rows whose lonely pattern (lse +inf, out all zero) differs
-  int64_t nan_out = 0;         // NaN elements in out
-};
 
 AttentionDiff compare_prefill(const PrefillWorkload& w, const std::vector<uint16_t>& out,
                               const std::vector<float>& max_logits, const std::vector<float>& lse,

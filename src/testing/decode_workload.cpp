@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "decode/params.h"
@@ -228,51 +229,75 @@ int value_class(float x) {
   return 3;
 }
 
+bool stat_mismatch(float a, float r) {
+  return value_class(a) != value_class(r) ||
+         (value_class(r) == 3 &&
+          std::fabs(static_cast<double>(a) - r) > 1e-5 + 1e-5 * std::fabs(static_cast<double>(r)));
+}
+
 }  // namespace
 
-DecodeDiff compare_decode(const DecodeWorkload& w, const std::vector<uint16_t>& out,
-                          const std::vector<float>& lse, const std::vector<uint16_t>& ref_out,
-                          const std::vector<float>& ref_lse) {
-  const int64_t b = w.opt.b, s_q = w.opt.s_q, h_q = w.opt.h_q, dv = decode::kDimV;
-  LKV_CHECK(static_cast<int64_t>(out.size()) == b * s_q * h_q * dv && out.size() == ref_out.size() &&
-                static_cast<int64_t>(lse.size()) == b * h_q * s_q && lse.size() == ref_lse.size(),
-            "compare_decode: output sizes do not match the workload");
-  DecodeDiff d;
+AttentionDiff compare_attention_rows(int64_t rows, bool f16, const std::vector<uint16_t>& out,
+                                     const std::vector<uint16_t>& ref_out,
+                                     const std::vector<float>& lse,
+                                     const std::vector<float>& ref_lse,
+                                     const std::function<int64_t(int64_t)>& lse_at,
+                                     const std::vector<float>* max_logits,
+                                     const std::vector<float>* ref_max_logits) {
+  constexpr int64_t kDimV = decode::kDimV;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  LKV_CHECK(static_cast<int64_t>(out.size()) == rows * kDimV && out.size() == ref_out.size() &&
+                lse.size() == ref_lse.size() && static_cast<int64_t>(lse.size()) == rows,
+            "compare: output sizes do not match the workload");
+  const auto widen = [f16](uint16_t x) -> double { return f16 ? num::f16_to_f32(x) : num::bf16_to_f32(x); };
+  AttentionDiff d;
   double max_ref = 0, dot = 0, norm_a = 0, norm_r = 0;
-  for (int64_t i = 0; i < b; ++i)
-    for (int64_t j = 0; j < s_q; ++j)
-      for (int64_t h = 0; h < h_q; ++h) {
-        const int64_t row = ((i * s_q + j) * h_q + h) * dv;
-        const int64_t l = (i * h_q + h) * s_q + j;
-        bool zero_a = true, zero_r = true;
-        for (int64_t e = row; e < row + dv; ++e) {
-          const double a = num::bf16_to_f32(out[e]), r = num::bf16_to_f32(ref_out[e]);
-          if (std::isnan(a)) {
-            ++d.nan_out;
-            continue;
-          }
-          zero_a = zero_a && a == 0;
-          zero_r = zero_r && r == 0;
-          d.max_abs = std::max(d.max_abs, std::fabs(a - r));
-          max_ref = std::max(max_ref, std::fabs(r));
-          dot += a * r;
-          norm_a += a * a;
-          norm_r += r * r;
-        }
-        const float la = lse[l], lr = ref_lse[l];
-        if (value_class(la) != value_class(lr) ||
-            (value_class(lr) == 3 &&
-             std::fabs(static_cast<double>(la) - lr) > 1e-5 + 1e-5 * std::fabs(static_cast<double>(lr))))
-          ++d.lse_mismatch;
-        const bool lonely_a = zero_a && la == std::numeric_limits<float>::infinity();
-        const bool lonely_r = zero_r && lr == std::numeric_limits<float>::infinity();
-        if (lonely_a != lonely_r) ++d.mask_mismatch;
+  for (int64_t row = 0; row < rows; ++row) {
+    bool zero_a = true, zero_r = true;
+    for (int64_t e = row * kDimV; e < (row + 1) * kDimV; ++e) {
+      const double a = widen(out[e]), r = widen(ref_out[e]);
+      if (std::isnan(a)) {
+        ++d.nan_out;
+        continue;
       }
+      zero_a = zero_a && a == 0;
+      zero_r = zero_r && r == 0;
+      d.max_abs = std::max(d.max_abs, std::fabs(a - r));
+      max_ref = std::max(max_ref, std::fabs(r));
+      dot += a * r;
+      norm_a += a * a;
+      norm_r += r * r;
+    }
+    const int64_t l = lse_at(row);
+    const float la = lse[l], lr = ref_lse[l];
+    if (stat_mismatch(la, lr)) ++d.lse_mismatch;
+    if (std::isfinite(lr) && std::isfinite(la))
+      d.max_lse_err = std::max(d.max_lse_err, std::fabs(static_cast<double>(la) - lr));
+    if (max_logits && stat_mismatch((*max_logits)[l], (*ref_max_logits)[l])) ++d.max_logits_mismatch;
+    const bool lonely_a = zero_a && la == kInf;
+    const bool lonely_r = zero_r && lr == kInf;
+    if (lonely_a != lonely_r) ++d.mask_mismatch;
+  }
   d.max_rel = max_ref > 0 ? d.max_abs / max_ref : d.max_abs;
   if (norm_a == 0 && norm_r == 0) d.cos_sim = 1;
   else if (norm_a == 0 || norm_r == 0) d.cos_sim = 0;
   else d.cos_sim = dot / std::sqrt(norm_a * norm_r);
   return d;
+}
+
+
+DecodeDiff compare_decode(const DecodeWorkload& w, const std::vector<uint16_t>& out,
+                          const std::vector<float>& lse, const std::vector<uint16_t>& ref_out,
+                          const std::vector<float>& ref_lse) {
+  const int64_t b = w.opt.b, s_q = w.opt.s_q, h_q = w.opt.h_q;
+  LKV_CHECK(static_cast<int64_t>(lse.size()) == b * h_q * s_q,
+            "compare_decode: output sizes do not match the workload");
+  // out row (i, j, h) of [b, s_q, h_q, 512]; its lse sits at (i, h, j) of [b, h_q, s_q].
+  const auto lse_at = [s_q, h_q](int64_t row) {
+    const int64_t h = row % h_q, j = (row / h_q) % s_q, i = row / (h_q * s_q);
+    return (i * h_q + h) * s_q + j;
+  };
+  return compare_attention_rows(b * s_q * h_q, false, out, ref_out, lse, ref_lse, lse_at);
 }
 
 bool decode_close(const DecodeDiff& d, double max_rel_tol, double cos_tol) {

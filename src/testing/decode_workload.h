@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "latentkv/decode.h"
@@ -74,15 +75,30 @@ struct DecodeWorkload {
 DecodeWorkload make_decode_workload(const DecodeWorkloadOptions& opt);
 
 // How a backend's outputs differ from a reference's (usually the float64 oracle's).
-struct DecodeDiff {
-  double max_abs = 0;       // max |out - ref| over every output element
-  double max_rel = 0;       // max_abs / max |ref| over the tensor (max_abs when ref is all zero)
-  double cos_sim = 1;       // cosine similarity of the two outputs as flat vectors (1 if both zero)
-  int64_t lse_mismatch = 0;  // lse elements differing beyond 1e-5 + 1e-5 * |ref| (finite), or in
-                             // class (+inf, -inf, NaN, finite must match exactly)
-  int64_t mask_mismatch = 0;  // (i, j, h) whose lonely-query pattern (lse +inf, out all zero) differs
-  int64_t nan_out = 0;        // NaN elements in out
+// How a backend's attention outputs differ from a reference's (sparse decode, sparse prefill and
+// dense decode alike).
+struct AttentionDiff {
+  double max_abs = 0;   // max |out - ref| over every output element
+  double max_rel = 0;   // max_abs / max |ref| over the tensor (max_abs when ref is all zero)
+  double cos_sim = 1;   // cosine similarity of the outputs as flat vectors (1 if both zero)
+  double max_lse_err = 0;      // max |lse - ref| over finite reference values
+  int64_t lse_mismatch = 0;    // beyond 1e-5 + 1e-5 |ref| (finite), or in class (+inf, -inf, NaN)
+  int64_t max_logits_mismatch = 0;  // the same rule for max_logits (prefill only)
+  int64_t mask_mismatch = 0;   // rows whose lonely pattern (lse +inf, out all zero) differs
+  int64_t nan_out = 0;         // NaN elements in out
 };
+using DecodeDiff = AttentionDiff;
+
+// The comparison behind compare_decode, compare_prefill and compare_dense: `rows` output rows of
+// 512 values (bf16, or f16 when f16) in the same order in both outputs; row r's lse (and
+// max_logits, when given) at index lse_at(r).
+AttentionDiff compare_attention_rows(int64_t rows, bool f16, const std::vector<uint16_t>& out,
+                                     const std::vector<uint16_t>& ref_out,
+                                     const std::vector<float>& lse,
+                                     const std::vector<float>& ref_lse,
+                                     const std::function<int64_t(int64_t)>& lse_at,
+                                     const std::vector<float>* max_logits = nullptr,
+                                     const std::vector<float>* ref_max_logits = nullptr);
 
 DecodeDiff compare_decode(const DecodeWorkload& w, const std::vector<uint16_t>& out,
                           const std::vector<float>& lse, const std::vector<uint16_t>& ref_out,
