@@ -1,0 +1,146 @@
+// decode/sm90/selftest.cu: the kernels behind selftest.h (one warpgroup each).
+#include "cuda_common/cuda_check.h"
+#include "decode/sm90/ptx.cuh"
+#include "decode/sm90/selftest.h"
+
+namespace latentkv::decode::sm90 {
+namespace {
+
+constexpr int kChunkBytes = 64 * 128;  // [64 rows][64 bf16] in one 128-byte-swizzled chunk
+
+// Copies a row-major [64][cols] bf16 matrix into chunks of the swizzled layout (16 bytes a step).
+__device__ void to_swizzled(const uint16_t* src, int cols, uint8_t* dst) {
+  const int units = cols / 8;  // 16-byte units per row
+  for (int i = threadIdx.x; i < 64 * units; i += blockDim.x) {
+    const int r = i / units, u = i % units, c = u / 8, col = (u % 8) * 8;
+    *reinterpret_cast<uint4*>(dst + c * kChunkBytes + sw128_offset(r, col)) =
+        *reinterpret_cast<const uint4*>(src + r * cols + u * 8);
+  }
+}
+
+// Writes a warpgroup's m64nN accumulator fragment to a row-major [64][n] fp32 matrix.
+template <int N>
+__device__ void store_accumulators(const float (&d)[N], int n, float* out) {
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  for (int j = 0; j < n / 8; ++j) {
+    const int row = 16 * w + l / 4, col = 8 * j + 2 * (l % 4);
+    out[row * n + col] = d[4 * j];
+    out[row * n + col + 1] = d[4 * j + 1];
+    out[(row + 8) * n + col] = d[4 * j + 2];
+    out[(row + 8) * n + col + 1] = d[4 * j + 3];
+  }
+}
+
+__device__ uint8_t* aligned_smem() {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  // Swizzle atoms must start 1024-byte aligned; the launch adds 1 KB of slack for this.
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  return smem_raw + ((1024u - (a & 1023u)) & 1023u);
+}
+
+__global__ void __launch_bounds__(128) qk_kernel(const uint16_t* q, const uint16_t* k, float* s) {
+  uint8_t* smem = aligned_smem();
+  uint8_t* sq = smem;
+  uint8_t* sk = smem + 9 * kChunkBytes;
+  to_swizzled(q, 576, sq);
+  to_swizzled(k, 576, sk);
+  fence_proxy_async();
+  __syncthreads();
+  float d[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) d[i] = 0.0f;
+  wgmma_fence();
+#pragma unroll
+  for (int st = 0; st < 36; ++st) {
+    const int off = (st / 4) * kChunkBytes + (st % 4) * 32;
+    wgmma_m64n64k16_ss(d, smem_desc(sq + off, 16, 1024), smem_desc(sk + off, 16, 1024), st > 0);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_operands(d);
+  store_accumulators(d, 64, s);
+}
+
+__device__ __forceinline__ uint32_t pack_bits(uint16_t lo, uint16_t hi) {
+  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+}
+
+__global__ void __launch_bounds__(128) pv_kernel(const uint16_t* p, const uint16_t* v, float* o,
+                                                 bool p_in_registers) {
+  uint8_t* smem = aligned_smem();
+  uint8_t* sp = smem;                // [64 heads][64 tokens], one chunk
+  uint8_t* sv = smem + kChunkBytes;  // [64 tokens][256 dims]: 4 chunks of 64 dims
+  to_swizzled(p, 64, sp);
+  to_swizzled(v, 256, sv);
+  fence_proxy_async();
+  __syncthreads();
+  float d[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  const int r0 = 16 * w + l / 4, c0 = 2 * (l % 4);
+  wgmma_fence();
+#pragma unroll
+  for (int st = 0; st < 4; ++st) {
+    // V rows (tokens) 16 st..: 2048 bytes per step; 64-dim blocks along N are a chunk apart.
+    const uint64_t desc_v = smem_desc(sv + st * 2048, kChunkBytes, 1024);
+    if (p_in_registers) {
+      const uint16_t* pr = p + r0 * 64 + 16 * st + c0;
+      const uint32_t a[4] = {pack_bits(pr[0], pr[1]), pack_bits(pr[8 * 64], pr[8 * 64 + 1]),
+                             pack_bits(pr[8], pr[9]), pack_bits(pr[8 * 64 + 8], pr[8 * 64 + 9])};
+      wgmma_m64n256k16_rs_tb(d, a, desc_v, st > 0);
+    } else {
+      wgmma_m64n256k16_ss_tb(d, smem_desc(sp + st * 32, 16, 1024), desc_v, st > 0);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_operands(d);
+  store_accumulators(d, 256, o);
+}
+
+template <typename T>
+T* to_device(const T* host, size_t n) {
+  T* d = nullptr;
+  LKV_CUDA_CHECK(cudaMalloc(&d, n * sizeof(T)));
+  if (host) LKV_CUDA_CHECK(cudaMemcpy(d, host, n * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+}  // namespace
+
+bool device_has_wgmma(int device) {
+  cudaDeviceProp prop{};
+  LKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.major == 9 && prop.minor == 0;
+}
+
+void selftest_qk(const uint16_t* q, const uint16_t* k, float* s) {
+  uint16_t* dq = to_device(q, 64 * 576);
+  uint16_t* dk = to_device(k, 64 * 576);
+  float* ds = to_device<float>(nullptr, 64 * 64);
+  constexpr int kSmem = 18 * kChunkBytes + 1024;
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(qk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  qk_kernel<<<1, 128, kSmem>>>(dq, dk, ds);
+  LKV_CUDA_CHECK_LAUNCH();
+  LKV_CUDA_CHECK(cudaMemcpy(s, ds, 64 * 64 * sizeof(float), cudaMemcpyDeviceToHost));
+  cudaFree(dq);
+  cudaFree(dk);
+  cudaFree(ds);
+}
+
+void selftest_pv(const uint16_t* p, const uint16_t* v, float* o, bool p_in_registers) {
+  uint16_t* dp = to_device(p, 64 * 64);
+  uint16_t* dv = to_device(v, 64 * 256);
+  float* dout = to_device<float>(nullptr, 64 * 256);
+  constexpr int kSmem = 5 * kChunkBytes + 1024;
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(pv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  pv_kernel<<<1, 128, kSmem>>>(dp, dv, dout, p_in_registers);
+  LKV_CUDA_CHECK_LAUNCH();
+  LKV_CUDA_CHECK(cudaMemcpy(o, dout, 64 * 256 * sizeof(float), cudaMemcpyDeviceToHost));
+  cudaFree(dp);
+  cudaFree(dv);
+  cudaFree(dout);
+}
+
+}  // namespace latentkv::decode::sm90

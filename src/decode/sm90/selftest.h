@@ -1,0 +1,21 @@
+// decode/sm90/selftest.h: one-warpgroup checks of the sm_90a building blocks (ptx.cuh) against
+// products the caller computes on the CPU (tests/cuda/test_sm90_primitives.cpp). Work in progress
+// toward the Hopper decode kernel (docs/design/hopper-sparse-decode.md, step 1). No CUDA headers.
+#pragma once
+
+#include <cstdint>
+
+namespace latentkv::decode::sm90 {
+
+// Whether `device` runs sm_90a code (compute capability 9.0).
+bool device_has_wgmma(int device);
+
+// S[64][64] = Q[64][576] K[64][576]^T through 36 wgmma m64n64k16 with both operands in 128-byte-
+// swizzled shared memory. Host arrays, row-major; q and k hold bf16 bits.
+void selftest_qk(const uint16_t* q, const uint16_t* k, float* s);
+
+// O[64][256] = P[64][64] V[64][256] through 4 wgmma m64n256k16 with V read MN-major (transposed)
+// from the key tile's layout; P from shared memory (p_in_registers false) or from registers.
+void selftest_pv(const uint16_t* p, const uint16_t* v, float* o, bool p_in_registers);
+
+}  // namespace latentkv::decode::sm90
