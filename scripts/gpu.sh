@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
-#   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [prefill] [dense] [demo] [python]
+#   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [prefill] [dense] [demo] [python]
 #   (default: all)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
 # test: the CPU suites and every CUDA suite; sanitize: compute-sanitizer memcheck on the adversarial
 # index tests; reference: bench/compress_reference.py (PyTorch reference times and byte comparison);
 # bench: `latentkv bench compress` for both payload formats, with the reference times;
-# decode / prefill / dense: `latentkv bench decode|prefill|dense` (FlashMLA's cases); demo: `latentkv demo --device cuda`
+# decode / prefill / dense: `latentkv bench decode|prefill|dense` (FlashMLA's cases; decode with the
+# kernel chosen for the device, decode_portable with the portable kernel forced); demo: `latentkv demo --device cuda`
 # (the production-like size); python: `pip install .` into a venv that sees the machine's torch, then
 # pytest (the CUDA tests included) and bench/python_overhead.py.
 # Logs and JSON results go to $OUT (or ./out); a short table is printed last.
@@ -14,7 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
-stages="${*:-build test sanitize reference bench decode prefill dense demo python}"
+stages="${*:-build test sanitize reference bench decode decode_portable prefill dense demo python}"
 has() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
@@ -36,7 +37,7 @@ fi
 if has test; then
   ./build-gpu/lkv_tests --gtest_brief=1 >"$OUT/cpu_tests.log" 2>&1
   note "cpu tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cpu_tests.log" | tr '\n' ' ')"
-  ./build-gpu/lkv_cuda_tests --gtest_filter="${LKV_TEST_FILTER:-*}" >"$OUT/cuda_tests.log" 2>&1
+  timeout 420 ./build-gpu/lkv_cuda_tests --gtest_filter="${LKV_TEST_FILTER:-*}" >"$OUT/cuda_tests.log" 2>&1
   rc=$?
   grep -E '^\[check\]|FAILED|Failure|error' "$OUT/cuda_tests.log" | head -80
   note "cuda tests rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests.log" | tr '\n' ' ')"
@@ -45,7 +46,7 @@ if has test; then
 fi
 
 if has sanitize; then
-  compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
     --gtest_filter='*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism' >"$OUT/memcheck.log" 2>&1
   note "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 fi
@@ -71,6 +72,11 @@ fi
 if has decode; then
   ./build-gpu/latentkv bench decode --device cuda --json "$OUT/decode-h200.json" 2>&1 | tee "$OUT/bench-decode.log"
   note "bench decode: $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode.log" | tr -s ' ' | tr '\n' ';')"
+fi
+
+if has decode_portable; then
+  ./build-gpu/latentkv bench decode --device cuda --kernel portable --json "$OUT/decode-portable-h200.json" 2>&1 | tee "$OUT/bench-decode-portable.log"
+  note "bench decode (portable): $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode-portable.log" | tr -s ' ' | tr '\n' ';')"
 fi
 
 for op in prefill dense; do

@@ -36,6 +36,11 @@ int max_smem_per_block(int device) {
   return cached_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
 }
 
+int compute_capability(int device) {
+  return 10 * cached_attribute(cudaDevAttrComputeCapabilityMajor, device) +
+         cached_attribute(cudaDevAttrComputeCapabilityMinor, device);
+}
+
 void* cached_buffer(BufferPurpose purpose, size_t bytes, int device, Stream stream) {
   static std::mutex mu;
   static std::map<std::tuple<BufferPurpose, int, Stream>, std::pair<void*, size_t>> cache;

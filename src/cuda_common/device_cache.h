@@ -15,6 +15,9 @@ int sm_count(int device);
 // The most shared memory one block may opt in to, in bytes (queried once per device).
 int max_smem_per_block(int device);
 
+// 10 * major + minor (90 for H100/H200), queried once per device.
+int compute_capability(int device);
+
 // What a cached buffer is for; each purpose has its own buffer per (device, stream).
 enum class BufferPurpose { kCompressScratch, kCompressCounters, kDecodeScratch };
 

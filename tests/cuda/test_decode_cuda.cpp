@@ -15,6 +15,8 @@
 #include "latentkv/decode.h"
 #include "latentkv/error.h"
 #include "decode/cuda/launch.h"
+#include "decode/sm90/launch.h"
+#include "formats/record_codec.h"
 #include "testing/decode_workload.h"
 
 using namespace latentkv;
@@ -100,6 +102,22 @@ void check_case(const DecodeWorkloadOptions& o, const std::string& label) {
   EXPECT_GE(d.cos_sim, latentkv::testing::kDecodeCosTol) << label;
 }
 
+using latentkv::decode::cuda::KernelChoice;
+
+// The kernels this device runs: the portable one always, the Hopper one on compute capability 9.0.
+std::vector<KernelChoice> kernels() {
+  std::vector<KernelChoice> k{KernelChoice::kPortable};
+  if (latentkv::decode::sm90::usable(0)) k.push_back(KernelChoice::kSm90);
+  return k;
+}
+const char* kernel_name(KernelChoice k) { return k == KernelChoice::kSm90 ? "sm90" : "portable"; }
+
+// Forces one kernel for its lifetime.
+struct UseKernel {
+  explicit UseKernel(KernelChoice k) { latentkv::decode::cuda::set_kernel_choice(k); }
+  ~UseKernel() { latentkv::decode::cuda::set_kernel_choice(KernelChoice::kAuto); }
+};
+
 #define REQUIRE_GPU() \
   if (!latentkv::testing::has_cuda_device()) GTEST_SKIP() << "no CUDA device"
 
@@ -114,6 +132,8 @@ TEST(DecodeCuda, FlashMlaStyleGrid) {
       {74, 3, 576, 61, 16}, {4, 1, 2048, 64, 64}, {4, 3, 2048, 576, 16}, {321, 1, 64, 64, 1},
       {74, 1, 2048, 64, 128}, {321, 3, 64, 2, 16},
   };
+  for (KernelChoice kernel : kernels()) {
+  UseKernel use(kernel);
   int n = 0;
   for (const Shape& s : shapes)
     for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
@@ -132,17 +152,20 @@ TEST(DecodeCuda, FlashMlaStyleGrid) {
         o.extra_page_size = (n % 2) ? 2 : 64;
         o.extra_topk_length = features;
         o.seed = 100 + n++;
-        check_case(o, std::string(format_info(f).name) + " b" + std::to_string(s.b) + " sq" +
+        check_case(o, std::string(kernel_name(kernel)) + " " + format_info(f).name + " b" + std::to_string(s.b) + " sq" +
                           std::to_string(s.s_q) + " topk" + std::to_string(s.topk) + " P" +
                           std::to_string(s.page) + " h" + std::to_string(s.h_q) +
                           (features ? " +len+sink" : "") + (o.extra ? "+extra" : ""));
       }
+  }
 }
 
 TEST(DecodeCuda, CornerCases) {
   REQUIRE_GPU();
+  for (KernelChoice kernel : kernels())
   for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
-    const std::string fmt = format_info(f).name;
+    UseKernel use(kernel);
+    const std::string fmt = std::string(kernel_name(kernel)) + " " + format_info(f).name;
     DecodeWorkloadOptions o;
     o.b = 6;
     o.s_q = 2;
@@ -187,6 +210,9 @@ TEST(DecodeCuda, CornerCases) {
 
 TEST(DecodeCuda, PlanReuseSplitsAndDeterminism) {
   REQUIRE_GPU();
+  for (KernelChoice kernel : kernels()) {
+  UseKernel use(kernel);
+  SCOPED_TRACE(kernel_name(kernel));
   DecodeWorkloadOptions o;
   o.b = 2;
   o.s_q = 2;
@@ -219,6 +245,7 @@ TEST(DecodeCuda, PlanReuseSplitsAndDeterminism) {
     FAIL() << "a plan for topk 1024 was accepted for topk 2048";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("plan was made for"), std::string::npos) << e.what();
+  }
   }
 }
 
@@ -261,5 +288,67 @@ TEST(DecodeCuda, WideAndNarrowLayoutsAgreeBitwise) {
       EXPECT_EQ(d.mask_mismatch, 0) << label;
       EXPECT_EQ(wide.out, narrow.out) << label;
       EXPECT_EQ(0, std::memcmp(wide.lse.data(), narrow.lse.data(), wide.lse.size() * 4)) << label;
+    }
+}
+
+TEST(DecodeCuda, Sm90AgreesWithPortable) {
+  REQUIRE_GPU();
+  if (!latentkv::decode::sm90::usable(0)) GTEST_SKIP() << "needs a compute capability 9.0 device";
+  // The two kernels accumulate in different orders (64- against 32-token tiles), so they agree to
+  // bf16 rounding, not bitwise. Scales that are not powers of two (v32) or outside the fast
+  // dequantization's range (v4) take the Hopper kernel's fallback path; both must still match the
+  // oracle.
+  int n = 0;
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+    for (int odd_scales = 0; odd_scales < 2; ++odd_scales) {
+      DecodeWorkloadOptions o;
+      o.format = f;
+      o.b = 3;
+      o.s_q = 2;
+      o.h_q = 128;
+      o.topk = 700;
+      o.page_size = 64;
+      o.topk_length = true;
+      o.sink = true;
+      o.seed = 1300 + n++;
+      DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+      if (odd_scales) {
+        int64_t changed = 0;
+        for (int64_t slot = 0; slot < w.num_slots(); slot += 3) {
+          const auto off = formats::record_byte_offsets(f, o.page_size, w.page_stride, slot);
+          if (f == CacheFormat::v32_fp8) {
+            float sc;
+            std::memcpy(&sc, &w.kv[off.scale + 4], 4);
+            sc *= 1.5f;
+            std::memcpy(&w.kv[off.scale + 4], &sc, 4);
+          } else {
+            w.kv[off.scale + 2] = 5;  // 2^-122: products below the normal range
+          }
+          ++changed;
+        }
+        ASSERT_GT(changed, 0);
+      }
+      const GpuResult ref = run_oracle(w);
+      GpuResult got[2];
+      for (int k = 0; k < 2; ++k) {
+        UseKernel use(k ? KernelChoice::kSm90 : KernelChoice::kPortable);
+        w.poison_outputs();
+        got[k] = run_gpu(w);
+      }
+      const std::string label = std::string(format_info(f).name) + (odd_scales ? " odd scales" : "");
+      for (int k = 0; k < 2; ++k) {
+        const auto d = latentkv::testing::compare_decode(w, got[k].out, got[k].lse, ref.out, ref.lse);
+        std::printf("[decode] %-8s %-30s max_rel %.2e cos %.7f\n", k ? "sm90" : "portable",
+                    label.c_str(), d.max_rel, d.cos_sim);
+        EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label;
+        EXPECT_GE(d.cos_sim, latentkv::testing::kDecodeCosTol) << label;
+        EXPECT_EQ(d.mask_mismatch, 0) << label;
+        EXPECT_EQ(d.nan_out, 0) << label;
+      }
+      const auto d = latentkv::testing::compare_decode(w, got[1].out, got[1].lse, got[0].out, got[0].lse);
+      std::printf("[decode] sm90 vs portable %-22s max_rel %.2e cos %.7f\n", label.c_str(), d.max_rel,
+                  d.cos_sim);
+      EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label;
+      EXPECT_EQ(d.mask_mismatch, 0) << label;
     }
 }

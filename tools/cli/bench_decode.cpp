@@ -21,6 +21,7 @@
 #include "testing/compress_workload.h"
 #ifdef LKV_WITH_CUDA
 #include "cuda_common/bench.h"
+#include "decode/cuda/launch.h"
 #endif
 
 namespace latentkv::cli {
@@ -127,7 +128,10 @@ int cmd_bench_decode(const Args& args) {
   const std::string filter = args.get("filter", "");
   const std::string plot = args.get("plot", "");
   const int reps = args.get_int("reps", 20);
+  const std::string kernel = args.get("kernel", "auto");
   args.check_all_used();
+  LKV_CHECK(kernel == "auto" || kernel == "portable" || kernel == "sm90",
+            "--kernel must be auto, portable or sm90, got '", kernel, "'");
 #ifdef LKV_WITH_CUDA
   const bool cuda = device != "cpu" && bench_cuda::device_count() > 0;
   LKV_CHECK(cuda || device != "cuda", "--device cuda: no CUDA device is visible");
@@ -150,11 +154,16 @@ int cmd_bench_decode(const Args& args) {
   if (cuda) {
     res.device = bench_cuda::device_name(0);
     hbm = bench_cuda::measure_hbm_read_GBps();
+    using decode::cuda::KernelChoice;
+    if (kernel != "auto")
+      decode::cuda::set_kernel_choice(kernel == "sm90" ? KernelChoice::kSm90 : KernelChoice::kPortable);
+    res.notes["kernel"] = decode::cuda::kernel_for_device(0);
     res.ceilings["hbm_read_GBps"] = hbm;
     res.ceilings["bf16_dense_TFLOPS_datasheet"] = 989.0;
   }
 #endif
-  std::printf("sparse_decode on %s\n%-44s %10s %9s %9s %8s %7s\n", res.device.c_str(), "case", "us",
+  std::printf("sparse_decode on %s%s%s\n%-44s %10s %9s %9s %8s %7s\n", res.device.c_str(),
+              cuda ? ", kernel " : "", cuda ? res.notes["kernel"].c_str() : "", "case", "us",
               "TFLOPS", "GB/s", "of HBM", "splits");
   for (const DecodeCase& c : decode_cases(!cuda)) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;

@@ -20,7 +20,8 @@ const char* kUsage =
     "  verify [--device auto|cpu|cuda]        judge every backend against the float64 oracle\n"
     "  bench compress [--device auto|cpu|cuda] [--format v4_int8|v4_fp8] [--cases contest|quick]\n"
     "                 [--shuffled] [--reps N] [--reference FILE] [--json FILE] [--plot FILE.svg]\n"
-    "  bench decode [--device auto|cpu|cuda] [--filter TEXT] [--reps N] [--json FILE] [--plot FILE.svg]\n"
+    "  bench decode [--device auto|cpu|cuda] [--kernel auto|portable|sm90] [--filter TEXT] [--reps N]\n"
+    "               [--json FILE] [--plot FILE.svg]\n"
     "  bench prefill [--device auto|cpu|cuda] [--filter TEXT] [--reps N] [--json FILE] [--plot FILE.svg]\n"
     "  bench dense [--device auto|cpu|cuda] [--filter TEXT] [--reps N] [--json FILE] [--plot FILE.svg]\n"
     "  run compress --inputs DIR --out FILE [--format F] [--device D]\n";

@@ -1,9 +1,47 @@
 // decode/cuda/decode.cu: sparse decode's CUDA host side: its parameters mapped onto the shared
-// attention kernel's geometry and output addressing, then the launch for the cache's format.
+// attention kernel's geometry and output addressing, the choice between the Hopper kernel
+// (decode/sm90) and the portable one, then the launch for the cache's format.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda_common/device_cache.h"
+#include "decode/cuda/attend_launch.cuh"
 #include "decode/cuda/launch.h"
 #include "decode/cuda/source.cuh"
+#include "decode/sm90/launch.h"
+#include "latentkv/error.h"
 
 namespace latentkv::decode::cuda {
+namespace {
+
+KernelChoice initial_choice() {
+  const char* env = std::getenv("LKV_DECODE_KERNEL");
+  if (!env || !*env || std::strcmp(env, "auto") == 0) return KernelChoice::kAuto;
+  if (std::strcmp(env, "portable") == 0) return KernelChoice::kPortable;
+  if (std::strcmp(env, "sm90") == 0) return KernelChoice::kSm90;
+  LKV_FAIL(ErrorKind::kValue, "LKV_DECODE_KERNEL must be auto, portable or sm90, got '", env, "'");
+}
+
+std::atomic<KernelChoice>& choice_ref() {
+  static std::atomic<KernelChoice> choice{initial_choice()};
+  return choice;
+}
+
+}  // namespace
+
+void set_kernel_choice(KernelChoice choice) { choice_ref() = choice; }
+KernelChoice kernel_choice() { return choice_ref(); }
+
+const char* kernel_for_device(int device) {
+  const KernelChoice c = kernel_choice();
+  if (c == KernelChoice::kPortable) return "portable";
+  const bool sm90 = decode::sm90::usable(device);
+  LKV_CHECK(sm90 || c == KernelChoice::kAuto, "the sm90 decode kernel was asked for (LKV_DECODE_KERNEL "
+            "or set_kernel_choice) but device ", device, " has compute capability ",
+            cuda_common::compute_capability(device), " (it needs 9.0)");
+  return sm90 ? "sm90" : "portable";
+}
 
 void sparse_decode(const Params& p, Stream stream) {
   KernelParams<SparseArgs> k{};
@@ -21,6 +59,14 @@ void sparse_decode(const Params& p, Stream stream) {
   g.partial_max = nullptr;
   k.o.max_logits = nullptr;
   k.o.sink = p.sink;
+  int device = 0;
+  LKV_CUDA_CHECK(cudaGetDevice(&device));
+  if (std::strcmp(kernel_for_device(device), "sm90") == 0) {
+    if (p.format == CacheFormat::v32_fp8) decode::sm90::launch<CacheFormat::v32_fp8>(k, stream);
+    else decode::sm90::launch<CacheFormat::v4_fp8>(k, stream);
+    if (g.num_splits > 1) launch_combine(g, k.o, /*f16=*/false, stream);
+    return;
+  }
   if (p.format == CacheFormat::v32_fp8) launch_sparse<CacheFormat::v32_fp8>(k, stream);
   else launch_sparse<CacheFormat::v4_fp8>(k, stream);
 }

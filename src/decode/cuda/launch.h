@@ -18,6 +18,16 @@ void sparse_decode(const Params& p, Stream stream);
 void set_wide_layout_allowed(bool allowed);
 bool wide_layout_allowed();
 
+// Which sparse decode kernel runs. kAuto: the Hopper kernel (decode/sm90) on compute capability 9.0
+// devices, the portable one elsewhere. Tests and benchmarks force either; the initial value comes
+// from the environment variable LKV_DECODE_KERNEL (auto, portable or sm90) when it is set.
+enum class KernelChoice { kAuto, kPortable, kSm90 };
+void set_kernel_choice(KernelChoice choice);
+KernelChoice kernel_choice();
+// The kernel a launch on `device` uses under the current choice ("portable" or "sm90"); an error
+// when sm90 is forced on a device that cannot run it.
+const char* kernel_for_device(int device);
+
 // One instantiation per format (instantiations/*.cu).
 template <CacheFormat F>
 void launch_sparse(const KernelParams<SparseArgs>& p, Stream stream);

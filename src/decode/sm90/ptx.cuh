@@ -61,6 +61,10 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
+// Barrier `id` (1-15; 0 is __syncthreads) over 256 threads: both warpgroups of the decode kernel.
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
 // Keeps the compiler from moving accumulator reads across a wgmma wait.
 template <int N>
 __device__ __forceinline__ void fence_operands(float (&d)[N]) {

@@ -1,0 +1,45 @@
+// decode/sm90/config.h: tile constants and the shared-memory layout of the Hopper (sm_90a) sparse
+// decode kernel (kernel.cuh), with the reason for each number. No CUDA headers.
+#pragma once
+
+#include <cstdint>
+
+namespace latentkv::decode::sm90 {
+
+// 64 query heads per CTA: one wgmma M tile. MLA decode is MQA, so each dequantized token in shared
+// memory serves all 64 rows; h_q > 64 runs one CTA per 64-head block (launched next to each other so
+// that the second CTA's gather of the same tokens hits L2).
+inline constexpr int kHeads = 64;
+// Two warpgroups, no producer warpgroup: warpgroup 0 computes S = Q K^T, the softmax and
+// O[:, 0:256]; warpgroup 1 computes O[:, 256:512]. Both gather and dequantize the next block while
+// warpgroup 0's score product runs on the tensor cores (wgmma is asynchronous), so the CUDA-core
+// work overlaps the MMAs without warp specialisation. 256 threads leave 255 registers per thread:
+// O half (64 x 256 fp32 / 128 threads) = 128, S = 32, the next block's raw records = 44.
+inline constexpr int kThreads = 256;
+// Tokens per block: the N of the score wgmma (m64n64k16). N = 64 keeps the SS score product at the
+// shared-memory pipe's rate (4 KB read per 32 clocks); a narrower N would be bound by it.
+inline constexpr int kBlockTokens = 64;
+// One 128-byte-swizzled chunk: [64 rows][64 bf16]. Q and every key stage are d_qk / 64 chunks.
+inline constexpr int kChunkBytes = 64 * 128;
+// The swizzle atom (8 rows x 128 B) must start 1024-byte aligned; the dynamic shared memory base is
+// rounded up at run time, and this much slack is allocated for it.
+inline constexpr int kAlignSlack = 1024;
+
+template <int kDqk>
+struct Layout {
+  static constexpr int chunks = kDqk / 64;                // 9 (v32_fp8) or 8 (v4_fp8)
+  static constexpr int q_off = 0;                         // Q [64][d_qk] bf16, swizzled chunks
+  static constexpr int k_off = q_off + chunks * kChunkBytes;  // K [2 stages][64][d_qk] bf16
+  static constexpr int k_stage = chunks * kChunkBytes;
+  static constexpr int p_off = k_off + 2 * k_stage;       // P [64][64] bf16, one swizzled chunk
+  static constexpr int ptr_off = p_off + kChunkBytes;     // next block's record and scale pointers
+  static constexpr int valid_off = ptr_off + 2 * kBlockTokens * 8;  // u64 [3]: attended tokens
+  static constexpr int alpha_off = valid_off + 32;        // f32 [64]: per-row rescale of a block
+  static constexpr int stat_off = alpha_off + kHeads * 4;  // f32 [2][64]: final row max and sum
+  static constexpr int used = stat_off + 2 * kHeads * 4;
+  static constexpr int total = used + kAlignSlack;
+};
+static_assert(Layout<576>::total <= 227 * 1024, "v32_fp8 layout must fit an H100/H200 CTA");
+static_assert(Layout<512>::total <= 227 * 1024, "v4_fp8 layout must fit an H100/H200 CTA");
+
+}  // namespace latentkv::decode::sm90

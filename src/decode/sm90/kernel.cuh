@@ -1,0 +1,426 @@
+// decode/sm90/kernel.cuh: the Hopper (sm_90a) sparse MLA decode kernel over v32_fp8 / v4_fp8 caches.
+// Same semantics and parameters as the portable kernel (decode/cuda/kernel.cuh, SparseSource): the
+// tensor-core products are wgmma with both key operands read from one dequantized bf16 tile.
+//
+// Grid: (rows x head blocks, head block fastest; num_splits); 256 threads = 2 warpgroups; one CTA per
+// SM (227 KB of shared memory). A CTA takes one query row (request i, query token j), 64 heads and
+// one split of the row's candidates, in blocks of 64 tokens with two key stages:
+//   iteration n (stage s = n & 1 holds block n, dequantized):
+//     WG0: issue S = Q K_s^T (36 or 32 x wgmma m64n64k16, both operands in shared memory)
+//     all: dequantize block n + 1 (raw records already in registers) into stage s ^ 1
+//     WG1: resolve block n + 2's candidates (pointers and the attended mask)
+//     WG0: wait for S; online softmax (log2 domain); P to registers (bf16) and to shared memory
+//     -- barrier --
+//     WG0: O[:, 0:256] += P V_s (wgmma m64n256k16, P from registers); WG1: O[:, 256:512] += P V_s (P
+//     from shared memory); V is the first 512 dims of the same key tile, read transposed
+//     all: issue the loads of block n + 2's records into registers (in flight until iteration n + 1)
+//     wait for the products -- barrier --
+// The tensor pipe idles only during the softmax and the barriers; dequantization runs on the CUDA
+// cores while the score product runs.
+//
+// Dequantization: e4m3 pairs go to f16x2 in hardware; an f16 bit pattern shifted right by 3 is a
+// bf16 bit pattern with the exponent 112 too small (the e4m3 mantissa's 3 bits survive), so one
+// bf16x2 multiply by 2^112 x scale finishes the job. Exact when the scale is a power of two in
+// [2^-117, 2^15] (every format's scales are powers of two; the bounds keep the product normal) and
+// no payload byte is NaN; otherwise a chunk takes the portable kernel's path (to fp32, multiply,
+// round), so results never depend on which path ran.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "decode/cuda/source.cuh"
+#include "decode/sm90/config.h"
+#include "decode/sm90/ptx.cuh"
+
+namespace latentkv::decode::sm90 {
+
+using cuda::KernelParams;
+using cuda::SparseArgs;
+using cuda::SparseSource;
+
+// Record geometry per format: dims stored as e4m3, dims per scale, byte offset of the bf16 RoPE.
+template <CacheFormat F>
+struct Rec;
+template <>
+struct Rec<CacheFormat::v32_fp8> {
+  static constexpr int kNope = 512, kGroup = 128, kRope = 528;
+};
+template <>
+struct Rec<CacheFormat::v4_fp8> {
+  static constexpr int kNope = 448, kGroup = 64, kRope = 448;
+};
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Whether x = 2^e with e in [-117, 15]: then 2^112 x is a normal bf16 and every e4m3 value times x
+// is a normal number, so the bf16 multiply below is exact.
+__device__ __forceinline__ bool fast_scale(float x) {
+  const uint32_t b = __float_as_uint(x);
+  const uint32_t e = b >> 23;
+  return (b & 0x807fffffu) == 0 && e >= 10 && e <= 142;
+}
+
+// 16 e4m3 bytes times scale s to 16 bf16 (two 16-byte units, dims in order).
+__device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t out[8];
+  // A NaN byte is 0x7f or 0xff: its low 7 bits plus one carry into bit 7.
+  uint32_t nan = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) nan |= ((w[q] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
+  if (nan == 0 && fast_scale(s)) {
+    const float f = s * 0x1p112f;  // exact: a power of two in range
+    const uint32_t f2 = pack_bf16x2(f, f);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      uint32_t h0, h1;
+      asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
+          : "=r"(h0), "=r"(h1)
+          : "r"(w[q]));
+      uint32_t b0 = ((h0 & 0x7fff7fffu) >> 3) | (h0 & 0x80008000u);
+      uint32_t b1 = ((h1 & 0x7fff7fffu) >> 3) | (h1 & 0x80008000u);
+      asm("mul.rn.bf16x2 %0, %0, %1;\n" : "+r"(b0) : "r"(f2));
+      asm("mul.rn.bf16x2 %0, %0, %1;\n" : "+r"(b1) : "r"(f2));
+      out[2 * q] = b0;
+      out[2 * q + 1] = b1;
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float2 a = cuda::e4m3x2_to_f32(static_cast<uint16_t>(w[q] & 0xffffu));
+      const float2 b = cuda::e4m3x2_to_f32(static_cast<uint16_t>(w[q] >> 16));
+      out[2 * q] = pack_bf16x2(a.x * s, a.y * s);
+      out[2 * q + 1] = pack_bf16x2(b.x * s, b.y * s);
+    }
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+// The raw bytes one lane holds for one token of a block. Lane l of warp w handles token 8 w + l % 8
+// and the 16-byte chunks c = l / 8 + 4 i: four lanes read 64 contiguous bytes of a record (whole
+// sectors), and the eight lanes of a quarter-warp store to eight rows of the swizzled tile, which
+// land in eight different bank groups.
+template <CacheFormat F>
+struct Raw {
+  static constexpr int kNopeChunks = Rec<F>::kNope / 16 / 4;  // per lane: 8 (v32) or 7 (v4)
+  uint4 nope[kNopeChunks];
+  uint4 rope[2];
+  uint4 scale;  // v32: 4 fp32 scales; v4: 8 ue8m0 bytes in .x, .y
+};
+
+template <CacheFormat F>
+__device__ __forceinline__ void load_raw(Raw<F>& r, const uint8_t* data, const uint8_t* scale, int part) {
+  if (!data) {
+#pragma unroll
+    for (int i = 0; i < Raw<F>::kNopeChunks; ++i) r.nope[i] = make_uint4(0, 0, 0, 0);
+    r.rope[0] = r.rope[1] = make_uint4(0, 0, 0, 0);
+    // Scale 1 (fp32 1.0 / ue8m0 127): the zero payload stays zero on the fast path.
+    r.scale = F == CacheFormat::v32_fp8 ? make_uint4(0x3f800000u, 0x3f800000u, 0x3f800000u, 0x3f800000u)
+                                        : make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0, 0);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < Raw<F>::kNopeChunks; ++i)
+    r.nope[i] = __ldg(reinterpret_cast<const uint4*>(data + 16 * (part + 4 * i)));
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+    r.rope[i] = __ldg(reinterpret_cast<const uint4*>(data + Rec<F>::kRope + 16 * (part + 4 * i)));
+  if constexpr (F == CacheFormat::v32_fp8) {
+    r.scale = __ldg(reinterpret_cast<const uint4*>(scale));
+  } else {
+    const uint2 s = __ldg(reinterpret_cast<const uint2*>(scale));
+    r.scale = make_uint4(s.x, s.y, 0, 0);
+  }
+}
+
+// Writes one token's dequantized dims into a key stage ([chunks][64 rows][64 dims], swizzled).
+template <CacheFormat F>
+__device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stage, int tok, int part) {
+#pragma unroll
+  for (int i = 0; i < Raw<F>::kNopeChunks; ++i) {
+    // Chunk c = part + 4 i holds dims 16 c..: swizzled chunk i, units 2 part and 2 part + 1.
+    float s;
+    if constexpr (F == CacheFormat::v32_fp8) {
+      const uint32_t sb[4] = {r.scale.x, r.scale.y, r.scale.z, r.scale.w};
+      s = __uint_as_float(sb[i / 2]);  // 128 dims per scale: chunks 0-7 -> 0, ...
+    } else {
+      const uint32_t word = i < 4 ? r.scale.x : r.scale.y;  // 64 dims per scale: chunk group i
+      s = num::ue8m0_to_f32(static_cast<uint8_t>(word >> (8 * (i % 4))));
+    }
+    uint4 lo, hi;
+    dequant16(r.nope[i], s, lo, hi);
+    uint8_t* chunk = stage + i * kChunkBytes;
+    *reinterpret_cast<uint4*>(chunk + sw128_offset(tok, 16 * part)) = lo;
+    *reinterpret_cast<uint4*>(chunk + sw128_offset(tok, 16 * part + 8)) = hi;
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int dim = Rec<F>::kNope + 8 * (part + 4 * i);
+    *reinterpret_cast<uint4*>(stage + (dim / 64) * kChunkBytes + sw128_offset(tok, dim % 64)) = r.rope[i];
+  }
+}
+
+template <CacheFormat F>
+__global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const KernelParams<SparseArgs> p) {
+#if defined(LKV_SM90_WGMMA)
+  using Source = SparseSource<F>;
+  constexpr int kDqk = Source::kDqk;
+  using L = Layout<kDqk>;
+  constexpr int kQkSteps = kDqk / 16;
+
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t base_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  uint8_t* smem = smem_raw + ((1024u - (base_addr & 1023u)) & 1023u);
+  uint8_t* sQ = smem + L::q_off;
+  uint8_t* sK = smem + L::k_off;
+  uint8_t* sP = smem + L::p_off;
+  const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::ptr_off);
+  const uint8_t** sScale = sData + kBlockTokens;
+  uint32_t* sValid = reinterpret_cast<uint32_t*>(smem + L::valid_off);  // [3][2] words
+  float* sAlpha = reinterpret_cast<float*>(smem + L::alpha_off);
+  float* sRowMax = reinterpret_cast<float*>(smem + L::stat_off);
+  float* sRowSum = sRowMax + kHeads;
+
+  const cuda::Geometry& g = p.g;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // The warpgroup index, visibly uniform across each warp to the compiler.
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;  // warpgroup, warp within it (rows 16 wq..)
+  const int gr = lane / 4, t4 = lane % 4;
+  const int tok_l = 8 * warp + lane % 8, part = lane / 8;  // this lane's token and chunk column
+  const int64_t head_blocks = g.head_blocks_per_kv;
+  const int64_t row = blockIdx.x / head_blocks;
+  const int64_t hb0 = static_cast<int64_t>(blockIdx.x % head_blocks) * kHeads;
+  const int64_t heads_here = min(static_cast<int64_t>(kHeads), g.h_q - hb0);
+  const int64_t r1 = row / g.n2, r2 = row % g.n2;
+  const int64_t split = blockIdx.y;
+
+  // ---- Q to shared memory, zero rows past h_q.
+  const uint16_t* q_row = g.q + r1 * g.stride_q_r1 + r2 * g.stride_q_r2;
+  for (int c = tid; c < kHeads * (kDqk / 8); c += kThreads) {
+    const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (hr < heads_here) v = *reinterpret_cast<const uint4*>(q_row + (hb0 + hr) * g.stride_q_h + col);
+    *reinterpret_cast<uint4*>(sQ + (col / 64) * kChunkBytes + sw128_offset(hr, col % 64)) = v;
+  }
+
+  const Source src(p.src, r1, r2, 0);
+  const int64_t k_begin = split * g.keys_per_split;
+  const int64_t k_end = min(src.candidates(), k_begin + g.keys_per_split);
+  const int64_t nb = k_end > k_begin ? (k_end - k_begin + kBlockTokens - 1) / kBlockTokens : 0;
+  const float scale_log2 = g.scale * cuda::kLog2e;
+
+  // Warps 4 and 5 resolve a block's 64 candidates: pointers to sData / sScale, attended mask to
+  // sValid[block % 3].
+  auto resolve = [&](int64_t blk) {
+    if (warp != 4 && warp != 5) return;
+    const int t = tid - 128;
+    const int64_t k = k_begin + blk * kBlockTokens + t;
+    const uint8_t* scale = nullptr;
+    const uint8_t* data = (blk < nb && k < k_end) ? src.locate(p.src, k, &scale) : nullptr;
+    sData[t] = data;
+    sScale[t] = scale;
+    const uint32_t bits = __ballot_sync(0xffffffffu, data != nullptr);
+    if (lane == 0) sValid[(blk % 3) * 2 + (warp - 4)] = bits;
+  };
+  Raw<F> raw;
+  auto load = [&]() { load_raw<F>(raw, sData[tok_l], sScale[tok_l], part); };
+
+  // ---- Prologue: block 0 dequantized into stage 0, block 1's records in registers, block 1
+  // resolved... in that order, with barriers between pointer writes and reads.
+  resolve(0);
+  __syncthreads();
+  load();
+  __syncthreads();
+  resolve(1);
+  store_dequantized<F>(raw, sK, tok_l, part);
+  fence_proxy_async();
+  __syncthreads();
+  if (nb > 1) load();
+  __syncthreads();
+
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};
+  const int r0 = 16 * wq + gr;  // this thread's rows r0 and r0 + 8
+
+  // Each warpgroup's loop is one branch (wgmma in code the compiler sees as divergent would be
+  // serialized); the two meet at named barriers 1 (P ready) and 2 (block done).
+  if (wg == 0) {
+    float s[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+    for (int64_t n = 0; n < nb; ++n) {
+      uint8_t* kcur = sK + (n & 1) * L::k_stage;
+      // ---- S = Q K^T, asynchronous; meanwhile dequantize block n + 1.
+      wgmma_fence();
+#pragma unroll
+      for (int st = 0; st < kQkSteps; ++st) {
+        const int off = (st / 4) * kChunkBytes + (st % 4) * 32;
+        wgmma_m64n64k16_ss(s, smem_desc(sQ + off, 16, 1024), smem_desc(kcur + off, 16, 1024), st > 0);
+      }
+      wgmma_commit();
+      if (n + 1 < nb) {
+        store_dequantized<F>(raw, sK + ((n + 1) & 1) * L::k_stage, tok_l, part);
+        fence_proxy_async();
+      }
+      wgmma_wait<0>();
+      fence_operands(s);
+      // ---- Online softmax. s[4 j + e]: row r0 + 8 (e / 2), token 8 j + 2 t4 + (e % 2).
+      const uint32_t* vb = sValid + (n % 3) * 2;
+      const uint64_t valid = static_cast<uint64_t>(vb[0]) | (static_cast<uint64_t>(vb[1]) << 32);
+      float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int tok = 8 * j + 2 * t4 + (e % 2);
+          const float v = ((valid >> tok) & 1) ? s[4 * j + e] * scale_log2 : -INFINITY;
+          s[4 * j + e] = v;
+          tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
+        }
+      float alpha[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+        const float new_max = fmaxf(row_max[r], tile_max[r]);
+        alpha[r] = new_max == -INFINITY ? 1.0f : exp2f(row_max[r] - new_max);
+        row_max[r] = new_max;
+        row_sum[r] *= alpha[r];
+      }
+      uint32_t pa[4][4];  // P as the value product's A fragments (k-steps of 16 tokens)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float v = s[4 * j + e];
+          const float pr = v == -INFINITY ? 0.0f : exp2f(v - row_max[e / 2]);
+          s[4 * j + e] = pr;
+          row_sum[e / 2] += pr;
+        }
+#pragma unroll
+      for (int st = 0; st < 4; ++st) {
+        pa[st][0] = pack_bf16x2(s[8 * st + 0], s[8 * st + 1]);
+        pa[st][1] = pack_bf16x2(s[8 * st + 2], s[8 * st + 3]);
+        pa[st][2] = pack_bf16x2(s[8 * st + 4], s[8 * st + 5]);
+        pa[st][3] = pack_bf16x2(s[8 * st + 6], s[8 * st + 7]);
+        const int c0 = 16 * st + 2 * t4;
+        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = pa[st][0];
+        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = pa[st][1];
+        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0 + 8)) = pa[st][2];
+        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0 + 8)) = pa[st][3];
+      }
+      if (t4 == 0) {
+        sAlpha[r0] = alpha[0];
+        sAlpha[r0 + 8] = alpha[1];
+      }
+      fence_proxy_async();
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
+      named_barrier_sync(1);  // P, alpha and block n + 2's pointers are visible
+      // ---- O[:, 0:256] += P V_s with P from registers.
+      wgmma_fence();
+#pragma unroll
+      for (int st = 0; st < 4; ++st)
+        wgmma_m64n256k16_rs_tb(o, pa[st], smem_desc(kcur + st * 2048, kChunkBytes, 1024), true);
+      wgmma_commit();
+      if (n + 2 < nb) load();  // in flight until the next iteration dequantizes it
+      wgmma_wait<0>();
+      fence_operands(o);
+#pragma unroll
+      for (int st = 0; st < 4; ++st)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(pa[st][k])::"memory");
+      named_barrier_sync(2);  // stage n & 1 and P are free; block n + 1's stage is complete
+    }
+    // Row statistics for both warpgroups' epilogues.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+    }
+    if (t4 == 0) {
+      sRowMax[r0] = row_max[0];
+      sRowMax[r0 + 8] = row_max[1];
+      sRowSum[r0] = row_sum[0];
+      sRowSum[r0 + 8] = row_sum[1];
+    }
+  } else {
+    for (int64_t n = 0; n < nb; ++n) {
+      uint8_t* kcur = sK + (n & 1) * L::k_stage;
+      if (n + 1 < nb) {
+        store_dequantized<F>(raw, sK + ((n + 1) & 1) * L::k_stage, tok_l, part);
+        fence_proxy_async();
+      }
+      resolve(n + 2);
+      named_barrier_sync(1);
+      // ---- O[:, 256:512] += P V_s with P from shared memory.
+      const float a0 = sAlpha[r0], a1 = sAlpha[r0 + 8];
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] *= ((i / 2) % 2) ? a1 : a0;
+      wgmma_fence();
+#pragma unroll
+      for (int st = 0; st < 4; ++st)
+        wgmma_m64n256k16_ss_tb(o, smem_desc(sP + st * 32, 16, 1024),
+                               smem_desc(kcur + 4 * kChunkBytes + st * 2048, kChunkBytes, 1024), true);
+      wgmma_commit();
+      if (n + 2 < nb) load();
+      wgmma_wait<0>();
+      fence_operands(o);
+      named_barrier_sync(2);
+    }
+  }
+
+  // ---- The end: each warpgroup writes its 256 dims.
+  __syncthreads();
+  const cuda::OutRef& out_ref = p.o;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int hr = r0 + 8 * r;
+    if (hr >= heads_here) continue;
+    const int64_t h = hb0 + hr;
+    const float m = sRowMax[hr], sum = sRowSum[hr];
+    // As the portable kernel: a sum of exactly 0 is lonely (no attended key); NaN is not.
+    const bool lonely = sum == 0.0f;
+    const float lse_split = lonely ? -INFINITY : (m + __log2f(sum)) * cuda::kLn2;
+    float factor = lonely ? 0.0f : 1.0f / sum;
+    if (g.num_splits == 1 && !lonely && out_ref.sink) {
+      const float sink = out_ref.sink[h];
+      factor *= (sink == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sink - lse_split));
+    }
+    if (g.num_splits == 1) {
+      uint16_t* out = out_ref.out + r1 * out_ref.stride_out_r1 + r2 * out_ref.stride_out_r2 +
+                      h * out_ref.stride_out_h + 256 * wg;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * t4) =
+            pack_bf16x2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
+      if (wg == 0 && t4 == 0)
+        out_ref.lse[r1 * out_ref.stride_lse_r1 + r2 * out_ref.stride_lse_r2 + h * out_ref.stride_lse_h] =
+            lonely ? INFINITY : lse_split;
+    } else {
+      const int64_t prow = (row * g.h_q + h) * g.num_splits + split;
+      float* out = g.partial_out + prow * kDimV + 256 * wg;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(out + 8 * j + 2 * t4) =
+            make_float2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
+      if (wg == 0 && t4 == 0) g.partial_lse[prow] = lse_split;
+    }
+  }
+#else
+  (void)p;
+  __trap();
+#endif
+}
+
+}  // namespace latentkv::decode::sm90
