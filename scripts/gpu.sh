@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
-#   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [prefill] [dense] [demo] [python]
+#   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense] [demo] [python]
 #   (default: all)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
 # test: the CPU suites and every CUDA suite; sanitize: compute-sanitizer memcheck on the adversarial
@@ -72,6 +72,17 @@ fi
 if has decode; then
   ./build-gpu/latentkv bench decode --device cuda --json "$OUT/decode-h200.json" 2>&1 | tee "$OUT/bench-decode.log"
   note "bench decode: $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode.log" | tr -s ' ' | tr '\n' ';')"
+fi
+
+# profile: Nsight Compute on one launch of the decode kernel (V3.2 b 128), clocks left alone.
+if has profile; then
+  timeout 300 ncu --clock-control none -k regex:sparse_decode_kernel -c 1 --section SpeedOfLight \
+    --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section Occupancy --section LaunchStats ./build-gpu/latentkv bench decode --device cuda \
+    --filter v32_b128_h128 --reps 1 >"$OUT/ncu-decode.log" 2>&1
+  rc=$?
+  grep -E "Throughput|Duration|Stall|Issued|Pipe|Warp Cycles|Eligible|Active" "$OUT/ncu-decode.log" | head -40
+  note "profile rc=$rc"
 fi
 
 if has decode_portable; then

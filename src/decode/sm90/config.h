@@ -32,8 +32,7 @@ struct Layout {
   static constexpr int k_off = q_off + chunks * kChunkBytes;  // K [2 stages][64][d_qk] bf16
   static constexpr int k_stage = chunks * kChunkBytes;
   static constexpr int p_off = k_off + 2 * k_stage;       // P [64][64] bf16, one swizzled chunk
-  static constexpr int ptr_off = p_off + kChunkBytes;     // next block's record and scale pointers
-  static constexpr int valid_off = ptr_off + 2 * kBlockTokens * 8;  // u64 [3]: attended tokens
+  static constexpr int valid_off = p_off + kChunkBytes;   // u8 [3 blocks][8 warps]: attended tokens
   static constexpr int alpha_off = valid_off + 32;        // f32 [64]: per-row rescale of a block
   static constexpr int stat_off = alpha_off + kHeads * 4;  // f32 [2][64]: final row max and sum
   static constexpr int used = stat_off + 2 * kHeads * 4;

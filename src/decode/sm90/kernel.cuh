@@ -7,13 +7,13 @@
 // one split of the row's candidates, in blocks of 64 tokens with two key stages:
 //   iteration n (stage s = n & 1 holds block n, dequantized):
 //     WG0: issue S = Q K_s^T (36 or 32 x wgmma m64n64k16, both operands in shared memory)
-//     all: dequantize block n + 1 (raw records already in registers) into stage s ^ 1
-//     WG1: resolve block n + 2's candidates (pointers and the attended mask)
+//     all: dequantize block n + 1 (raw records already in registers) into stage s ^ 1, then
+//          resolve block n + 2's candidates and issue the loads of its records into registers (in
+//          flight until iteration n + 1)
 //     WG0: wait for S; online softmax (log2 domain); P to registers (bf16) and to shared memory
 //     -- barrier --
 //     WG0: O[:, 0:256] += P V_s (wgmma m64n256k16, P from registers); WG1: O[:, 256:512] += P V_s (P
 //     from shared memory); V is the first 512 dims of the same key tile, read transposed
-//     all: issue the loads of block n + 2's records into registers (in flight until iteration n + 1)
 //     wait for the products -- barrier --
 // The tensor pipe idles only during the softmax and the barriers; dequantization runs on the CUDA
 // cores while the score product runs.
@@ -181,9 +181,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
   uint8_t* sQ = smem + L::q_off;
   uint8_t* sK = smem + L::k_off;
   uint8_t* sP = smem + L::p_off;
-  const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::ptr_off);
-  const uint8_t** sScale = sData + kBlockTokens;
-  uint32_t* sValid = reinterpret_cast<uint32_t*>(smem + L::valid_off);  // [3][2] words
+  // Attended tokens of blocks n, n + 1, n + 2: byte w of a block's 8 bytes holds tokens 8 w..8 w + 7.
+  uint8_t* sValid = smem + L::valid_off;
   float* sAlpha = reinterpret_cast<float*>(smem + L::alpha_off);
   float* sRowMax = reinterpret_cast<float*>(smem + L::stat_off);
   float* sRowSum = sRowMax + kHeads;
@@ -216,33 +215,25 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
   const int64_t nb = k_end > k_begin ? (k_end - k_begin + kBlockTokens - 1) / kBlockTokens : 0;
   const float scale_log2 = g.scale * cuda::kLog2e;
 
-  // Warps 4 and 5 resolve a block's 64 candidates: pointers to sData / sScale, attended mask to
-  // sValid[block % 3].
-  auto resolve = [&](int64_t blk) {
-    if (warp != 4 && warp != 5) return;
-    const int t = tid - 128;
-    const int64_t k = k_begin + blk * kBlockTokens + t;
-    const uint8_t* scale = nullptr;
-    const uint8_t* data = (blk < nb && k < k_end) ? src.locate(p.src, k, &scale) : nullptr;
-    sData[t] = data;
-    sScale[t] = scale;
-    const uint32_t bits = __ballot_sync(0xffffffffu, data != nullptr);
-    if (lane == 0) sValid[(blk % 3) * 2 + (warp - 4)] = bits;
-  };
+  // Each lane resolves the candidate of its own token (the four lanes of a token read the same
+  // index: one broadcast load) and issues the loads of its part of the record into registers; the
+  // warp's eight attended bits go to sValid. No shared memory between resolving and loading, so a
+  // block's loads start as soon as the previous block's registers are consumed.
   Raw<F> raw;
-  auto load = [&]() { load_raw<F>(raw, sData[tok_l], sScale[tok_l], part); };
+  auto gather = [&](int64_t blk) {
+    const int64_t k = k_begin + blk * kBlockTokens + tok_l;
+    const uint8_t* scale = nullptr;
+    const uint8_t* data = k < k_end ? src.locate(p.src, k, &scale) : nullptr;
+    load_raw<F>(raw, data, scale, part);
+    const uint32_t bits = __ballot_sync(0xffffffffu, data != nullptr) & 0xffu;  // lanes 0-7: part 0
+    if (lane == 0) sValid[(blk % 3) * 8 + warp] = static_cast<uint8_t>(bits);
+  };
 
-  // ---- Prologue: block 0 dequantized into stage 0, block 1's records in registers, block 1
-  // resolved... in that order, with barriers between pointer writes and reads.
-  resolve(0);
-  __syncthreads();
-  load();
-  __syncthreads();
-  resolve(1);
+  // ---- Prologue: block 0 dequantized into stage 0, block 1's records in flight.
+  gather(0);
   store_dequantized<F>(raw, sK, tok_l, part);
+  if (nb > 1) gather(1);
   fence_proxy_async();
-  __syncthreads();
-  if (nb > 1) load();
   __syncthreads();
 
   float o[128];
@@ -272,11 +263,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
         store_dequantized<F>(raw, sK + ((n + 1) & 1) * L::k_stage, tok_l, part);
         fence_proxy_async();
       }
+      if (n + 2 < nb) gather(n + 2);  // in flight until the next iteration dequantizes it
       wgmma_wait<0>();
       fence_operands(s);
       // ---- Online softmax. s[4 j + e]: row r0 + 8 (e / 2), token 8 j + 2 t4 + (e % 2).
-      const uint32_t* vb = sValid + (n % 3) * 2;
-      const uint64_t valid = static_cast<uint64_t>(vb[0]) | (static_cast<uint64_t>(vb[1]) << 32);
+      const uint64_t valid = *reinterpret_cast<const uint64_t*>(sValid + (n % 3) * 8);
       float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int j = 0; j < 8; ++j)
@@ -324,16 +315,18 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
         sAlpha[r0 + 8] = alpha[1];
       }
       fence_proxy_async();
+      named_barrier_sync(1);  // P and alpha are visible: warpgroup 1 starts its product
+      // ---- O[:, 0:256] += P V_s with P from registers, after the rescale (skipped by warps whose
+      // rows all kept their maximum: multiplying by 1 changes nothing).
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
-      named_barrier_sync(1);  // P, alpha and block n + 2's pointers are visible
-      // ---- O[:, 0:256] += P V_s with P from registers.
+        for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
+      }
       wgmma_fence();
 #pragma unroll
       for (int st = 0; st < 4; ++st)
         wgmma_m64n256k16_rs_tb(o, pa[st], smem_desc(kcur + st * 2048, kChunkBytes, 1024), true);
       wgmma_commit();
-      if (n + 2 < nb) load();  // in flight until the next iteration dequantizes it
       wgmma_wait<0>();
       fence_operands(o);
 #pragma unroll
@@ -361,19 +354,20 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
         store_dequantized<F>(raw, sK + ((n + 1) & 1) * L::k_stage, tok_l, part);
         fence_proxy_async();
       }
-      resolve(n + 2);
+      if (n + 2 < nb) gather(n + 2);
       named_barrier_sync(1);
       // ---- O[:, 256:512] += P V_s with P from shared memory.
       const float a0 = sAlpha[r0], a1 = sAlpha[r0 + 8];
+      if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
 #pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] *= ((i / 2) % 2) ? a1 : a0;
+        for (int i = 0; i < 128; ++i) o[i] *= ((i / 2) % 2) ? a1 : a0;
+      }
       wgmma_fence();
 #pragma unroll
       for (int st = 0; st < 4; ++st)
         wgmma_m64n256k16_ss_tb(o, smem_desc(sP + st * 32, 16, 1024),
                                smem_desc(kcur + 4 * kChunkBytes + st * 2048, kChunkBytes, 1024), true);
       wgmma_commit();
-      if (n + 2 < nb) load();
       wgmma_wait<0>();
       fence_operands(o);
       named_barrier_sync(2);
