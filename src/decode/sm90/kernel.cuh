@@ -7,7 +7,7 @@
 // one split of the row's candidates, in blocks of 64 tokens with two key stages:
 //   iteration n (stage s = n & 1 holds block n, dequantized):
 //     WG0: issue S = Q K_s^T (36 or 32 x wgmma m64n64k16, both operands in shared memory)
-//     all: dequantize block n + 1 (raw records already in registers) into stage s ^ 1, then
+//     WG1: dequantize block n + 1 (raw records already in registers) into stage s ^ 1, then
 //          resolve block n + 2's candidates and issue the loads of its records into registers (in
 //          flight until iteration n + 1)
 //     WG0: wait for S; online softmax (log2 domain); P to registers (bf16) and to shared memory
@@ -16,7 +16,7 @@
 //     from shared memory); V is the first 512 dims of the same key tile, read transposed
 //     wait for the products -- barrier --
 // The tensor pipe idles only during the softmax and the barriers; dequantization runs on the CUDA
-// cores while the score product runs.
+// cores (warpgroup 1) while the score product runs.
 //
 // Dequantization: e4m3 pairs go to f16x2 in hardware; an f16 bit pattern shifted right by 3 is a
 // bf16 bit pattern with the exponent 112 too small (the e4m3 mantissa's 3 bits survive), so one
@@ -51,6 +51,14 @@ template <>
 struct Rec<CacheFormat::v4_fp8> {
   static constexpr int kNope = 448, kGroup = 64, kRope = 448;
 };
+
+// 2^x with subnormal results flushed to zero: a probability below 2^-126 of the row's largest
+// contributes nothing a bf16 P could carry (CUDA's exp2f adds a rescaling path for them).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   uint32_t r;
@@ -192,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
   // The warpgroup index, visibly uniform across each warp to the compiler.
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;  // warpgroup, warp within it (rows 16 wq..)
   const int gr = lane / 4, t4 = lane % 4;
-  const int tok_l = 8 * warp + lane % 8, part = lane / 8;  // this lane's token and chunk column
+  const int tok_l = 8 * (warp % 4) + lane % 8, part = lane / 8;  // gather: token and chunk column
   const int64_t head_blocks = g.head_blocks_per_kv;
   const int64_t row = blockIdx.x / head_blocks;
   const int64_t hb0 = static_cast<int64_t>(blockIdx.x % head_blocks) * kHeads;
@@ -215,24 +223,36 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
   const int64_t nb = k_end > k_begin ? (k_end - k_begin + kBlockTokens - 1) / kBlockTokens : 0;
   const float scale_log2 = g.scale * cuda::kLog2e;
 
-  // Each lane resolves the candidate of its own token (the four lanes of a token read the same
-  // index: one broadcast load) and issues the loads of its part of the record into registers; the
-  // warp's eight attended bits go to sValid. No shared memory between resolving and loading, so a
-  // block's loads start as soon as the previous block's registers are consumed.
-  Raw<F> raw;
+  // Warpgroup 1 gathers and dequantizes, so that warpgroup 0 (scores, softmax) issues only what
+  // the critical path needs. Lane l of its warp q handles tokens 8 q + l % 8 and 32 + 8 q + l % 8:
+  // it resolves the candidate (the four lanes of a token read the same index: one broadcast load)
+  // and loads its part of the record into registers; the warp's attended bits go to sValid. No
+  // shared memory between resolving and loading, so a block's loads start as soon as the previous
+  // block's registers are consumed.
+  Raw<F> raw[2];
   auto gather = [&](int64_t blk) {
-    const int64_t k = k_begin + blk * kBlockTokens + tok_l;
-    const uint8_t* scale = nullptr;
-    const uint8_t* data = k < k_end ? src.locate(p.src, k, &scale) : nullptr;
-    load_raw<F>(raw, data, scale, part);
-    const uint32_t bits = __ballot_sync(0xffffffffu, data != nullptr) & 0xffu;  // lanes 0-7: part 0
-    if (lane == 0) sValid[(blk % 3) * 8 + warp] = static_cast<uint8_t>(bits);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int tok = 32 * h + tok_l;
+      const int64_t k = k_begin + blk * kBlockTokens + tok;
+      const uint8_t* scale = nullptr;
+      const uint8_t* data = k < k_end ? src.locate(p.src, k, &scale) : nullptr;
+      load_raw<F>(raw[h], data, scale, part);
+      const uint32_t bits = __ballot_sync(0xffffffffu, data != nullptr) & 0xffu;  // lanes 0-7
+      if (lane == 0) sValid[(blk % 3) * 8 + 4 * h + wq] = static_cast<uint8_t>(bits);
+    }
+  };
+  auto dequantize = [&](uint8_t* stage) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) store_dequantized<F>(raw[h], stage, 32 * h + tok_l, part);
   };
 
   // ---- Prologue: block 0 dequantized into stage 0, block 1's records in flight.
-  gather(0);
-  store_dequantized<F>(raw, sK, tok_l, part);
-  if (nb > 1) gather(1);
+  if (wg == 1) {
+    gather(0);
+    dequantize(sK);
+    if (nb > 1) gather(1);
+  }
   fence_proxy_async();
   __syncthreads();
 
@@ -251,19 +271,16 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
-      // ---- S = Q K^T, asynchronous; meanwhile dequantize block n + 1.
+      // ---- S = Q K^T, asynchronous (warpgroup 1 dequantizes block n + 1 meanwhile). Descriptors
+      // advance by adding the byte offset / 16 to the start-address field.
+      const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kcur, 16, 1024);
       wgmma_fence();
 #pragma unroll
       for (int st = 0; st < kQkSteps; ++st) {
-        const int off = (st / 4) * kChunkBytes + (st % 4) * 32;
-        wgmma_m64n64k16_ss(s, smem_desc(sQ + off, 16, 1024), smem_desc(kcur + off, 16, 1024), st > 0);
+        const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
+        wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
       }
       wgmma_commit();
-      if (n + 1 < nb) {
-        store_dequantized<F>(raw, sK + ((n + 1) & 1) * L::k_stage, tok_l, part);
-        fence_proxy_async();
-      }
-      if (n + 2 < nb) gather(n + 2);  // in flight until the next iteration dequantizes it
       wgmma_wait<0>();
       fence_operands(s);
       // ---- Online softmax. s[4 j + e]: row r0 + 8 (e / 2), token 8 j + 2 t4 + (e % 2).
@@ -284,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
         const float new_max = fmaxf(row_max[r], tile_max[r]);
-        alpha[r] = new_max == -INFINITY ? 1.0f : exp2f(row_max[r] - new_max);
+        alpha[r] = new_max == -INFINITY ? 1.0f : exp2_ftz(row_max[r] - new_max);
         row_max[r] = new_max;
         row_sum[r] *= alpha[r];
       }
@@ -294,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float v = s[4 * j + e];
-          const float pr = v == -INFINITY ? 0.0f : exp2f(v - row_max[e / 2]);
+          const float pr = v == -INFINITY ? 0.0f : exp2_ftz(v - row_max[e / 2]);
           s[4 * j + e] = pr;
           row_sum[e / 2] += pr;
         }
@@ -322,10 +339,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
 #pragma unroll
         for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
       }
+      const uint64_t dv = smem_desc(kcur, kChunkBytes, 1024);
       wgmma_fence();
 #pragma unroll
-      for (int st = 0; st < 4; ++st)
-        wgmma_m64n256k16_rs_tb(o, pa[st], smem_desc(kcur + st * 2048, kChunkBytes, 1024), true);
+      for (int st = 0; st < 4; ++st) wgmma_m64n256k16_rs_tb(o, pa[st], dv + (st * 2048 >> 4), true);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);
@@ -351,10 +368,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
       if (n + 1 < nb) {
-        store_dequantized<F>(raw, sK + ((n + 1) & 1) * L::k_stage, tok_l, part);
+        dequantize(sK + ((n + 1) & 1) * L::k_stage);
         fence_proxy_async();
       }
-      if (n + 2 < nb) gather(n + 2);
+      if (n + 2 < nb) gather(n + 2);  // in flight until the next iteration dequantizes it
       named_barrier_sync(1);
       // ---- O[:, 256:512] += P V_s with P from shared memory.
       const float a0 = sAlpha[r0], a1 = sAlpha[r0 + 8];
@@ -362,11 +379,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
 #pragma unroll
         for (int i = 0; i < 128; ++i) o[i] *= ((i / 2) % 2) ? a1 : a0;
       }
+      const uint64_t dp = smem_desc(sP, 16, 1024), dv = smem_desc(kcur + 4 * kChunkBytes, kChunkBytes, 1024);
       wgmma_fence();
 #pragma unroll
-      for (int st = 0; st < 4; ++st)
-        wgmma_m64n256k16_ss_tb(o, smem_desc(sP + st * 32, 16, 1024),
-                               smem_desc(kcur + 4 * kChunkBytes + st * 2048, kChunkBytes, 1024), true);
+      for (int st = 0; st < 4; ++st) wgmma_m64n256k16_ss_tb(o, dp + (st * 32 >> 4), dv + (st * 2048 >> 4), true);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);
