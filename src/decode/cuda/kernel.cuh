@@ -238,7 +238,8 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
 // layout) their times add up, here warps that finish their score products early dequantize while
 // the others still multiply.
 template <class Source, bool kWide>
-__global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<typename Source::Args> p) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
+    attend_kernel(const KernelParams<typename Source::Args> p) {
   constexpr int kDqk = Source::kDqk;
   constexpr bool kF16 = Source::kF16;
   constexpr KeyStorage kStorage = Source::kStorage;
