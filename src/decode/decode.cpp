@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "decode/cpu/decode_cpu.h"
+#include "decode/cuda/config.h"  // tile constants only; no CUDA headers
 #include "decode/params.h"
 #include "latentkv/decode.h"
 #include "latentkv/error.h"
@@ -14,6 +15,49 @@
 #endif
 
 namespace latentkv {
+
+namespace {
+
+// The attention kernel's constants (decode/cuda/config.h).
+using decode::cuda::kCtasPerSm;
+using decode::cuda::kHeadsPerCta;
+using decode::cuda::kSplitUnit;
+
+// ---- The split-KV planner's cost model ----------------------------------------------------------
+// A work item is one (request, query token, block of 64 heads); with s splits the attention kernel
+// (decode/cuda/kernel.cuh) runs items * s CTAs, each over at most keys_per_split candidates. The
+// GPU holds num_sms * kCtasPerSm of them at once (one per SM), so they run in waves, and a launch
+// takes about waves(s) * keys_per_split(s) key steps (a key step: the time a CTA takes to attend
+// one candidate for its 64 heads). Splitting helps only as far as it fills the waves: on 132 SMs,
+// V3.2's b 74 (296 items) runs unsplit in 3 waves, the last one 24% full, so 25% of the launched
+// SM time idles; 4 splits give 1184 CTAs in 9 waves, 99.7% full.
+//
+// Every split past the first costs the combine: the attention kernel writes, and combine_kernel
+// reads, one fp32 partial of 512 dims per head row per split (2 x 4 B x 512 = 4 KB). Measured on
+// the H200 (bench/results/decode-h200.json): b 64 with 2 splits took 740.7 us against 691.7 for
+// half of b 128 unsplit (the same 4 waves of half the keys each), 49 us for 128 x 128 x 2 head-row
+// splits, 1.5 ns each; a key step took 1383.5 us / (4 waves x 2048) = 0.169 us. So one head row's
+// split costs ~1.5 ns x 132 / 169 ns ~= 1.2 key steps of one SM; the combine streams through the
+// whole GPU, whose bandwidth grows with its SM count, hence the division by num_sms below.
+inline constexpr double kCombineKeyStepsPerHeadSplit = 1.2;
+// The model leaves out costs that also grow with the split count: each CTA loads its Q (73 KB for
+// 64 heads of v32_fp8) and fills its copy pipeline before its first product, and the combine is a
+// second launch. So the fewest splits whose estimate is within this fraction of the best one win.
+inline constexpr double kFewerSplitsMargin = 0.02;
+// The attention kernel's grid.z, one per split, is at most 65535.
+inline constexpr int64_t kMaxGridSplits = 65535;
+
+// Whole blocks of kSplitUnit candidates per split, so kernels never see a partial block except at
+// the end; the count is then what those blocks need (no empty split).
+struct SplitShape {
+  int64_t num_splits, keys_per_split;
+};
+SplitShape split_shape(int64_t total, int64_t splits) {
+  const int64_t keys = ((total + splits - 1) / splits + kSplitUnit - 1) / kSplitUnit * kSplitUnit;
+  return {(total + keys - 1) / keys, keys};
+}
+
+}  // namespace
 
 DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_t extra_topk,
                        int num_sms) {
@@ -26,18 +70,43 @@ DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_
   plan.h_q = h_q;
   plan.topk = topk;
   plan.extra_topk = extra_topk;
-  // Work items before splitting: one per (request, query token, block of 64 heads). Split the
-  // candidates until there are about two items per SM, but keep at least 64 candidates per split
-  // (below that the combine costs more than the parallelism gains).
+  // Rule (cost model above): among the split counts allowed (at least kSplitUnit candidates per
+  // split: below that the combine costs more than the parallelism gains), estimate
+  //   time(s) = waves(s) * keys_per_split(s) + [s > 1] * s * combine_per_split
+  // in key steps and take the fewest splits within kFewerSplitsMargin of the fastest. This is
+  // the split count of the best wave efficiency items * total / (slots * time(s)), which for equal
+  // splits and no combine is the familiar items * s / (slots * ceil(items * s / slots)).
   const int64_t total = topk + extra_topk;
-  const int64_t head_blocks = (h_q + 63) / 64;
-  const int64_t items = b * s_q * head_blocks;
-  const int64_t want = (2 * static_cast<int64_t>(num_sms) + items - 1) / items;
-  const int64_t max_splits = std::max<int64_t>(1, total / 64);
-  plan.num_splits = std::clamp<int64_t>(want, 1, max_splits);
-  // Whole blocks of 64 candidates per split, so kernels never see a partial block except at the end.
-  plan.keys_per_split = ((total + plan.num_splits - 1) / plan.num_splits + 63) / 64 * 64;
-  plan.num_splits = (total + plan.keys_per_split - 1) / plan.keys_per_split;
+  const int64_t items = b * s_q * ((h_q + kHeadsPerCta - 1) / kHeadsPerCta);
+  const int64_t slots = static_cast<int64_t>(num_sms) * kCtasPerSm;
+  const int64_t max_splits = std::min(kMaxGridSplits, std::max<int64_t>(1, total / kSplitUnit));
+  // The combine's cost per split: b * s_q * h_q head rows, spread over the GPU.
+  const double combine_per_split =
+      static_cast<double>(b * s_q * h_q) * kCombineKeyStepsPerHeadSplit / num_sms;
+  const auto time = [&](const SplitShape& s) {
+    const int64_t waves = (items * s.num_splits + slots - 1) / slots;
+    return static_cast<double>(waves * s.keys_per_split) +
+           (s.num_splits > 1 ? combine_per_split * static_cast<double>(s.num_splits) : 0.0);
+  };
+  // No launch beats full waves of the candidates, ideal = items * total / slots key steps, and the
+  // combine grows with the split count: once ideal plus the combine reaches the best time found, no
+  // larger count can be faster.
+  const double ideal = static_cast<double>(items) * static_cast<double>(total) / slots;
+  double best = time(split_shape(total, 1));
+  int64_t searched = 1;
+  for (int64_t s = 2; s <= max_splits; ++s) {
+    const SplitShape shape = split_shape(total, s);
+    if (ideal + combine_per_split * static_cast<double>(shape.num_splits) >= best) break;
+    best = std::min(best, time(shape));
+    searched = s;
+  }
+  SplitShape chosen = split_shape(total, 1);
+  for (int64_t s = 1; s <= searched; ++s) {
+    chosen = split_shape(total, s);
+    if (time(chosen) <= best * (1.0 + kFewerSplitsMargin)) break;
+  }
+  plan.num_splits = chosen.num_splits;
+  plan.keys_per_split = chosen.keys_per_split;
   return plan;
 }
 

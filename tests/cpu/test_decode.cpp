@@ -567,3 +567,82 @@ TEST(DecodePlan, SplitsFewItemsAndNotMany) {
   EXPECT_THROW(plan_decode(0, 1, 64, 64, 0, 132), Error);
   EXPECT_THROW(plan_decode(1, 1, 64, 64, 0, 0), Error);
 }
+
+namespace {
+
+// Work items of a plan's launch: (request, query token, block of 64 heads).
+int64_t plan_items(const DecodePlan& p) { return p.b * p.s_q * ((p.h_q + 63) / 64); }
+
+// The fraction of the launched CTA slots that hold a CTA: items * splits CTAs run in waves of
+// num_sms (one CTA per SM).
+double wave_fill(const DecodePlan& p, int num_sms) {
+  const int64_t ctas = plan_items(p) * p.num_splits;
+  const int64_t waves = (ctas + num_sms - 1) / num_sms;
+  return static_cast<double>(ctas) / static_cast<double>(waves * num_sms);
+}
+
+}  // namespace
+
+TEST(DecodePlan, SplitsToFillTheLastWave) {
+  // V3.2 b 74 (h_q 128, s_q 2, topk 2048): 296 items on 132 SMs leave the third wave 24% full.
+  // Four splits of 512 candidates give 1184 CTAs, 8.97 of 9 waves.
+  const DecodePlan b74 = plan_decode(74, 2, 128, 2048, 0, 132);
+  EXPECT_GT(b74.num_splits, 1);
+  EXPECT_GE(wave_fill(b74, 132), 0.95) << b74.num_splits << " splits";
+  EXPECT_EQ(b74.num_splits, 4);
+  EXPECT_EQ(b74.keys_per_split, 512);
+  // The peak cases (b 148, s_q 2, topk 16384): h_q 64 fills 75% unsplit, h_q 128 90%.
+  for (int64_t h_q : {64, 128}) {
+    const DecodePlan peak = plan_decode(148, 2, h_q, 16384, 0, 132);
+    EXPECT_GT(peak.num_splits, 1) << "h_q " << h_q;
+    EXPECT_GE(wave_fill(peak, 132), 0.95) << "h_q " << h_q << ": " << peak.num_splits << " splits";
+  }
+}
+
+TEST(DecodePlan, LeavesFullWavesUnsplit) {
+  // 512 items (b 128) and 256 items (b 64) already fill 97% of their 4 and 2 waves; splitting could
+  // not fill them better by more than the combine costs.
+  EXPECT_EQ(plan_decode(128, 2, 128, 2048, 0, 132).num_splits, 1);
+  EXPECT_EQ(plan_decode(64, 2, 128, 2048, 0, 132).num_splits, 1);
+  // Exactly two full waves.
+  EXPECT_EQ(plan_decode(66, 2, 128, 2048, 0, 132).num_splits, 1);
+  EXPECT_EQ(plan_decode(132, 1, 64, 16384, 0, 132).num_splits, 1);
+}
+
+TEST(DecodePlan, PrefersOneWaveOfLongerSplits) {
+  // b 2 (8 items): 16 splits of 128 candidates are one wave of 128 CTAs; 32 splits of 64 would be
+  // two waves of the same length in candidates per wave, plus twice the combine.
+  const DecodePlan b2 = plan_decode(2, 2, 128, 2048, 0, 132);
+  EXPECT_EQ(b2.num_splits, 16);
+  EXPECT_EQ(b2.keys_per_split, 128);
+  // One item, many candidates: at most one wave (132 CTAs), and more than half of it.
+  const DecodePlan one = plan_decode(1, 1, 64, 65536, 0, 132);
+  EXPECT_LE(one.num_splits, 132);
+  EXPECT_GT(one.num_splits, 66);
+}
+
+TEST(DecodePlan, SplitsOnlyToFillWavesBetter) {
+  // Whatever the shape, a split plan fills its waves better than the unsplit launch would (a
+  // split count that fills them no better cannot be faster, and pays the combine).
+  for (int64_t b : {1, 2, 5, 33, 64, 74, 100, 128, 148, 257})
+    for (int64_t s_q : {1, 2, 3})
+      for (int64_t h_q : {16, 64, 128})
+        for (int64_t total : {64, 640, 1152, 2048, 16384})
+          for (int sms : {78, 108, 132}) {
+            const DecodePlan p = plan_decode(b, s_q, h_q, total, 0, sms);
+            if (p.num_splits == 1) continue;
+            DecodePlan unsplit = p;
+            unsplit.num_splits = 1;
+            EXPECT_GT(wave_fill(p, sms), wave_fill(unsplit, sms))
+                << "b " << b << " s_q " << s_q << " h_q " << h_q << " candidates " << total
+                << " sms " << sms << ": " << p.num_splits << " splits";
+          }
+}
+
+TEST(DecodePlan, HugeCandidateCountsPlanQuickly) {
+  // Dense decode plans over every token a request could hold (up to 2^31); the search stops early.
+  const DecodePlan p = plan_decode(1, 1, 128, int64_t{1} << 30, 0, 132);
+  EXPECT_GE(p.num_splits * p.keys_per_split, int64_t{1} << 30);
+  EXPECT_LE(p.num_splits, 65535) << "the kernel's grid.z";
+  EXPECT_GE(wave_fill(p, 132), 0.9);
+}

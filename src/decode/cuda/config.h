@@ -22,6 +22,11 @@ inline constexpr int kTileTokens = 32;
 inline constexpr int kRowPad = 8;
 // Splits hold whole blocks of this many candidates (the planner's unit).
 inline constexpr int kSplitUnit = 64;
+// CTAs resident per SM. One: the O accumulator alone is 128 registers per thread and the kernel
+// uses ~240 (x 256 threads = 61,440 of 65,536), and v32_fp8 needs 157 KB of shared memory (194 KB
+// wide) of an SM's 228 KB. The kernel's __launch_bounds__ and the split planner (plan_decode:
+// CTAs run in waves of num_sms * kCtasPerSm) both read it.
+inline constexpr int kCtasPerSm = 1;
 
 // Shared memory of one CTA. Quantized keys are staged as raw records and dequantized into one key
 // tile (kOverlap false) or, where the device has the room, into two key tiles so that the next
