@@ -11,10 +11,12 @@ namespace latentkv::decode::sm90 {
 // that the second CTA's gather of the same tokens hits L2).
 inline constexpr int kHeads = 64;
 // Two warpgroups, no producer warpgroup: warpgroup 0 computes S = Q K^T, the softmax and
-// O[:, 0:256]; warpgroup 1 computes O[:, 256:512]. Both gather and dequantize the next block while
-// warpgroup 0's score product runs on the tensor cores (wgmma is asynchronous), so the CUDA-core
-// work overlaps the MMAs without warp specialisation. 256 threads leave 255 registers per thread:
-// O half (64 x 256 fp32 / 128 threads) = 128, S = 32, the next block's raw records = 44.
+// O[:, 0:256]; warpgroup 1 computes O[:, 256:512] and resolves the candidates. Both gather and
+// dequantize half of the next block while warpgroup 0's score product runs on the tensor cores
+// (wgmma is asynchronous), so the CUDA-core work overlaps the MMAs without warp specialisation.
+// (Measured on the H200: warpgroup 1 dequantizing the whole block alone was 12 % slower on V3.2; it
+// then sets the pace.) 256 threads leave 255 registers per thread: O half (64 x 256 fp32 / 128
+// threads) = 128, S = 32, P fragments 16, the next block's raw records = 44.
 inline constexpr int kThreads = 256;
 // Tokens per block: the N of the score wgmma (m64n64k16). N = 64 keeps the SS score product at the
 // shared-memory pipe's rate (4 KB read per 32 clocks); a narrower N would be bound by it.
@@ -32,7 +34,8 @@ struct Layout {
   static constexpr int k_off = q_off + chunks * kChunkBytes;  // K [2 stages][64][d_qk] bf16
   static constexpr int k_stage = chunks * kChunkBytes;
   static constexpr int p_off = k_off + 2 * k_stage;       // P [64][64] bf16, one swizzled chunk
-  static constexpr int valid_off = p_off + kChunkBytes;   // u8 [3 blocks][8 warps]: attended tokens
+  static constexpr int ptr_off = p_off + kChunkBytes;     // a block's record and scale pointers
+  static constexpr int valid_off = ptr_off + 2 * kBlockTokens * 8;  // u32 [3 blocks][2]: attended
   static constexpr int alpha_off = valid_off + 32;        // f32 [64]: per-row rescale of a block
   static constexpr int stat_off = alpha_off + kHeads * 4;  // f32 [2][64]: final row max and sum
   static constexpr int used = stat_off + 2 * kHeads * 4;

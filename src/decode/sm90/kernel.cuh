@@ -7,16 +7,17 @@
 // one split of the row's candidates, in blocks of 64 tokens with two key stages:
 //   iteration n (stage s = n & 1 holds block n, dequantized):
 //     WG0: issue S = Q K_s^T (36 or 32 x wgmma m64n64k16, both operands in shared memory)
-//     WG1: dequantize block n + 1 (raw records already in registers) into stage s ^ 1, then
-//          resolve block n + 2's candidates and issue the loads of its records into registers (in
-//          flight until iteration n + 1)
+//     all: dequantize block n + 1 (raw records already in registers) into stage s ^ 1
+//     WG1: resolve block n + 2's candidates (pointers and the attended mask, to shared memory)
 //     WG0: wait for S; online softmax (log2 domain); P to registers (bf16) and to shared memory
 //     -- barrier --
-//     WG0: O[:, 0:256] += P V_s (wgmma m64n256k16, P from registers); WG1: O[:, 256:512] += P V_s (P
-//     from shared memory); V is the first 512 dims of the same key tile, read transposed
+//     WG0: O[:, 0:256] += P V_s (wgmma m64n256k16, P from registers, after its rescale); WG1:
+//     O[:, 256:512] += P V_s (P from shared memory); V is the first 512 dims of the same key tile,
+//     read transposed
+//     all: issue the loads of block n + 2's records into registers (in flight until iteration n + 1)
 //     wait for the products -- barrier --
 // The tensor pipe idles only during the softmax and the barriers; dequantization runs on the CUDA
-// cores (warpgroup 1) while the score product runs.
+// cores while the score product runs.
 //
 // Dequantization: e4m3 pairs go to f16x2 in hardware; an f16 bit pattern shifted right by 3 is a
 // bf16 bit pattern with the exponent 112 too small (the e4m3 mantissa's 3 bits survive), so one
@@ -189,8 +190,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
   uint8_t* sQ = smem + L::q_off;
   uint8_t* sK = smem + L::k_off;
   uint8_t* sP = smem + L::p_off;
-  // Attended tokens of blocks n, n + 1, n + 2: byte w of a block's 8 bytes holds tokens 8 w..8 w + 7.
-  uint8_t* sValid = smem + L::valid_off;
+  const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::ptr_off);
+  const uint8_t** sScale = sData + kBlockTokens;
+  uint32_t* sValid = reinterpret_cast<uint32_t*>(smem + L::valid_off);  // [3 blocks][2 words]
   float* sAlpha = reinterpret_cast<float*>(smem + L::alpha_off);
   float* sRowMax = reinterpret_cast<float*>(smem + L::stat_off);
   float* sRowSum = sRowMax + kHeads;
@@ -200,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
   // The warpgroup index, visibly uniform across each warp to the compiler.
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;  // warpgroup, warp within it (rows 16 wq..)
   const int gr = lane / 4, t4 = lane % 4;
-  const int tok_l = 8 * (warp % 4) + lane % 8, part = lane / 8;  // gather: token and chunk column
+  const int tok_l = 8 * warp + lane % 8, part = lane / 8;  // this lane's token and chunk column
   const int64_t head_blocks = g.head_blocks_per_kv;
   const int64_t row = blockIdx.x / head_blocks;
   const int64_t hb0 = static_cast<int64_t>(blockIdx.x % head_blocks) * kHeads;
@@ -223,37 +225,34 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
   const int64_t nb = k_end > k_begin ? (k_end - k_begin + kBlockTokens - 1) / kBlockTokens : 0;
   const float scale_log2 = g.scale * cuda::kLog2e;
 
-  // Warpgroup 1 gathers and dequantizes, so that warpgroup 0 (scores, softmax) issues only what
-  // the critical path needs. Lane l of its warp q handles tokens 8 q + l % 8 and 32 + 8 q + l % 8:
-  // it resolves the candidate (the four lanes of a token read the same index: one broadcast load)
-  // and loads its part of the record into registers; the warp's attended bits go to sValid. No
-  // shared memory between resolving and loading, so a block's loads start as soon as the previous
-  // block's registers are consumed.
-  Raw<F> raw[2];
-  auto gather = [&](int64_t blk) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int tok = 32 * h + tok_l;
-      const int64_t k = k_begin + blk * kBlockTokens + tok;
-      const uint8_t* scale = nullptr;
-      const uint8_t* data = k < k_end ? src.locate(p.src, k, &scale) : nullptr;
-      load_raw<F>(raw[h], data, scale, part);
-      const uint32_t bits = __ballot_sync(0xffffffffu, data != nullptr) & 0xffu;  // lanes 0-7
-      if (lane == 0) sValid[(blk % 3) * 8 + 4 * h + wq] = static_cast<uint8_t>(bits);
-    }
+  // Warps 4 and 5 resolve a block's 64 candidates: pointers to sData / sScale, attended mask to
+  // sValid[block % 3]. Every thread then loads its part of one token's record into registers (lane l
+  // of warp w: token 8 w + l % 8, chunks l / 8 + 4 i) and later dequantizes it.
+  auto resolve = [&](int64_t blk) {
+    if (warp != 4 && warp != 5) return;
+    const int t = tid - 128;
+    const int64_t k = k_begin + blk * kBlockTokens + t;
+    const uint8_t* scale = nullptr;
+    const uint8_t* data = k < k_end ? src.locate(p.src, k, &scale) : nullptr;
+    sData[t] = data;
+    sScale[t] = scale;
+    const uint32_t bits = __ballot_sync(0xffffffffu, data != nullptr);
+    if (lane == 0) sValid[(blk % 3) * 2 + (warp - 4)] = bits;
   };
-  auto dequantize = [&](uint8_t* stage) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) store_dequantized<F>(raw[h], stage, 32 * h + tok_l, part);
-  };
+  Raw<F> raw;
+  auto load = [&]() { load_raw<F>(raw, sData[tok_l], sScale[tok_l], part); };
 
-  // ---- Prologue: block 0 dequantized into stage 0, block 1's records in flight.
-  if (wg == 1) {
-    gather(0);
-    dequantize(sK);
-    if (nb > 1) gather(1);
-  }
+  // ---- Prologue: block 0 dequantized into stage 0, block 1's records in flight (barriers between
+  // pointer writes and reads).
+  resolve(0);
+  __syncthreads();
+  load();
+  __syncthreads();
+  resolve(1);
+  store_dequantized<F>(raw, sK, tok_l, part);
   fence_proxy_async();
+  __syncthreads();
+  if (nb > 1) load();
   __syncthreads();
 
   float o[128];
@@ -271,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
-      // ---- S = Q K^T, asynchronous (warpgroup 1 dequantizes block n + 1 meanwhile). Descriptors
+      // ---- S = Q K^T, asynchronous; meanwhile both warpgroups dequantize block n + 1. Descriptors
       // advance by adding the byte offset / 16 to the start-address field.
       const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kcur, 16, 1024);
       wgmma_fence();
@@ -281,10 +280,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
         wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
       }
       wgmma_commit();
+      if (n + 1 < nb) {
+        store_dequantized<F>(raw, sK + ((n + 1) & 1) * L::k_stage, tok_l, part);
+        fence_proxy_async();
+      }
       wgmma_wait<0>();
       fence_operands(s);
       // ---- Online softmax. s[4 j + e]: row r0 + 8 (e / 2), token 8 j + 2 t4 + (e % 2).
-      const uint64_t valid = *reinterpret_cast<const uint64_t*>(sValid + (n % 3) * 8);
+      const uint64_t valid = static_cast<uint64_t>(sValid[(n % 3) * 2]) |
+                             (static_cast<uint64_t>(sValid[(n % 3) * 2 + 1]) << 32);
       float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int j = 0; j < 8; ++j)
@@ -344,6 +348,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
 #pragma unroll
       for (int st = 0; st < 4; ++st) wgmma_m64n256k16_rs_tb(o, pa[st], dv + (st * 2048 >> 4), true);
       wgmma_commit();
+      if (n + 2 < nb) load();  // block n + 2's records: in flight until the next iteration
       wgmma_wait<0>();
       fence_operands(o);
 #pragma unroll
@@ -368,11 +373,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
       if (n + 1 < nb) {
-        dequantize(sK + ((n + 1) & 1) * L::k_stage);
+        store_dequantized<F>(raw, sK + ((n + 1) & 1) * L::k_stage, tok_l, part);
         fence_proxy_async();
       }
-      if (n + 2 < nb) gather(n + 2);  // in flight until the next iteration dequantizes it
-      named_barrier_sync(1);
+      resolve(n + 2);
+      named_barrier_sync(1);  // P, alpha and block n + 2's pointers are visible
       // ---- O[:, 256:512] += P V_s with P from shared memory.
       const float a0 = sAlpha[r0], a1 = sAlpha[r0 + 8];
       if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
@@ -384,6 +389,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
 #pragma unroll
       for (int st = 0; st < 4; ++st) wgmma_m64n256k16_ss_tb(o, dp + (st * 32 >> 4), dv + (st * 2048 >> 4), true);
       wgmma_commit();
+      if (n + 2 < nb) load();
       wgmma_wait<0>();
       fence_operands(o);
       named_barrier_sync(2);
