@@ -78,10 +78,12 @@ fi
 if has profile; then
   timeout 300 ncu --clock-control none -k regex:sparse_decode_kernel -c 1 --section SpeedOfLight \
     --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-    --section Occupancy --section LaunchStats ./build-gpu/latentkv bench decode --device cuda \
+    --section Occupancy --section LaunchStats \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    ./build-gpu/latentkv bench decode --device cuda \
     --filter v32_b128_h128 --reps 1 >"$OUT/ncu-decode.log" 2>&1
   rc=$?
-  grep -E "Throughput|Duration|Stall|Issued|Pipe|Warp Cycles|Eligible|Active" "$OUT/ncu-decode.log" | head -40
+  grep -E "Throughput|Duration|stalled|Issued|Pipe|Warp Cycles|Eligible|Active" "$OUT/ncu-decode.log" | head -60
   note "profile rc=$rc"
 fi
 
