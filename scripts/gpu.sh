@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
-#   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense] [demo] [python]
+#   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
+#   [prefill_portable] [dense_portable] [demo] [python]
 #   (default: all)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
 # test: the CPU suites and every CUDA suite; sanitize: compute-sanitizer memcheck on the adversarial
@@ -15,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
-stages="${*:-build test sanitize reference bench decode decode_portable prefill dense demo python}"
+stages="${*:-build test sanitize reference bench decode decode_portable prefill dense prefill_portable dense_portable demo python}"
 has() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
@@ -92,9 +93,11 @@ if has decode_portable; then
   note "bench decode (portable): $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode-portable.log" | tr -s ' ' | tr '\n' ';')"
 fi
 
-for op in prefill dense; do
+for op in prefill dense prefill_portable dense_portable; do
   if has $op; then
-    ./build-gpu/latentkv bench $op --device cuda --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
+    kernel=auto
+    [[ $op == *_portable ]] && kernel=portable
+    ./build-gpu/latentkv bench ${op%_portable} --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
     note "bench $op: $(grep -E '_h128_d576_len$|^sq4096_skv65536_topk2048_h128_d576 |_h128_sq2' "$OUT/bench-$op.log" | tr -s ' ' | tr '\n' ';')"
   fi
 done

@@ -14,6 +14,7 @@
 
 #include "cuda/device_buffer.h"
 #include "decode/cuda/launch.h"
+#include "decode/sm90/launch.h"
 #include "latentkv/dense.h"
 #include "latentkv/error.h"
 #include "latentkv/prefill.h"
@@ -31,6 +32,29 @@ namespace {
 
 #define REQUIRE_GPU() \
   if (!latentkv::testing::has_cuda_device()) GTEST_SKIP() << "no CUDA device"
+
+using latentkv::decode::cuda::KernelChoice;
+
+// The kernels this device runs: the portable one always, the Hopper one on compute capability 9.0
+// (bf16 only: f16 cases run the portable kernel under either choice).
+std::vector<KernelChoice> kernels() {
+  std::vector<KernelChoice> k{KernelChoice::kPortable};
+  if (latentkv::decode::sm90::usable(0)) k.push_back(KernelChoice::kSm90);
+  return k;
+}
+std::string g_kernel = "auto";  // printed with every case
+
+// Forces one kernel for its lifetime.
+struct UseKernel {
+  explicit UseKernel(KernelChoice k) {
+    latentkv::decode::cuda::set_kernel_choice(k);
+    g_kernel = k == KernelChoice::kSm90 ? "sm90" : "portable";
+  }
+  ~UseKernel() {
+    latentkv::decode::cuda::set_kernel_choice(KernelChoice::kAuto);
+    g_kernel = "auto";
+  }
+};
 
 template <typename T>
 std::vector<T> or_one(const std::vector<T>& v) {
@@ -83,11 +107,11 @@ void check_prefill(const PrefillWorkloadOptions& o, const std::string& label) {
   const PrefillResult got = run_prefill_gpu(w);
   const AttentionDiff d = latentkv::testing::compare_prefill(w, got.out, got.max_logits, got.lse,
                                                              ref.out, ref.max_logits, ref.lse);
-  std::printf("[prefill] %-58s max_rel %.2e cos %.7f lse_err %.1e lse/max/mask %lld/%lld/%lld nan %lld\n",
-              label.c_str(), d.max_rel, d.cos_sim, d.max_lse_err,
+  std::printf("[prefill] %-8s %-58s max_rel %.2e cos %.7f lse_err %.1e lse/max/mask %lld/%lld/%lld nan %lld\n",
+              g_kernel.c_str(), label.c_str(), d.max_rel, d.cos_sim, d.max_lse_err,
               static_cast<long long>(d.lse_mismatch), static_cast<long long>(d.max_logits_mismatch),
               static_cast<long long>(d.mask_mismatch), static_cast<long long>(d.nan_out));
-  EXPECT_TRUE(latentkv::testing::attention_close(d)) << label;
+  EXPECT_TRUE(latentkv::testing::attention_close(d)) << g_kernel << " " << label;
 }
 
 struct DenseResult {
@@ -119,11 +143,11 @@ DenseResult check_dense(const DenseWorkloadOptions& o, const std::string& label)
   w.poison_outputs();
   const DenseResult got = run_dense_gpu(w);
   const AttentionDiff d = latentkv::testing::compare_dense(w, got.out, got.lse, ref.out, ref.lse);
-  std::printf("[dense] %-60s max_rel %.2e cos %.7f lse_err %.1e lse/mask %lld/%lld nan %lld\n",
-              label.c_str(), d.max_rel, d.cos_sim, d.max_lse_err,
+  std::printf("[dense] %-8s %-60s max_rel %.2e cos %.7f lse_err %.1e lse/mask %lld/%lld nan %lld\n",
+              g_kernel.c_str(), label.c_str(), d.max_rel, d.cos_sim, d.max_lse_err,
               static_cast<long long>(d.lse_mismatch), static_cast<long long>(d.mask_mismatch),
               static_cast<long long>(d.nan_out));
-  EXPECT_TRUE(latentkv::testing::attention_close(d)) << label;
+  EXPECT_TRUE(latentkv::testing::attention_close(d)) << g_kernel << " " << label;
   return got;
 }
 
@@ -131,6 +155,8 @@ DenseResult check_dense(const DenseWorkloadOptions& o, const std::string& label)
 
 TEST(PrefillCuda, ShapeGrid) {
   REQUIRE_GPU();
+  for (KernelChoice kernel : kernels()) {
+  UseKernel use(kernel);
   struct Shape { int64_t s_q, s_kv, h_q, topk, d_qk; };
   const Shape shapes[] = {
       {5, 300, 1, 1, 576},    {9, 400, 3, 100, 512},  {17, 1000, 63, 100, 576},
@@ -152,10 +178,13 @@ TEST(PrefillCuda, ShapeGrid) {
                            std::to_string(s.h_q) + " topk" + std::to_string(s.topk) + " d" +
                            std::to_string(s.d_qk) + (features ? " +len+sink" : ""));
     }
+  }
 }
 
 TEST(PrefillCuda, CornerCasesAndBatched) {
   REQUIRE_GPU();
+  for (KernelChoice kernel : kernels()) {
+  UseKernel use(kernel);
   PrefillWorkloadOptions o;
   o.s_q = 12;
   o.s_kv = 500;
@@ -187,10 +216,13 @@ TEST(PrefillCuda, CornerCasesAndBatched) {
       check_prefill(c, "batched 4 sequences (one without kv), adversarial" + dn);
     }
   }
+  }
 }
 
 TEST(PrefillCuda, SeventyThousandRows) {
   REQUIRE_GPU();
+  for (KernelChoice kernel : kernels()) {
+  UseKernel use(kernel);
   // More rows than a 16-bit grid dimension holds; small topk keeps the float64 oracle quick.
   PrefillWorkloadOptions o;
   o.s_q = 70000;
@@ -200,10 +232,13 @@ TEST(PrefillCuda, SeventyThousandRows) {
   o.d_qk = 512;
   o.topk_length = true;
   check_prefill(o, "s_q 70000 h3 topk16");
+  }
 }
 
 TEST(PrefillCuda, SplitsAndDeterminism) {
   REQUIRE_GPU();
+  for (KernelChoice kernel : kernels()) {
+  UseKernel use(kernel);
   // One row and 64 heads leave the SMs idle: the planner splits the 4096 candidates, and the
   // combine merges max_logits as well as out and lse.
   PrefillWorkloadOptions o;
@@ -223,10 +258,13 @@ TEST(PrefillCuda, SplitsAndDeterminism) {
     ASSERT_EQ(0, std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * 4)) << run;
     ASSERT_EQ(0, std::memcmp(again.max_logits.data(), first.max_logits.data(), first.lse.size() * 4)) << run;
   }
+  }
 }
 
 TEST(DenseCuda, ShapeGrid) {
   REQUIRE_GPU();
+  for (KernelChoice kernel : kernels()) {
+  UseKernel use(kernel);
   struct Shape { int64_t b, s_q, h_q, h_kv, d_qk, page, max_len; };
   const Shape shapes[] = {
       {3, 1, 1, 1, 576, 1, 200},   {4, 2, 3, 1, 512, 53, 700},  {2, 1, 63, 1, 576, 64, 1500},
@@ -256,10 +294,13 @@ TEST(DenseCuda, ShapeGrid) {
                            std::to_string(s.max_len) + (causal ? " causal" : ""));
       }
     }
+  }
 }
 
 TEST(DenseCuda, CornerCasesAndDeterminism) {
   REQUIRE_GPU();
+  for (KernelChoice kernel : kernels()) {
+  UseKernel use(kernel);
   for (int variant = 0; variant < 3; ++variant) {
     const std::string vn = variant == 0 ? "bf16" : variant == 1 ? "f16" : "v32_fp8";
     DenseWorkloadOptions o;
@@ -301,6 +342,7 @@ TEST(DenseCuda, CornerCasesAndDeterminism) {
       }
     }
   }
+  }
 }
 
 TEST(DenseCuda, Errors) {
@@ -320,6 +362,7 @@ TEST(DenseCuda, Errors) {
 
 TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
   REQUIRE_GPU();
+  UseKernel use(KernelChoice::kPortable);  // both layouts are the portable kernel's
   // Wide devices dequantize v32_fp8 pages while multiplying (the narrow layout does it in its own
   // phase); 16-bit keys take one layout on every device, so for them this checks that the switch
   // changes nothing. Same arithmetic in the same order: same bytes.

@@ -20,6 +20,7 @@
 #include "testing/compress_workload.h"
 #ifdef LKV_WITH_CUDA
 #include "cuda_common/bench.h"
+#include "decode/cuda/launch.h"
 #endif
 
 namespace latentkv::cli {
@@ -28,7 +29,7 @@ namespace {
 // Device selection, ceilings and buffer placement shared by both benches.
 // The flags both benches take.
 struct Options {
-  std::string device, json, filter, plot;
+  std::string device, json, filter, plot, kernel;
   int reps = 0;
 };
 
@@ -39,7 +40,10 @@ Options parse_options(const Args& args, int default_reps) {
   o.filter = args.get("filter", "");
   o.plot = args.get("plot", "");
   o.reps = args.get_int("reps", default_reps);
+  o.kernel = args.get("kernel", "auto");
   args.check_all_used();
+  LKV_CHECK(o.kernel == "auto" || o.kernel == "portable" || o.kernel == "sm90",
+            "--kernel must be auto, portable or sm90, got '", o.kernel, "'");
   return o;
 }
 
@@ -63,6 +67,11 @@ struct Bench {
       hbm = bench_cuda::measure_hbm_read_GBps();
       res.ceilings["hbm_read_GBps"] = hbm;
       res.ceilings["bf16_dense_TFLOPS_datasheet"] = 989.0;
+      using decode::cuda::KernelChoice;
+      if (o.kernel != "auto")
+        decode::cuda::set_kernel_choice(o.kernel == "sm90" ? KernelChoice::kSm90 : KernelChoice::kPortable);
+      // f16 cases run the portable kernel under either choice.
+      res.notes["kernel"] = std::string(decode::cuda::kernel_for_device(0)) + " (bf16 cases)";
     }
 #else
     LKV_CHECK(device != "cuda", "--device cuda: latentkv was built without CUDA");
@@ -71,7 +80,8 @@ struct Bench {
     res.notes["timing"] = cuda ? "median of " + std::to_string(o.reps) +
                                      " event-timed calls (kernel through combine), L2 flushed before each"
                                : "median wall time";
-    std::printf("%s on %s\n%-44s %10s %9s %9s %8s %7s\n", op, res.device.c_str(), "case", "us",
+    std::printf("%s on %s%s%s\n%-44s %10s %9s %9s %8s %7s\n", op, res.device.c_str(),
+                cuda ? ", kernel " : "", cuda ? res.notes["kernel"].c_str() : "", "case", "us",
                 "TFLOPS", "GB/s", "of HBM", "splits");
   }
   ~Bench() { release(); }

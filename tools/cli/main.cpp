@@ -22,8 +22,10 @@ const char* kUsage =
     "                 [--shuffled] [--reps N] [--reference FILE] [--json FILE] [--plot FILE.svg]\n"
     "  bench decode [--device auto|cpu|cuda] [--kernel auto|portable|sm90] [--filter TEXT] [--reps N]\n"
     "               [--json FILE] [--plot FILE.svg]\n"
-    "  bench prefill [--device auto|cpu|cuda] [--filter TEXT] [--reps N] [--json FILE] [--plot FILE.svg]\n"
-    "  bench dense [--device auto|cpu|cuda] [--filter TEXT] [--reps N] [--json FILE] [--plot FILE.svg]\n"
+    "  bench prefill [--device auto|cpu|cuda] [--kernel auto|portable|sm90] [--filter TEXT] [--reps N]\n"
+    "               [--json FILE] [--plot FILE.svg]\n"
+    "  bench dense [--device auto|cpu|cuda] [--kernel auto|portable|sm90] [--filter TEXT] [--reps N]\n"
+    "               [--json FILE] [--plot FILE.svg]\n"
     "  run compress --inputs DIR --out FILE [--format F] [--device D]\n";
 
 int info() {

@@ -7,6 +7,7 @@
 #include "cuda_common/device_cache.h"
 #include "decode/cuda/kernel.cuh"
 #include "decode/cuda/launch.h"
+#include "decode/sm90/launch.cuh"
 #include "latentkv/tensor.h"
 
 namespace latentkv::decode::cuda {
@@ -38,8 +39,19 @@ void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream strea
   LKV_CUDA_CHECK_LAUNCH();
 }
 
+// The Hopper kernel (decode/sm90) where kernel_for_device() picks it and the Source has bf16
+// queries (f16 stays on the portable kernel), else the portable one; then the combine.
 template <class Source>
 void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) {
+  if constexpr (!Source::kF16) {
+    int device = 0;
+    LKV_CUDA_CHECK(cudaGetDevice(&device));
+    if (kernel_for_device(device)[0] == 's') {  // "sm90"
+      decode::sm90::launch_attend<Source>(p, stream);
+      if (p.g.num_splits > 1) launch_combine(p.g, p.o, false, stream);
+      return;
+    }
+  }
   bool wide = false;
   if constexpr (Source::kStorage != KeyStorage::kDirect16) {
     int device = 0;

@@ -1,6 +1,7 @@
 // decode/cuda/decode.cu: sparse decode's CUDA host side: its parameters mapped onto the shared
-// attention kernel's geometry and output addressing, the choice between the Hopper kernel
-// (decode/sm90) and the portable one, then the launch for the cache's format.
+// attention kernel's geometry and output addressing, then the launch for the cache's format; and
+// the choice between the Hopper attention kernel (decode/sm90) and the portable one, which every
+// attention op's launch (attend_launch.cuh) asks.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -59,14 +60,6 @@ void sparse_decode(const Params& p, Stream stream) {
   g.partial_max = nullptr;
   k.o.max_logits = nullptr;
   k.o.sink = p.sink;
-  int device = 0;
-  LKV_CUDA_CHECK(cudaGetDevice(&device));
-  if (std::strcmp(kernel_for_device(device), "sm90") == 0) {
-    if (p.format == CacheFormat::v32_fp8) decode::sm90::launch<CacheFormat::v32_fp8>(k, stream);
-    else decode::sm90::launch<CacheFormat::v4_fp8>(k, stream);
-    if (g.num_splits > 1) launch_combine(g, k.o, /*f16=*/false, stream);
-    return;
-  }
   if (p.format == CacheFormat::v32_fp8) launch_sparse<CacheFormat::v32_fp8>(k, stream);
   else launch_sparse<CacheFormat::v4_fp8>(k, stream);
 }

@@ -18,9 +18,10 @@ void sparse_decode(const Params& p, Stream stream);
 void set_wide_layout_allowed(bool allowed);
 bool wide_layout_allowed();
 
-// Which sparse decode kernel runs. kAuto: the Hopper kernel (decode/sm90) on compute capability 9.0
-// devices, the portable one elsewhere. Tests and benchmarks force either; the initial value comes
-// from the environment variable LKV_DECODE_KERNEL (auto, portable or sm90) when it is set.
+// Which attention kernel runs (sparse decode, sparse prefill, dense decode). kAuto: the Hopper kernel
+// (decode/sm90) on compute capability 9.0 devices for bf16 queries, the portable one elsewhere and
+// for f16. Tests and benchmarks force either; the initial value comes from the environment variable
+// LKV_DECODE_KERNEL (auto, portable or sm90) when it is set.
 enum class KernelChoice { kAuto, kPortable, kSm90 };
 void set_kernel_choice(KernelChoice choice);
 KernelChoice kernel_choice();

@@ -1,13 +1,16 @@
-// decode/sm90/kernel.cuh: the Hopper (sm_90a) sparse MLA decode kernel over v32_fp8 / v4_fp8 caches.
-// Same semantics and parameters as the portable kernel (decode/cuda/kernel.cuh, SparseSource): the
-// tensor-core products are wgmma with both key operands read from one dequantized bf16 tile.
+// decode/sm90/kernel.cuh: the Hopper (sm_90a) MLA attention kernel, the wgmma counterpart of the
+// portable kernel (decode/cuda/kernel.cuh) for the same Source policies with bf16 queries: sparse
+// decode (v32_fp8 / v4_fp8 records), sparse prefill (bf16 rows) and dense decode (bf16 pages or
+// v32_fp8 records). Same parameters, split plan and combine; the tensor-core products are wgmma with
+// both key operands read from one bf16 key tile in shared memory.
 //
-// Grid: (rows x head blocks, head block fastest; num_splits); 256 threads = 2 warpgroups; one CTA per
-// SM (227 KB of shared memory). A CTA takes one query row (request i, query token j), 64 heads and
-// one split of the row's candidates, in blocks of 64 tokens with two key stages:
+// Grid: (rows x kv heads x head blocks, head block fastest; num_splits); 256 threads = 2
+// warpgroups; one CTA per SM (227 KB of shared memory). A CTA takes one query row, 64 heads of one
+// kv head and one split of the row's candidates, in blocks of 64 tokens with two key stages:
 //   iteration n (stage s = n & 1 holds block n, dequantized):
 //     WG0: issue S = Q K_s^T (36 or 32 x wgmma m64n64k16, both operands in shared memory)
-//     all: dequantize block n + 1 (raw records already in registers) into stage s ^ 1
+//     all: dequantize block n + 1 (raw records already in registers) into stage s ^ 1; 16-bit
+//          keys instead start their asynchronous copies (cp.async) of block n + 1 here
 //     WG1: resolve block n + 2's candidates (pointers and the attended mask, to shared memory)
 //     WG0: wait for S; online softmax (log2 domain); P to registers (bf16) and to shared memory
 //     -- barrier --
@@ -15,7 +18,7 @@
 //     O[:, 256:512] += P V_s (P from shared memory); V is the first 512 dims of the same key tile,
 //     read transposed
 //     all: issue the loads of block n + 2's records into registers (in flight until iteration n + 1)
-//     wait for the products -- barrier --
+//     wait for the products (16-bit keys: and for block n + 1's copies) -- barrier --
 // The tensor pipe idles only during the softmax and the barriers; dequantization runs on the CUDA
 // cores while the score product runs.
 //
@@ -38,18 +41,18 @@
 namespace latentkv::decode::sm90 {
 
 using cuda::KernelParams;
-using cuda::SparseArgs;
-using cuda::SparseSource;
+using cuda::KeyStorage;
 
-// Record geometry per format: dims stored as e4m3, dims per scale, byte offset of the bf16 RoPE.
-template <CacheFormat F>
+// Record geometry per quantized storage: dims stored as e4m3, dims per scale, byte offset of the
+// bf16 RoPE.
+template <KeyStorage S>
 struct Rec;
 template <>
-struct Rec<CacheFormat::v32_fp8> {
+struct Rec<KeyStorage::kV32Fp8> {
   static constexpr int kNope = 512, kGroup = 128, kRope = 528;
 };
 template <>
-struct Rec<CacheFormat::v4_fp8> {
+struct Rec<KeyStorage::kV4Fp8> {
   static constexpr int kNope = 448, kGroup = 64, kRope = 448;
 };
 
@@ -116,7 +119,7 @@ __device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, u
 // and the 16-byte chunks c = l / 8 + 4 i: four lanes read 64 contiguous bytes of a record (whole
 // sectors), and the eight lanes of a quarter-warp store to eight rows of the swizzled tile, which
 // land in eight different bank groups.
-template <CacheFormat F>
+template <KeyStorage F>
 struct Raw {
   static constexpr int kNopeChunks = Rec<F>::kNope / 16 / 4;  // per lane: 8 (v32) or 7 (v4)
   uint4 nope[kNopeChunks];
@@ -124,14 +127,14 @@ struct Raw {
   uint4 scale;  // v32: 4 fp32 scales; v4: 8 ue8m0 bytes in .x, .y
 };
 
-template <CacheFormat F>
+template <KeyStorage F>
 __device__ __forceinline__ void load_raw(Raw<F>& r, const uint8_t* data, const uint8_t* scale, int part) {
   if (!data) {
 #pragma unroll
     for (int i = 0; i < Raw<F>::kNopeChunks; ++i) r.nope[i] = make_uint4(0, 0, 0, 0);
     r.rope[0] = r.rope[1] = make_uint4(0, 0, 0, 0);
     // Scale 1 (fp32 1.0 / ue8m0 127): the zero payload stays zero on the fast path.
-    r.scale = F == CacheFormat::v32_fp8 ? make_uint4(0x3f800000u, 0x3f800000u, 0x3f800000u, 0x3f800000u)
+    r.scale = F == KeyStorage::kV32Fp8 ? make_uint4(0x3f800000u, 0x3f800000u, 0x3f800000u, 0x3f800000u)
                                         : make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0, 0);
     return;
   }
@@ -141,7 +144,7 @@ __device__ __forceinline__ void load_raw(Raw<F>& r, const uint8_t* data, const u
 #pragma unroll
   for (int i = 0; i < 2; ++i)
     r.rope[i] = __ldg(reinterpret_cast<const uint4*>(data + Rec<F>::kRope + 16 * (part + 4 * i)));
-  if constexpr (F == CacheFormat::v32_fp8) {
+  if constexpr (F == KeyStorage::kV32Fp8) {
     r.scale = __ldg(reinterpret_cast<const uint4*>(scale));
   } else {
     const uint2 s = __ldg(reinterpret_cast<const uint2*>(scale));
@@ -150,13 +153,13 @@ __device__ __forceinline__ void load_raw(Raw<F>& r, const uint8_t* data, const u
 }
 
 // Writes one token's dequantized dims into a key stage ([chunks][64 rows][64 dims], swizzled).
-template <CacheFormat F>
+template <KeyStorage F>
 __device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stage, int tok, int part) {
 #pragma unroll
   for (int i = 0; i < Raw<F>::kNopeChunks; ++i) {
     // Chunk c = part + 4 i holds dims 16 c..: swizzled chunk i, units 2 part and 2 part + 1.
     float s;
-    if constexpr (F == CacheFormat::v32_fp8) {
+    if constexpr (F == KeyStorage::kV32Fp8) {
       const uint32_t sb[4] = {r.scale.x, r.scale.y, r.scale.z, r.scale.w};
       s = __uint_as_float(sb[i / 2]);  // 128 dims per scale: chunks 0-7 -> 0, ...
     } else {
@@ -176,11 +179,15 @@ __device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stag
   }
 }
 
-template <CacheFormat F>
-__global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const KernelParams<SparseArgs> p) {
+template <class Source>
+__global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<typename Source::Args> p) {
 #if defined(LKV_SM90_WGMMA)
-  using Source = SparseSource<F>;
+  static_assert(!Source::kF16, "the sm90 kernel multiplies bf16; f16 queries run the portable kernel");
   constexpr int kDqk = Source::kDqk;
+  constexpr KeyStorage kStorage = Source::kStorage;
+  constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
+  // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
+  constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
   using L = Layout<kDqk>;
   constexpr int kQkSteps = kDqk / 16;
 
@@ -190,6 +197,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
   uint8_t* sQ = smem + L::q_off;
   uint8_t* sK = smem + L::k_off;
   uint8_t* sP = smem + L::p_off;
+  // Key pointers: quantized storage keeps one block's record and scale pointers ([64] + [64]);
+  // 16-bit keys keep two blocks' record pointers ([2][64]), since block n + 1's copies start while
+  // block n + 2 is being resolved.
   const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::ptr_off);
   const uint8_t** sScale = sData + kBlockTokens;
   uint32_t* sValid = reinterpret_cast<uint32_t*>(smem + L::valid_off);  // [3 blocks][2 words]
@@ -203,57 +213,109 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;  // warpgroup, warp within it (rows 16 wq..)
   const int gr = lane / 4, t4 = lane % 4;
   const int tok_l = 8 * warp + lane % 8, part = lane / 8;  // this lane's token and chunk column
-  const int64_t head_blocks = g.head_blocks_per_kv;
+  const int64_t head_blocks = g.kv_heads * g.head_blocks_per_kv;
   const int64_t row = blockIdx.x / head_blocks;
-  const int64_t hb0 = static_cast<int64_t>(blockIdx.x % head_blocks) * kHeads;
-  const int64_t heads_here = min(static_cast<int64_t>(kHeads), g.h_q - hb0);
+  const int64_t hb = blockIdx.x % head_blocks;
+  const int64_t kv_head = hb / g.head_blocks_per_kv;
+  const int64_t hb0 = (hb % g.head_blocks_per_kv) * kHeads;  // first head of the CTA in its group
+  const int64_t heads_here = min(static_cast<int64_t>(kHeads), g.heads_per_kv - hb0);
+  const int64_t h0 = kv_head * g.heads_per_kv + hb0;  // first query head of the CTA
   const int64_t r1 = row / g.n2, r2 = row % g.n2;
   const int64_t split = blockIdx.y;
 
-  // ---- Q to shared memory, zero rows past h_q.
+  // ---- Q to shared memory, zero rows past the CTA's heads.
   const uint16_t* q_row = g.q + r1 * g.stride_q_r1 + r2 * g.stride_q_r2;
   for (int c = tid; c < kHeads * (kDqk / 8); c += kThreads) {
     const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (hr < heads_here) v = *reinterpret_cast<const uint4*>(q_row + (hb0 + hr) * g.stride_q_h + col);
+    if (hr < heads_here) v = *reinterpret_cast<const uint4*>(q_row + (h0 + hr) * g.stride_q_h + col);
     *reinterpret_cast<uint4*>(sQ + (col / 64) * kChunkBytes + sw128_offset(hr, col % 64)) = v;
   }
 
-  const Source src(p.src, r1, r2, 0);
+  const Source src(p.src, r1, r2, kv_head);
   const int64_t k_begin = split * g.keys_per_split;
   const int64_t k_end = min(src.candidates(), k_begin + g.keys_per_split);
   const int64_t nb = k_end > k_begin ? (k_end - k_begin + kBlockTokens - 1) / kBlockTokens : 0;
   const float scale_log2 = g.scale * cuda::kLog2e;
 
-  // Warps 4 and 5 resolve a block's 64 candidates: pointers to sData / sScale, attended mask to
-  // sValid[block % 3]. Every thread then loads its part of one token's record into registers (lane l
-  // of warp w: token 8 w + l % 8, chunks l / 8 + 4 i) and later dequantizes it.
+  // Warps 4 and 5 resolve a block's 64 candidates: pointers to sData (/ sScale), attended mask to
+  // sValid[block % 3]. Quantized storage: every thread then loads its part of one token's record
+  // into registers (lane l of warp w: token 8 w + l % 8, chunks l / 8 + 4 i) and later dequantizes
+  // it. 16-bit keys: the same threads copy the same parts straight into the stage (cp.async).
   auto resolve = [&](int64_t blk) {
     if (warp != 4 && warp != 5) return;
     const int t = tid - 128;
     const int64_t k = k_begin + blk * kBlockTokens + t;
     const uint8_t* scale = nullptr;
     const uint8_t* data = k < k_end ? src.locate(p.src, k, &scale) : nullptr;
-    sData[t] = data;
-    sScale[t] = scale;
+    if constexpr (kDirect) {
+      sData[(blk & 1) * kBlockTokens + t] = data;
+    } else {
+      sData[t] = data;
+      sScale[t] = scale;
+    }
     const uint32_t bits = __ballot_sync(0xffffffffu, data != nullptr);
     if (lane == 0) sValid[(blk % 3) * 2 + (warp - 4)] = bits;
   };
-  Raw<F> raw;
-  auto load = [&]() { load_raw<F>(raw, sData[tok_l], sScale[tok_l], part); };
+  Raw<kRawStorage> raw;
+  auto load = [&]() {
+    if constexpr (!kDirect) load_raw<kRawStorage>(raw, sData[tok_l], sScale[tok_l], part);
+  };
+  // 16-bit keys of block `blk` into `stage`; tokens not attended get zero keys (plain stores), so
+  // that P = 0 never meets garbage (0 x NaN is NaN) in P V.
+  auto copy_block = [&](int64_t blk, uint8_t* stage) {
+    if constexpr (kDirect) {
+      const uint8_t* data = sData[(blk & 1) * kBlockTokens + tok_l];
+      constexpr int kChunks = kDqk * 2 / 16;  // 16-byte chunks of a key row
+#pragma unroll
+      for (int i = 0; i < kChunks / 4; ++i) {
+        const int c = part + 4 * i;  // dims 8 c..8 c + 7
+        uint8_t* dst = stage + (c / 8) * kChunkBytes + sw128_offset(tok_l, (c % 8) * 8);
+        if (data) cuda::cp_async_16(dst, data + 16 * c);
+        else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      }
+      cuda::cp_async_commit();
+    }
+  };
+  // Block n + 1 into its stage at the start of iteration n.
+  auto fill_next = [&](int64_t n) {
+    uint8_t* stage = sK + ((n + 1) & 1) * L::k_stage;
+    if constexpr (kDirect) {
+      copy_block(n + 1, stage);
+    } else {
+      store_dequantized<kRawStorage>(raw, stage, tok_l, part);
+      fence_proxy_async();
+    }
+  };
+  // 16-bit keys: this thread's copies of block n + 1 have landed and are visible to wgmma.
+  auto finish_copies = [&]() {
+    if constexpr (kDirect) {
+      cuda::cp_async_wait<0>();
+      fence_proxy_async();
+    }
+  };
 
-  // ---- Prologue: block 0 dequantized into stage 0, block 1's records in flight (barriers between
-  // pointer writes and reads).
-  resolve(0);
-  __syncthreads();
-  load();
-  __syncthreads();
-  resolve(1);
-  store_dequantized<F>(raw, sK, tok_l, part);
-  fence_proxy_async();
-  __syncthreads();
-  if (nb > 1) load();
-  __syncthreads();
+  // ---- Prologue: block 0 in stage 0, block 1's records in flight or its pointers resolved
+  // (barriers between pointer writes and reads).
+  if constexpr (kDirect) {
+    resolve(0);
+    resolve(1);
+    __syncthreads();
+    copy_block(0, sK);
+    finish_copies();
+    __syncthreads();
+  } else {
+    resolve(0);
+    __syncthreads();
+    load();
+    __syncthreads();
+    resolve(1);
+    store_dequantized<kRawStorage>(raw, sK, tok_l, part);
+    fence_proxy_async();
+    __syncthreads();
+    if (nb > 1) load();
+    __syncthreads();
+  }
 
   float o[128];
 #pragma unroll
@@ -280,10 +342,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
         wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
       }
       wgmma_commit();
-      if (n + 1 < nb) {
-        store_dequantized<F>(raw, sK + ((n + 1) & 1) * L::k_stage, tok_l, part);
-        fence_proxy_async();
-      }
+      if (n + 1 < nb) fill_next(n);
       wgmma_wait<0>();
       fence_operands(s);
       // ---- Online softmax. s[4 j + e]: row r0 + 8 (e / 2), token 8 j + 2 t4 + (e % 2).
@@ -351,6 +410,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
       if (n + 2 < nb) load();  // block n + 2's records: in flight until the next iteration
       wgmma_wait<0>();
       fence_operands(o);
+      finish_copies();
 #pragma unroll
       for (int st = 0; st < 4; ++st)
 #pragma unroll
@@ -372,10 +432,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
   } else {
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
-      if (n + 1 < nb) {
-        store_dequantized<F>(raw, sK + ((n + 1) & 1) * L::k_stage, tok_l, part);
-        fence_proxy_async();
-      }
+      if (n + 1 < nb) fill_next(n);
       resolve(n + 2);
       named_barrier_sync(1);  // P, alpha and block n + 2's pointers are visible
       // ---- O[:, 256:512] += P V_s with P from shared memory.
@@ -392,6 +449,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
       if (n + 2 < nb) load();
       wgmma_wait<0>();
       fence_operands(o);
+      finish_copies();
       named_barrier_sync(2);
     }
   }
@@ -403,11 +461,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
   for (int r = 0; r < 2; ++r) {
     const int hr = r0 + 8 * r;
     if (hr >= heads_here) continue;
-    const int64_t h = hb0 + hr;
+    const int64_t h = h0 + hr;
     const float m = sRowMax[hr], sum = sRowSum[hr];
     // As the portable kernel: a sum of exactly 0 is lonely (no attended key); NaN is not.
     const bool lonely = sum == 0.0f;
     const float lse_split = lonely ? -INFINITY : (m + __log2f(sum)) * cuda::kLn2;
+    const float max_logit = lonely ? -INFINITY : m * cuda::kLn2;
     float factor = lonely ? 0.0f : 1.0f / sum;
     if (g.num_splits == 1 && !lonely && out_ref.sink) {
       const float sink = out_ref.sink[h];
@@ -420,9 +479,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * t4) =
             pack_bf16x2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
-      if (wg == 0 && t4 == 0)
+      if (wg == 0 && t4 == 0) {
         out_ref.lse[r1 * out_ref.stride_lse_r1 + r2 * out_ref.stride_lse_r2 + h * out_ref.stride_lse_h] =
             lonely ? INFINITY : lse_split;
+        if (out_ref.max_logits)
+          out_ref.max_logits[r1 * out_ref.stride_max_r1 + r2 * out_ref.stride_max_r2 + h * out_ref.stride_max_h] =
+              max_logit;
+      }
     } else {
       const int64_t prow = (row * g.h_q + h) * g.num_splits + split;
       float* out = g.partial_out + prow * kDimV + 256 * wg;
@@ -430,7 +493,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Kernel
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<float2*>(out + 8 * j + 2 * t4) =
             make_float2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
-      if (wg == 0 && t4 == 0) g.partial_lse[prow] = lse_split;
+      if (wg == 0 && t4 == 0) {
+        g.partial_lse[prow] = lse_split;
+        if (g.partial_max) g.partial_max[prow] = max_logit;
+      }
     }
   }
 #else

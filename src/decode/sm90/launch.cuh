@@ -1,5 +1,5 @@
-// decode/sm90/launch.cuh: the launch of the Hopper sparse decode kernel for one format (included by
-// v32_fp8.cu and v4_fp8.cu, one format per file so they compile in parallel).
+// decode/sm90/launch.cuh: the launch of the Hopper attention kernel for one Source (included by
+// decode/cuda/attend_launch.cuh, so each op's instantiation file compiles both kernels for its Source).
 #pragma once
 
 #include "cuda_common/cuda_check.h"
@@ -9,18 +9,20 @@
 
 namespace latentkv::decode::sm90 {
 
-template <CacheFormat F>
-void launch_format(const cuda::KernelParams<cuda::SparseArgs>& p, Stream stream) {
-  constexpr int kSmem = Layout<SparseSource<F>::kDqk>::total;
-  const int64_t rows = p.g.n1 * p.g.n2, blocks = rows * p.g.head_blocks_per_kv;
+// The main kernel only; the caller runs the combine when p.g.num_splits > 1. No host
+// synchronisation.
+template <class Source>
+void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream stream) {
+  constexpr int kSmem = Layout<Source::kDqk>::total;
+  const int64_t rows = p.g.n1 * p.g.n2, blocks = rows * p.g.kv_heads * p.g.head_blocks_per_kv;
   LKV_CHECK(blocks <= 0x7fffffff && p.g.num_splits <= 65535,
-            "the sm_90 decode kernel's grid takes at most 2^31 - 1 (row, head block) pairs and 65535 "
-            "splits, got ", rows, " rows x ", p.g.head_blocks_per_kv, " head blocks, ",
-            p.g.num_splits, " splits");
-  LKV_CUDA_CHECK(cudaFuncSetAttribute(sparse_decode_kernel<F>,
+            "the sm_90 attention kernel's grid takes at most 2^31 - 1 (row, head block) pairs and "
+            "65535 splits, got ", rows, " rows x ", p.g.kv_heads * p.g.head_blocks_per_kv,
+            " head blocks, ", p.g.num_splits, " splits");
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.g.num_splits));
-  sparse_decode_kernel<F><<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(p);
+  attend_kernel<Source><<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(p);
   LKV_CUDA_CHECK_LAUNCH();
 }
 
