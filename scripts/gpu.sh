@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
-#   [prefill_portable] [dense_portable] [demo] [python]
+#   [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
+# (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: all)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
 # test: the CPU suites and every CUDA suite; sanitize: compute-sanitizer memcheck on the adversarial
@@ -44,6 +45,14 @@ if has test; then
   note "cuda tests rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests.log" | tr '\n' ' ')"
   ./build-gpu/latentkv verify --device cuda >"$OUT/verify.log" 2>&1
   note "verify rc=$? $(tail -1 "$OUT/verify.log")"
+fi
+
+# test_ws: the attention suites again with the warp-specialised sm90 variant (LKV_SM90_WS=1).
+if has test_ws; then
+  LKV_SM90_WS=1 timeout 420 ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda*:PrefillCuda*:DenseCuda*' >"$OUT/cuda_tests_ws.log" 2>&1
+  rc=$?
+  grep -E 'FAILED|Failure' "$OUT/cuda_tests_ws.log" | head -40
+  note "cuda tests (sm90 warp-specialised) rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests_ws.log" | tr '\n' ' ')"
 fi
 
 if has sanitize; then
@@ -93,12 +102,15 @@ if has decode_portable; then
   note "bench decode (portable): $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode-portable.log" | tr -s ' ' | tr '\n' ';')"
 fi
 
-for op in prefill dense prefill_portable dense_portable; do
+for op in prefill dense prefill_portable dense_portable decode_ws prefill_ws dense_ws; do
   if has $op; then
-    kernel=auto
+    kernel=auto ws=0
     [[ $op == *_portable ]] && kernel=portable
-    ./build-gpu/latentkv bench ${op%_portable} --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
-    note "bench $op: $(grep -E '_h128_d576_len$|^sq4096_skv65536_topk2048_h128_d576 |_h128_sq2' "$OUT/bench-$op.log" | tr -s ' ' | tr '\n' ';')"
+    [[ $op == *_ws ]] && ws=1
+    base=${op%_portable}
+    base=${base%_ws}
+    LKV_SM90_WS=$ws ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
+    note "bench $op: $(grep -E '_h128_d576_len$|^sq4096_skv65536_topk2048_h128_d576 |_h128_sq2|v32_b128_h128|peak' "$OUT/bench-$op.log" | tr -s ' ' | tr '\n' ';')"
   fi
 done
 

@@ -5,6 +5,7 @@
 // a counter-based generator; values do not change the kernels' work. Figures use SPEC.md section 8's
 // formulas; the JSON's notes state each one.
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -72,6 +73,8 @@ struct Bench {
         decode::cuda::set_kernel_choice(o.kernel == "sm90" ? KernelChoice::kSm90 : KernelChoice::kPortable);
       // f16 cases run the portable kernel under either choice.
       res.notes["kernel"] = std::string(decode::cuda::kernel_for_device(0)) + " (bf16 cases)";
+    if (const char* ws = std::getenv("LKV_SM90_WS"); ws && std::string(ws) == "1")
+      res.notes["kernel"] += " (warp-specialised variant, LKV_SM90_WS=1)";
     }
 #else
     LKV_CHECK(device != "cuda", "--device cuda: latentkv was built without CUDA");

@@ -7,6 +7,7 @@
 // owns its own context of `ctx` tokens and its query tokens draw their top-k indices from it, so
 // unique tokens read ~= b * topk. Figures use SPEC.md section 8's formulas.
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -158,6 +159,8 @@ int cmd_bench_decode(const Args& args) {
     if (kernel != "auto")
       decode::cuda::set_kernel_choice(kernel == "sm90" ? KernelChoice::kSm90 : KernelChoice::kPortable);
     res.notes["kernel"] = decode::cuda::kernel_for_device(0);
+    if (const char* ws = std::getenv("LKV_SM90_WS"); ws && std::string(ws) == "1")
+      res.notes["kernel"] += " (warp-specialised variant, LKV_SM90_WS=1)";
     res.ceilings["hbm_read_GBps"] = hbm;
     res.ceilings["bf16_dense_TFLOPS_datasheet"] = 989.0;
   }

@@ -179,6 +179,60 @@ __device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stag
   }
 }
 
+// The end of a CTA: warpgroup `wg` normalises its rows r0 and r0 + 8 (O fragment `o`, row maxima
+// and sums in shared memory) and writes its 256 dims of out (or the split partials), and warpgroup
+// 0 writes lse and max_logits. The portable kernel's rules: a sum of exactly 0 is lonely (no
+// attended key; NaN is not), the sink applies only without splits.
+template <class Args>
+__device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const float (&o)[128],
+                                           const float* sRowMax, const float* sRowSum, int r0, int t4,
+                                           int wg, int64_t heads_here, int64_t h0, int64_t row,
+                                           int64_t r1, int64_t r2, int64_t split) {
+  const cuda::Geometry& g = p.g;
+  const cuda::OutRef& out_ref = p.o;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int hr = r0 + 8 * r;
+    if (hr >= heads_here) continue;
+    const int64_t h = h0 + hr;
+    const float m = sRowMax[hr], sum = sRowSum[hr];
+    const bool lonely = sum == 0.0f;
+    const float lse_split = lonely ? -INFINITY : (m + __log2f(sum)) * cuda::kLn2;
+    const float max_logit = lonely ? -INFINITY : m * cuda::kLn2;
+    float factor = lonely ? 0.0f : 1.0f / sum;
+    if (g.num_splits == 1 && !lonely && out_ref.sink) {
+      const float sink = out_ref.sink[h];
+      factor *= (sink == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sink - lse_split));
+    }
+    if (g.num_splits == 1) {
+      uint16_t* out = out_ref.out + r1 * out_ref.stride_out_r1 + r2 * out_ref.stride_out_r2 +
+                      h * out_ref.stride_out_h + 256 * wg;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * t4) =
+            pack_bf16x2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
+      if (wg == 0 && t4 == 0) {
+        out_ref.lse[r1 * out_ref.stride_lse_r1 + r2 * out_ref.stride_lse_r2 + h * out_ref.stride_lse_h] =
+            lonely ? INFINITY : lse_split;
+        if (out_ref.max_logits)
+          out_ref.max_logits[r1 * out_ref.stride_max_r1 + r2 * out_ref.stride_max_r2 + h * out_ref.stride_max_h] =
+              max_logit;
+      }
+    } else {
+      const int64_t prow = (row * g.h_q + h) * g.num_splits + split;
+      float* out = g.partial_out + prow * kDimV + 256 * wg;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(out + 8 * j + 2 * t4) =
+            make_float2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
+      if (wg == 0 && t4 == 0) {
+        g.partial_lse[prow] = lse_split;
+        if (g.partial_max) g.partial_max[prow] = max_logit;
+      }
+    }
+  }
+}
+
 template <class Source>
 __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<typename Source::Args> p) {
 #if defined(LKV_SM90_WGMMA)
@@ -456,49 +510,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
 
   // ---- The end: each warpgroup writes its 256 dims.
   __syncthreads();
-  const cuda::OutRef& out_ref = p.o;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int hr = r0 + 8 * r;
-    if (hr >= heads_here) continue;
-    const int64_t h = h0 + hr;
-    const float m = sRowMax[hr], sum = sRowSum[hr];
-    // As the portable kernel: a sum of exactly 0 is lonely (no attended key); NaN is not.
-    const bool lonely = sum == 0.0f;
-    const float lse_split = lonely ? -INFINITY : (m + __log2f(sum)) * cuda::kLn2;
-    const float max_logit = lonely ? -INFINITY : m * cuda::kLn2;
-    float factor = lonely ? 0.0f : 1.0f / sum;
-    if (g.num_splits == 1 && !lonely && out_ref.sink) {
-      const float sink = out_ref.sink[h];
-      factor *= (sink == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sink - lse_split));
-    }
-    if (g.num_splits == 1) {
-      uint16_t* out = out_ref.out + r1 * out_ref.stride_out_r1 + r2 * out_ref.stride_out_r2 +
-                      h * out_ref.stride_out_h + 256 * wg;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * t4) =
-            pack_bf16x2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
-      if (wg == 0 && t4 == 0) {
-        out_ref.lse[r1 * out_ref.stride_lse_r1 + r2 * out_ref.stride_lse_r2 + h * out_ref.stride_lse_h] =
-            lonely ? INFINITY : lse_split;
-        if (out_ref.max_logits)
-          out_ref.max_logits[r1 * out_ref.stride_max_r1 + r2 * out_ref.stride_max_r2 + h * out_ref.stride_max_h] =
-              max_logit;
-      }
-    } else {
-      const int64_t prow = (row * g.h_q + h) * g.num_splits + split;
-      float* out = g.partial_out + prow * kDimV + 256 * wg;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(out + 8 * j + 2 * t4) =
-            make_float2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
-      if (wg == 0 && t4 == 0) {
-        g.partial_lse[prow] = lse_split;
-        if (g.partial_max) g.partial_max[prow] = max_logit;
-      }
-    }
-  }
+  write_rows(p, o, sRowMax, sRowSum, r0, t4, wg, heads_here, h0, row, r1, r2, split);
 #else
   (void)p;
   __trap();

@@ -1,0 +1,332 @@
+// decode/sm90/kernel_ws.cuh: the warp-specialised variant of the Hopper attention kernel
+// (kernel.cuh): a third warpgroup produces the key stages, so the two consumer warpgroups only
+// multiply and run the softmax. Same Sources, parameters, outputs and split partials as kernel.cuh;
+// chosen at run time (launch.cuh) so that the two can be compared on the same build.
+//
+// Why: in kernel.cuh both warpgroups dequantize half of the next block between their products, and
+// a block takes about 4x its MMA time (bench/NOTES.md): the dequantization and the softmax sit on the
+// same warps' critical path. Here warpgroup 2 resolves, gathers and dequantizes block n + 1 while the
+// consumers work on block n, decoupled by mbarriers:
+//   full[s]  (128 arrivals: every producer thread, after its stores and fence.proxy.async)
+//   empty[s] (8 arrivals: lane 0 of every consumer warp, after its products of the block completed)
+// and the consumers meet at named barriers: 1 (P of the block is in shared memory), 2 (warpgroup 1 no
+// longer reads P), 3 (row statistics for the epilogue).
+// Registers (setmaxnreg; entry cap 168 = 65536 / 384, the three must sum to at most 504): warpgroup
+// 0 248 (O half 128, S 32, P 16, the row's 64-bit indices; 216 spilled), warpgroup 1 184 (O half
+// 128), producer 72 (one token's raw record at a time, 44).
+#pragma once
+
+#include "decode/sm90/kernel.cuh"
+
+namespace latentkv::decode::sm90 {
+
+inline constexpr int kWsThreads = 384;
+
+template <int kDqk>
+struct WsLayout {
+  static constexpr int chunks = kDqk / 64;
+  static constexpr int q_off = 0;
+  static constexpr int k_stage = chunks * kChunkBytes;
+  static constexpr int k_off = q_off + k_stage;
+  static constexpr int p_off = k_off + 2 * k_stage;
+  static constexpr int bar_off = p_off + kChunkBytes;      // u64 full[2], empty[2]
+  static constexpr int valid_off = bar_off + 32;           // u32 [2 stages][2]
+  static constexpr int alpha_off = valid_off + 16;         // f32 [64]
+  static constexpr int stat_off = alpha_off + kHeads * 4;  // f32 [2][64]
+  static constexpr int used = stat_off + 2 * kHeads * 4;
+  static constexpr int total = used + kAlignSlack;
+};
+static_assert(WsLayout<576>::total <= 227 * 1024, "v32 layout must fit an H100/H200 CTA");
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(cuda::smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(cuda::smem_addr(bar))
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(cuda::smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_increase() {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_decrease() {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
+template <class Source>
+__global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelParams<typename Source::Args> p) {
+#if defined(LKV_SM90_WGMMA)
+  static_assert(!Source::kF16, "the sm90 kernel multiplies bf16; f16 queries run the portable kernel");
+  constexpr int kDqk = Source::kDqk;
+  constexpr KeyStorage kStorage = Source::kStorage;
+  constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
+  constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
+  using L = WsLayout<kDqk>;
+  constexpr int kQkSteps = kDqk / 16;
+
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t base_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  uint8_t* smem = smem_raw + ((1024u - (base_addr & 1023u)) & 1023u);
+  uint8_t* sQ = smem + L::q_off;
+  uint8_t* sK = smem + L::k_off;
+  uint8_t* sP = smem + L::p_off;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::bar_off);
+  uint64_t* empty = full + 2;
+  uint32_t* sValid = reinterpret_cast<uint32_t*>(smem + L::valid_off);  // [2 stages][2 words]
+  float* sAlpha = reinterpret_cast<float*>(smem + L::alpha_off);
+  float* sRowMax = reinterpret_cast<float*>(smem + L::stat_off);
+  float* sRowSum = sRowMax + kHeads;
+
+  const cuda::Geometry& g = p.g;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;
+  const int gr = lane / 4, t4 = lane % 4;
+  const int64_t head_blocks = g.kv_heads * g.head_blocks_per_kv;
+  const int64_t row = blockIdx.x / head_blocks;
+  const int64_t hb = blockIdx.x % head_blocks;
+  const int64_t kv_head = hb / g.head_blocks_per_kv;
+  const int64_t hb0 = (hb % g.head_blocks_per_kv) * kHeads;
+  const int64_t heads_here = min(static_cast<int64_t>(kHeads), g.heads_per_kv - hb0);
+  const int64_t h0 = kv_head * g.heads_per_kv + hb0;
+  const int64_t r1 = row / g.n2, r2 = row % g.n2;
+  const int64_t split = blockIdx.y;
+
+  // ---- Q to shared memory (every thread), barriers initialised (thread 0).
+  const uint16_t* q_row = g.q + r1 * g.stride_q_r1 + r2 * g.stride_q_r2;
+  for (int c = tid; c < kHeads * (kDqk / 8); c += kWsThreads) {
+    const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (hr < heads_here) v = *reinterpret_cast<const uint4*>(q_row + (h0 + hr) * g.stride_q_h + col);
+    *reinterpret_cast<uint4*>(sQ + (col / 64) * kChunkBytes + sw128_offset(hr, col % 64)) = v;
+  }
+  if (tid == 0) {
+    mbar_init(&full[0], 128);
+    mbar_init(&full[1], 128);
+    mbar_init(&empty[0], 8);
+    mbar_init(&empty[1], 8);
+  }
+  fence_proxy_async();
+  __syncthreads();
+
+  const Source src(p.src, r1, r2, kv_head);
+  const int64_t k_begin = split * g.keys_per_split;
+  const int64_t k_end = min(src.candidates(), k_begin + g.keys_per_split);
+  const int64_t nb = k_end > k_begin ? (k_end - k_begin + kBlockTokens - 1) / kBlockTokens : 0;
+  const float scale_log2 = g.scale * cuda::kLog2e;
+  const int r0 = 16 * wq + gr;  // consumer rows r0 and r0 + 8
+
+  if (wg == 2) {
+    // ===================== producer =====================
+    regs_decrease<96>();
+    // Lane l of producer warp q: tokens 8 q + l % 8 and 32 + 8 q + l % 8, chunk column l / 8.
+    const int tok_l = 8 * wq + lane % 8, part = lane / 8;
+    Raw<kRawStorage> raw;
+    const uint8_t* data[2];
+    const uint8_t* scale[2];
+    auto resolve = [&](int64_t blk, int stage) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t k = k_begin + blk * kBlockTokens + 32 * h + tok_l;
+        scale[h] = nullptr;
+        data[h] = k < k_end ? src.locate(p.src, k, &scale[h]) : nullptr;
+        const uint32_t bits = __ballot_sync(0xffffffffu, data[h] != nullptr) & 0xffu;  // lanes 0-7
+        // Bits of tokens 32 h + 8 q.. : byte q of word h.
+        if (lane == 0) atomicOr(&sValid[stage * 2 + h], bits << (8 * wq));
+      }
+    };
+    for (int64_t n = 0; n < nb; ++n) {
+      const int s = static_cast<int>(n & 1);
+      const uint32_t phase = static_cast<uint32_t>((n >> 1) & 1);
+      uint8_t* stage = sK + s * L::k_stage;
+      // The stage is free once the consumers finished block n - 2 (the first use passes at once).
+      mbar_wait(&empty[s], phase ^ 1);
+      if (tid == 256) sValid[s * 2] = sValid[s * 2 + 1] = 0;
+      asm volatile("bar.sync 4, 128;\n" ::: "memory");  // the mask words are cleared
+      resolve(n, s);
+      if constexpr (kDirect) {
+        constexpr int kChunks = kDqk * 2 / 16;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          // Chunk c = part + 4 i (dims 8 c..) sits in swizzled chunk i / 2 at column 8 part + 32 (i % 2):
+          // two base addresses and constant offsets.
+          const int tok = 32 * h + tok_l;
+          uint8_t* base[2] = {stage + sw128_offset(tok, 8 * part), stage + sw128_offset(tok, 8 * part + 32)};
+          const uint8_t* src = data[h] ? data[h] + 16 * part : nullptr;
+#pragma unroll
+          for (int i = 0; i < kChunks / 4; ++i) {
+            uint8_t* dst = base[i % 2] + (i / 2) * kChunkBytes;
+            if (src) cuda::cp_async_16(dst, src + 64 * i);
+            else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+          }
+        }
+        cuda::cp_async_commit();
+        cuda::cp_async_wait<0>();
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          load_raw<kRawStorage>(raw, data[h], scale[h], part);
+          store_dequantized<kRawStorage>(raw, stage, 32 * h + tok_l, part);
+        }
+      }
+      fence_proxy_async();
+      mbar_arrive(&full[s]);
+    }
+  } else if (wg == 0) {
+    // ===================== consumer 0: scores, softmax, O[:, 0:256] =====================
+    regs_increase<240>();
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    float row_max[2] = {-INFINITY, -INFINITY};
+    float row_sum[2] = {0.0f, 0.0f};
+    float s[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+    for (int64_t n = 0; n < nb; ++n) {
+      const int st_i = static_cast<int>(n & 1);
+      uint8_t* kcur = sK + st_i * L::k_stage;
+      mbar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
+      const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kcur, 16, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int st = 0; st < kQkSteps; ++st) {
+        const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
+        wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(s);
+      const uint64_t valid = static_cast<uint64_t>(sValid[st_i * 2]) |
+                             (static_cast<uint64_t>(sValid[st_i * 2 + 1]) << 32);
+      float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int tok = 8 * j + 2 * t4 + (e % 2);
+          const float v = ((valid >> tok) & 1) ? s[4 * j + e] * scale_log2 : -INFINITY;
+          s[4 * j + e] = v;
+          tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
+        }
+      float alpha[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+        const float new_max = fmaxf(row_max[r], tile_max[r]);
+        alpha[r] = new_max == -INFINITY ? 1.0f : exp2_ftz(row_max[r] - new_max);
+        row_max[r] = new_max;
+        row_sum[r] *= alpha[r];
+      }
+      uint32_t pa[4][4];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float v = s[4 * j + e];
+          const float pr = v == -INFINITY ? 0.0f : exp2_ftz(v - row_max[e / 2]);
+          s[4 * j + e] = pr;
+          row_sum[e / 2] += pr;
+        }
+      // Warpgroup 1 must be done reading the previous block's P before it is overwritten.
+      if (n > 0) named_barrier_sync(2);
+#pragma unroll
+      for (int st = 0; st < 4; ++st) {
+        pa[st][0] = pack_bf16x2(s[8 * st + 0], s[8 * st + 1]);
+        pa[st][1] = pack_bf16x2(s[8 * st + 2], s[8 * st + 3]);
+        pa[st][2] = pack_bf16x2(s[8 * st + 4], s[8 * st + 5]);
+        pa[st][3] = pack_bf16x2(s[8 * st + 6], s[8 * st + 7]);
+        const int c0 = 16 * st + 2 * t4;
+        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = pa[st][0];
+        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = pa[st][1];
+        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0 + 8)) = pa[st][2];
+        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0 + 8)) = pa[st][3];
+      }
+      if (t4 == 0) {
+        sAlpha[r0] = alpha[0];
+        sAlpha[r0 + 8] = alpha[1];
+      }
+      fence_proxy_async();
+      named_barrier_arrive(1);  // P and alpha of block n are ready
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
+      }
+      const uint64_t dv = smem_desc(kcur, kChunkBytes, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int st = 0; st < 4; ++st) wgmma_m64n256k16_rs_tb(o, pa[st], dv + (st * 2048 >> 4), true);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(o);
+#pragma unroll
+      for (int st = 0; st < 4; ++st)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(pa[st][k])::"memory");
+      if (lane == 0) mbar_arrive(&empty[st_i]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+    }
+    if (t4 == 0) {
+      sRowMax[r0] = row_max[0];
+      sRowMax[r0 + 8] = row_max[1];
+      sRowSum[r0] = row_sum[0];
+      sRowSum[r0 + 8] = row_sum[1];
+    }
+    named_barrier_sync(3);
+    write_rows(p, o, sRowMax, sRowSum, r0, t4, 0, heads_here, h0, row, r1, r2, split);
+  } else {
+    // ===================== consumer 1: O[:, 256:512] =====================
+    regs_decrease<168>();
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    for (int64_t n = 0; n < nb; ++n) {
+      const int st_i = static_cast<int>(n & 1);
+      uint8_t* kcur = sK + st_i * L::k_stage;
+      mbar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
+      named_barrier_sync(1);  // P and alpha of block n
+      const float a0 = sAlpha[r0], a1 = sAlpha[r0 + 8];
+      if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o[i] *= ((i / 2) % 2) ? a1 : a0;
+      }
+      const uint64_t dp = smem_desc(sP, 16, 1024), dv = smem_desc(kcur + 4 * kChunkBytes, kChunkBytes, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int st = 0; st < 4; ++st) wgmma_m64n256k16_ss_tb(o, dp + (st * 32 >> 4), dv + (st * 2048 >> 4), true);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(o);
+      if (n + 1 < nb) named_barrier_arrive(2);  // P may be overwritten
+      if (lane == 0) mbar_arrive(&empty[st_i]);
+    }
+    named_barrier_sync(3);
+    write_rows(p, o, sRowMax, sRowSum, r0, t4, 1, heads_here, h0, row, r1, r2, split);
+  }
+#else
+  (void)p;
+  __trap();
+#endif
+}
+
+}  // namespace latentkv::decode::sm90
