@@ -1,15 +1,48 @@
-// Whether a device runs the Hopper sparse decode kernel (see launch.h).
+// Whether a device runs the Hopper attention kernel (see launch.h).
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+
+#include "cuda_common/cuda_check.h"
 #include "cuda_common/device_cache.h"
 #include "decode/sm90/config.h"
 #include "decode/sm90/launch.h"
 
 namespace latentkv::decode::sm90 {
+namespace {
+
+// Built with the same -gencode flags as the attention kernels: the code the driver picks for it on
+// a device is the code it picks for them.
+__global__ void probe_kernel() {}
+
+// The PTX architecture of the code the driver runs on `device` (90 for the sm_90a machine code; 80
+// when it compiles the compute_80 PTX instead, as under CUDA_FORCE_PTX_JIT=1 or with a build whose
+// LKV_CUDA_GENCODE has no sm_90a), queried once per device.
+int ptx_version(int device) {
+  static std::mutex mu;
+  static std::map<int, int> versions;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = versions.find(device);
+  if (it != versions.end()) return it->second;
+  int current = 0;
+  LKV_CUDA_CHECK(cudaGetDevice(&current));
+  LKV_CUDA_CHECK(cudaSetDevice(device));
+  cudaFuncAttributes attr{};
+  const cudaError_t err = cudaFuncGetAttributes(&attr, probe_kernel);
+  LKV_CUDA_CHECK(cudaSetDevice(current));
+  LKV_CUDA_CHECK(err);
+  versions[device] = attr.ptxVersion;
+  return attr.ptxVersion;
+}
+
+}  // namespace
 
 bool usable(int device) {
-  // The binary carries sm_90a code only for compute capability 9.0 exactly (sm_90a code does not
-  // run on later architectures).
+  // Compute capability 9.0 exactly (sm_90a code runs nowhere else), room for the shared memory, and
+  // the sm_90a code itself in use: the kernel body compiled for other targets is a trap.
   return cuda_common::compute_capability(device) == 90 &&
-         cuda_common::max_smem_per_block(device) >= Layout<576>::total;
+         cuda_common::max_smem_per_block(device) >= Layout<576>::total && ptx_version(device) >= 90;
 }
 
 }  // namespace latentkv::decode::sm90
