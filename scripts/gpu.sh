@@ -50,7 +50,7 @@ fi
 # test_ws: the attention suites again with the warp-specialised sm90 variant (LKV_SM90_WS=1).
 if has test_ws; then
   # One small case first: a hang costs one minute, not the stage's seven.
-  LKV_SM90_WS=1 timeout 60 ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda.Sm90AgreesWithPortable' >"$OUT/cuda_tests_ws_quick.log" 2>&1 &&
+  LKV_SM90_WS=1 timeout 60 ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda.Sm90AgreesWithPortable:PrefillCuda.SplitsAndDeterminism:DenseCuda.Errors' >"$OUT/cuda_tests_ws_quick.log" 2>&1 &&
   LKV_SM90_WS=1 timeout 420 ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda*:PrefillCuda*:DenseCuda*' >"$OUT/cuda_tests_ws.log" 2>&1
   rc=$?
   grep -E 'FAILED|Failure' "$OUT/cuda_tests_ws.log" | head -40

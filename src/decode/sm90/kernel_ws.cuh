@@ -10,7 +10,8 @@
 //   full[s]  (128 arrivals: every producer thread, after its stores and fence.proxy.async)
 //   empty[s] (8 arrivals: lane 0 of every consumer warp, after its products of the block completed)
 // and the consumers meet at named barriers: 1 (P of the block is in shared memory), 2 (warpgroup 1 no
-// longer reads P), 3 (row statistics for the epilogue).
+// longer reads P), 3 (row statistics for the epilogue). The attended-token mask of a stage is
+// written by the producer before its full arrival and read by warpgroup 0 before its empty arrival.
 // Registers (setmaxnreg; entry cap 168 = 65536 / 384, the three must sum to at most 504): warpgroup
 // 0 240 (O half 128, S 32, P 16, the row's 64-bit indices; 216 spilled), warpgroup 1 keeps 168 (O
 // half 128), producer 96 (one token's raw record at a time, 44; the 16-bit path's 18 copies per
@@ -46,13 +47,19 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(cuda::smem_addr(bar))
                : "memory");
 }
+// Waits until the phase of `bar` with the given parity has completed. (A poll counter that traps
+// after 2^26 polls, to turn a protocol error into a launch error, cost warpgroup 1 its register
+// headroom: its accumulators spilled. scripts/gpu.sh runs a one-minute guard test first instead.)
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(cuda::smem_addr(bar)),
-      "r"(parity)
-      : "memory");
+  for (;;) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(cuda::smem_addr(bar)), "r"(parity)
+        : "memory");
+    if (done) return;
+  }
 }
 __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
@@ -69,6 +76,11 @@ __device__ __forceinline__ void regs_decrease() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 #endif
 }
+
+// setmaxnreg budgets (see the header): the increase blocks until the pool has the registers, so the
+// three must fit what the launch allocated (168 per thread at 384 threads).
+inline constexpr int kWsRegsConsumer0 = 240, kWsRegsConsumer1 = 168, kWsRegsProducer = 96;
+static_assert(kWsRegsConsumer0 + kWsRegsConsumer1 + kWsRegsProducer <= 3 * 168, "register pool");
 
 template <class Source>
 __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelParams<typename Source::Args> p) {
@@ -134,21 +146,30 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
 
   if (wg == 2) {
     // ===================== producer =====================
-    regs_decrease<96>();
+    regs_decrease<kWsRegsProducer>();
     // Lane l of producer warp q: tokens 8 q + l % 8 and 32 + 8 q + l % 8, chunk column l / 8.
     const int tok_l = 8 * wq + lane % 8, part = lane / 8;
     Raw<kRawStorage> raw;
     const uint8_t* data[2];
     const uint8_t* scale[2];
+    // The eight part-0 lanes resolve their tokens (index loads, 32-bit divisions) and pass the
+    // pointers to the other three lanes of the token; lane 0 stores the warp's attended bits as byte
+    // q of the block's word h (every byte is rewritten each block, so no clearing is needed).
     auto resolve = [&](int64_t blk, int stage) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int64_t k = k_begin + blk * kBlockTokens + 32 * h + tok_l;
-        scale[h] = nullptr;
-        data[h] = k < k_end ? src.locate(p.src, k, &scale[h]) : nullptr;
+        const uint8_t* d = nullptr;
+        const uint8_t* sc = nullptr;
+        if (part == 0) {
+          const int64_t k = k_begin + blk * kBlockTokens + 32 * h + tok_l;
+          if (k < k_end) d = src.locate(p.src, k, &sc);
+        }
+        data[h] = reinterpret_cast<const uint8_t*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(d), lane % 8));
+        scale[h] = reinterpret_cast<const uint8_t*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(sc), lane % 8));
         const uint32_t bits = __ballot_sync(0xffffffffu, data[h] != nullptr) & 0xffu;  // lanes 0-7
-        // Bits of tokens 32 h + 8 q.. : byte q of word h.
-        if (lane == 0) atomicOr(&sValid[stage * 2 + h], bits << (8 * wq));
+        if (lane == 0) reinterpret_cast<uint8_t*>(sValid)[stage * 8 + 4 * h + wq] = static_cast<uint8_t>(bits);
       }
     };
     for (int64_t n = 0; n < nb; ++n) {
@@ -157,8 +178,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       uint8_t* stage = sK + s * L::k_stage;
       // The stage is free once the consumers finished block n - 2 (the first use passes at once).
       mbar_wait(&empty[s], phase ^ 1);
-      if (tid == 256) sValid[s * 2] = sValid[s * 2 + 1] = 0;
-      asm volatile("bar.sync 4, 128;\n" ::: "memory");  // the mask words are cleared
       resolve(n, s);
       if constexpr (kDirect) {
         constexpr int kChunks = kDqk * 2 / 16;
@@ -168,11 +187,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
           // two base addresses and constant offsets.
           const int tok = 32 * h + tok_l;
           uint8_t* base[2] = {stage + sw128_offset(tok, 8 * part), stage + sw128_offset(tok, 8 * part + 32)};
-          const uint8_t* src = data[h] ? data[h] + 16 * part : nullptr;
+          const uint8_t* from = data[h] ? data[h] + 16 * part : nullptr;
 #pragma unroll
           for (int i = 0; i < kChunks / 4; ++i) {
             uint8_t* dst = base[i % 2] + (i / 2) * kChunkBytes;
-            if (src) cuda::cp_async_16(dst, src + 64 * i);
+            if (from) cuda::cp_async_16(dst, from + 64 * i);
             else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
           }
         }
@@ -190,7 +209,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     }
   } else if (wg == 0) {
     // ===================== consumer 0: scores, softmax, O[:, 0:256] =====================
-    regs_increase<240>();
+    regs_increase<kWsRegsConsumer0>();
     float o[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
