@@ -18,6 +18,7 @@
 #include "bench_util.h"
 #include "commands.h"
 #include "compress/check.h"
+#include "compress/cpu/pool.h"
 #include "compress/params.h"
 #include "latentkv/compress.h"
 #include "latentkv/error.h"
@@ -144,12 +145,13 @@ int cmd_bench_compress(const Args& args) {
     cpu_memcpy = measure_cpu_memcpy_GBps();
     res.ceilings["memcpy_GBps"] = cpu_memcpy;
     res.ceilings["read_GBps"] = measure_cpu_read_GBps();
+    res.notes["cpu_isa"] = compress::cpu_isa_name(compress::default_cpu_isa());
     res.notes["threads"] = std::to_string(omp_get_max_threads());
   }
   const double ceiling = cuda ? hbm : cpu_memcpy;
 
   std::printf("compress_kv %s on %s%s\n", format_info(format).name, res.device.c_str(),
-              cuda ? "" : " (fast fp32 path)");
+              cuda ? "" : (" (fast fp32 path, " + res.notes["cpu_isa"] + ")").c_str());
   if (hbm > 0) std::printf("measured HBM read bandwidth: %.0f GB/s\n", hbm);
   if (!cuda)
     std::printf("measured with %s threads: memcpy %.1f GB/s (bytes copied / s), read %.1f GB/s\n",

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "compress/cpu/pool.h"
 #include "compress/params.h"
 
 namespace latentkv::compress {
@@ -13,9 +15,13 @@ namespace latentkv::compress {
 // writes it (same bytes layout as the fast paths). Inputs must already be validated.
 void compress_oracle(const Params& p);
 
-// Fast fp32 path: OpenMP over outputs, the window streamed once in chunks of rows with one rescale
-// per chunk, vectorisable inner loops over the 512 dimensions.
-void compress_cpu_fast(const Params& p);
+// Fast fp32 path: OpenMP over outputs, the window streamed once in chunks of 8 rows with one
+// rescale per chunk, pooled by pool.h's kernel for the widest instruction set the CPU runs. The
+// instruction set may change the bytes in the last bit of a value (pool.h).
+struct CpuFastOptions {
+  std::optional<CpuIsa> isa;  // default: default_cpu_isa()
+};
+void compress_cpu_fast(const Params& p, const CpuFastOptions& opt = {});
 
 // The oracle's view of one output, for judging a backend's bytes (see check.h).
 struct OracleRecord {
