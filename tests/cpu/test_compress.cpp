@@ -180,10 +180,10 @@ TEST(CompressCpu, BitwiseDeterministic) {
 }
 
 // The CPU fast path's pooling builds (compress/cpu/pool.h) compute each dim in its own lane with the
-// same operations in the same order: the two FMA builds (AVX2, AVX-512) must agree to the bit, and
-// every build must pass the judge. Shapes cover full 8-row chunks, a short last chunk, windows
-// shorter than a chunk, and skipped outputs.
-TEST(CompressCpu, EveryInstructionSetPassesAndTheFmaBuildsAgree) {
+// same operations in the same order: every cut of the dims into tasks must give the same bytes, the
+// two FMA builds (AVX2, AVX-512) must agree to the bit, and every build must pass the judge. Shapes
+// cover full 8-row chunks, a short last chunk, windows shorter than a chunk, and skipped outputs.
+TEST(CompressCpu, EveryInstructionSetAndDimSplitGivesTheSameBytes) {
   struct Shape {
     int64_t C, block_size, tokens;
   };
@@ -205,17 +205,23 @@ TEST(CompressCpu, EveryInstructionSetPassesAndTheFmaBuildsAgree) {
          {compress::CpuIsa::kSse4, compress::CpuIsa::kAvx2, compress::CpuIsa::kAvx512}) {
       if (!compress::cpu_supports(isa)) continue;
       if (&sh == &shapes[0]) isas_run += std::string(" ") + compress::cpu_isa_name(isa);
-      CompressWorkload w = make_workload(o);
-      compress::compress_cpu_fast(w.params(), {.isa = isa});
-      const compress::CheckReport rep = compress::check_records(w.params(), w.kv.data());
-      EXPECT_TRUE(rep.ok()) << compress::cpu_isa_name(isa) << ": " << rep.first_failure;
-      const std::vector<uint8_t>& out = w.kv;
+      std::vector<uint8_t> first;
+      for (int splits : {1, 2, 8, 32}) {
+        CompressWorkload w = make_workload(o);
+        compress::compress_cpu_fast(w.params(), {.isa = isa, .dim_splits = splits});
+        if (first.empty()) {
+          first = w.kv;
+          const compress::CheckReport rep = compress::check_records(w.params(), w.kv.data());
+          EXPECT_TRUE(rep.ok()) << compress::cpu_isa_name(isa) << ": " << rep.first_failure;
+        }
+        ASSERT_EQ(w.kv, first) << compress::cpu_isa_name(isa) << ", " << splits << " dim splits";
+      }
       if (isa == compress::CpuIsa::kSse4) {
-        sse_bytes = out;
+        sse_bytes = first;
       } else if (fma_bytes.empty()) {
-        fma_bytes = out;
+        fma_bytes = first;
       } else {
-        ASSERT_EQ(out, fma_bytes) << "the AVX2 and AVX-512 builds disagree";
+        ASSERT_EQ(first, fma_bytes) << "the AVX2 and AVX-512 builds disagree";
       }
     }
     if (!fma_bytes.empty()) {
@@ -226,6 +232,32 @@ TEST(CompressCpu, EveryInstructionSetPassesAndTheFmaBuildsAgree) {
   std::printf("[info] pooling builds run on this CPU:%s; SSE4 vs FMA builds: %lld of %lld cache "
               "bytes differ\n",
               isas_run.c_str(), static_cast<long long>(sse_differs), static_cast<long long>(bytes));
+}
+
+TEST(CompressCpu, DimSplitsGiveEveryThreadWork) {
+  // 2 threads: 1 output in 2 ranges, 3 in 2 (6 tasks, 3 rounds), an even count whole; a large odd
+  // count stays whole (its imbalance is less than a cut costs).
+  EXPECT_EQ(compress::cpu_dim_splits(1, 2), 2);
+  EXPECT_EQ(compress::cpu_dim_splits(2, 2), 1);
+  EXPECT_EQ(compress::cpu_dim_splits(3, 2), 2);
+  EXPECT_EQ(compress::cpu_dim_splits(5, 2), 2);
+  EXPECT_EQ(compress::cpu_dim_splits(16, 2), 1);
+  EXPECT_EQ(compress::cpu_dim_splits(17, 2), 1);
+  EXPECT_EQ(compress::cpu_dim_splits(1, 1), 1);  // one thread never cuts
+  EXPECT_EQ(compress::cpu_dim_splits(0, 2), 1);
+  EXPECT_EQ(compress::cpu_dim_splits(10, 64), 4);
+  EXPECT_EQ(compress::cpu_dim_splits(1, 128), 8);  // at most 8 ranges of 64 dims
+  for (int64_t outputs : {1, 3, 7, 100})
+    for (int threads : {1, 2, 3, 16}) {
+      const int s = compress::cpu_dim_splits(outputs, threads);
+      EXPECT_EQ(compress::kDim % (s * compress::kPoolDimAlign), 0);
+    }
+  // An unsupported cut is an error, not a silent partial write.
+  WorkloadOptions o;
+  CompressWorkload w = make_workload(o);
+  const std::string msg = latentkv::testing::error_of(
+      [&] { compress::compress_cpu_fast(w.params(), {.isa = std::nullopt, .dim_splits = 3}); });
+  EXPECT_NE(msg.find("dim_splits 3"), std::string::npos) << msg;
 }
 
 TEST(CompressCpu, ErrorsNameTheValueAndWriteNothing) {

@@ -1,11 +1,17 @@
 // The fast fp32 CPU path of compress_kv.
 //
-// Work split: OpenMP threads take outputs in a dynamic schedule (outputs may be skipped). Pooling
-// (SPEC.md section 3, step 2; ~97% of the time) is pool.h's kernel for the widest instruction set
-// this CPU runs; the record (RMSNorm, quantization, RoPE) is scalar.
+// Work split: OpenMP threads take tasks in a dynamic schedule (outputs may be skipped). A task is
+// one output's window, or, when there are too few outputs to keep every thread busy
+// (cpu_dim_splits), one range of its dims: dims are independent until the RMSNorm, so the pooled
+// ranges go through a buffer to a second loop that writes the records, and the bytes are the same
+// either way. Pooling (SPEC.md section 3, step 2; ~97% of the time) is pool.h's kernel for the
+// widest instruction set this CPU runs; the record (RMSNorm, quantization, RoPE) is scalar.
+#include <omp.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "compress/cpu/compress_cpu.h"
 #include "latentkv/error.h"
@@ -109,19 +115,48 @@ void compress_cpu_fast(const Params& p, const CpuFastOptions& opt) {
   LKV_CHECK(cpu_supports(isa), "compress_cpu_fast: this CPU cannot run the ", cpu_isa_name(isa),
             " build");
   const PoolFn pool = pool_fn(isa);
+  const int splits =
+      opt.dim_splits > 0 ? opt.dim_splits : cpu_dim_splits(p.num_outputs, omp_get_max_threads());
+  LKV_CHECK(kDim % (splits * kPoolDimAlign) == 0, "compress_cpu_fast: dim_splits ", splits,
+            " does not cut ", kDim, " dims into multiples of ", kPoolDimAlign);
 
+  auto write = [&](int64_t i, const float* c) {
+    const int64_t b = p.boundary[i];
+    const int64_t slot = p.slot_mapping[b];
+    write_record(p, p.positions[b], c, p.kv + data_offset(p, slot), p.kv + scale_offset(p, slot));
+  };
+
+  if (splits == 1) {
+#pragma omp parallel
+    {
+      alignas(64) float c[kDim];
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < p.num_outputs; ++i) {
+        const int64_t b = p.boundary[i];
+        if (p.slot_mapping[b] < 0) continue;
+        pool(p, p.token_to_req[b], p.positions[b], 0, kDim, c);
+        write(i, c);
+      }
+    }
+    return;
+  }
+
+  // Few outputs: pool (output, dim range) pairs into a buffer, then write the records.
+  const int range = kDim / splits;
+  std::vector<float> pooled(static_cast<size_t>(p.num_outputs) * kDim);
 #pragma omp parallel
   {
-    alignas(64) float c[kDim];
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < p.num_outputs; ++i) {
+    for (int64_t task = 0; task < p.num_outputs * splits; ++task) {
+      const int64_t i = task / splits;
+      const int d_begin = static_cast<int>(task % splits) * range;
       const int64_t b = p.boundary[i];
-      const int64_t slot = p.slot_mapping[b];
-      if (slot < 0) continue;
-      const int64_t pos = p.positions[b];
-      pool(p, p.token_to_req[b], pos, 0, kDim, c);
-      write_record(p, pos, c, p.kv + data_offset(p, slot), p.kv + scale_offset(p, slot));
+      if (p.slot_mapping[b] < 0) continue;
+      pool(p, p.token_to_req[b], p.positions[b], d_begin, d_begin + range, &pooled[i * kDim]);
     }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < p.num_outputs; ++i)
+      if (p.slot_mapping[p.boundary[i]] >= 0) write(i, &pooled[i * kDim]);
   }
 }
 
