@@ -33,15 +33,17 @@ std::atomic<KernelChoice>& choice_ref() {
 void set_kernel_choice(KernelChoice choice) { choice_ref() = choice; }
 KernelChoice kernel_choice() { return choice_ref(); }
 
-const char* kernel_for_device(int device) {
+bool use_sm90(int device) {
   const KernelChoice c = kernel_choice();
-  if (c == KernelChoice::kPortable) return "portable";
+  if (c == KernelChoice::kPortable) return false;
   const bool sm90 = decode::sm90::usable(device);
   LKV_CHECK(sm90 || c == KernelChoice::kAuto, "the sm90 decode kernel was asked for (LKV_DECODE_KERNEL "
             "or set_kernel_choice) but device ", device, " has compute capability ",
             cuda_common::compute_capability(device), " (it needs 9.0)");
-  return sm90 ? "sm90" : "portable";
+  return sm90;
 }
+
+const char* kernel_for_device(int device) { return use_sm90(device) ? "sm90" : "portable"; }
 
 void sparse_decode(const Params& p, Stream stream) {
   KernelParams<SparseArgs> k{};
@@ -61,7 +63,7 @@ void sparse_decode(const Params& p, Stream stream) {
   k.o.sink = p.sink;
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
-  if (std::strcmp(kernel_for_device(device), "sm90") == 0) {
+  if (use_sm90(device)) {
     if (p.format == CacheFormat::v32_fp8) decode::sm90::launch<CacheFormat::v32_fp8>(k, stream);
     else decode::sm90::launch<CacheFormat::v4_fp8>(k, stream);
     if (g.num_splits > 1) launch_combine(g, k.o, /*f16=*/false, stream);
