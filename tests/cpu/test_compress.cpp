@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compress/check.h"
+#include "compress/cpu/compress_cpu.h"
 #include "compress/params.h"
 #include "compress/plan.h"
 #include "latentkv/compress.h"
@@ -176,6 +177,87 @@ TEST(CompressCpu, BitwiseDeterministic) {
     compress_kv(b.args(), nullptr, CompressImpl::kCpuFast);
     ASSERT_EQ(a.kv, b.kv) << "run " << run;
   }
+}
+
+// The CPU fast path's pooling builds (compress/cpu/pool.h) compute each dim in its own lane with the
+// same operations in the same order: every cut of the dims into tasks must give the same bytes, the
+// two FMA builds (AVX2, AVX-512) must agree to the bit, and every build must pass the judge. Shapes
+// cover full 8-row chunks, a short last chunk, windows shorter than a chunk, and skipped outputs.
+TEST(CompressCpu, EveryInstructionSetAndDimSplitGivesTheSameBytes) {
+  struct Shape {
+    int64_t C, block_size, tokens;
+  };
+  const Shape shapes[] = {{128, 8, 1024}, {37, 3, 300}, {4, 4, 64}, {1, 8, 40}, {1000, 8, 2100}};
+  std::string isas_run;
+  int64_t sse_differs = 0, bytes = 0;
+  for (const Shape& sh : shapes) {
+    WorkloadOptions o;
+    o.num_reqs = 2;
+    o.tokens_per_req = sh.tokens;
+    o.compress_ratio = sh.C;
+    o.block_size = sh.block_size;
+    o.shuffle_blocks = true;
+    o.random_slots = true;
+    o.random_initial_cache = true;
+    SCOPED_TRACE("C=" + std::to_string(sh.C) + " block_size=" + std::to_string(sh.block_size));
+    std::vector<uint8_t> fma_bytes, sse_bytes;
+    for (compress::CpuIsa isa :
+         {compress::CpuIsa::kSse4, compress::CpuIsa::kAvx2, compress::CpuIsa::kAvx512}) {
+      if (!compress::cpu_supports(isa)) continue;
+      if (&sh == &shapes[0]) isas_run += std::string(" ") + compress::cpu_isa_name(isa);
+      std::vector<uint8_t> first;
+      for (int splits : {1, 2, 8, 32}) {
+        CompressWorkload w = make_workload(o);
+        compress::compress_cpu_fast(w.params(), {.isa = isa, .dim_splits = splits});
+        if (first.empty()) {
+          first = w.kv;
+          const compress::CheckReport rep = compress::check_records(w.params(), w.kv.data());
+          EXPECT_TRUE(rep.ok()) << compress::cpu_isa_name(isa) << ": " << rep.first_failure;
+        }
+        ASSERT_EQ(w.kv, first) << compress::cpu_isa_name(isa) << ", " << splits << " dim splits";
+      }
+      if (isa == compress::CpuIsa::kSse4) {
+        sse_bytes = first;
+      } else if (fma_bytes.empty()) {
+        fma_bytes = first;
+      } else {
+        ASSERT_EQ(first, fma_bytes) << "the AVX2 and AVX-512 builds disagree";
+      }
+    }
+    if (!fma_bytes.empty()) {
+      for (size_t k = 0; k < sse_bytes.size(); ++k) sse_differs += sse_bytes[k] != fma_bytes[k];
+      bytes += static_cast<int64_t>(sse_bytes.size());
+    }
+  }
+  std::printf("[info] pooling builds run on this CPU:%s; SSE4 vs FMA builds: %lld of %lld cache "
+              "bytes differ\n",
+              isas_run.c_str(), static_cast<long long>(sse_differs), static_cast<long long>(bytes));
+}
+
+TEST(CompressCpu, DimSplitsGiveEveryThreadWork) {
+  // 2 threads: 1 output in 2 ranges, 3 in 2 (6 tasks, 3 rounds), an even count whole; a large odd
+  // count stays whole (its imbalance is less than a cut costs).
+  EXPECT_EQ(compress::cpu_dim_splits(1, 2), 2);
+  EXPECT_EQ(compress::cpu_dim_splits(2, 2), 1);
+  EXPECT_EQ(compress::cpu_dim_splits(3, 2), 2);
+  EXPECT_EQ(compress::cpu_dim_splits(5, 2), 2);
+  EXPECT_EQ(compress::cpu_dim_splits(16, 2), 1);
+  EXPECT_EQ(compress::cpu_dim_splits(17, 2), 1);
+  EXPECT_EQ(compress::cpu_dim_splits(1, 1), 1);  // one thread never cuts
+  EXPECT_EQ(compress::cpu_dim_splits(0, 2), 1);
+  EXPECT_EQ(compress::cpu_dim_splits(10, 64), 4);
+  EXPECT_EQ(compress::cpu_dim_splits(1, 128), 8);  // at most 8 ranges of 64 dims
+  for (int64_t outputs : {1, 3, 7, 100})
+    for (int threads : {1, 2, 3, 16}) {
+      const int s = compress::cpu_dim_splits(outputs, threads);
+      EXPECT_EQ(compress::kDim % (s * compress::kPoolDimAlign), 0);
+    }
+  // An unsupported cut is an error, not a silent partial write.
+  WorkloadOptions o;
+  CompressWorkload w = make_workload(o);
+  const std::string msg = latentkv::testing::error_of(
+      [&] { compress::compress_cpu_fast(w.params(), {.isa = std::nullopt, .dim_splits = 3}); });
+  EXPECT_NE(msg.find("dim_splits 3"), std::string::npos) << msg;
 }
 
 TEST(CompressCpu, ErrorsNameTheValueAndWriteNothing) {

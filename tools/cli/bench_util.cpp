@@ -1,8 +1,11 @@
 // Shared benchmark plumbing of the CLI (see bench_util.h).
 #include "bench_util.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iomanip>
@@ -67,6 +70,49 @@ double cpu_time_us(const std::function<void()>& fn, int reps, int warmup) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+namespace {
+constexpr size_t kCeilingBytes = size_t{256} << 20;
+}  // namespace
+
+double measure_cpu_memcpy_GBps() {
+  std::vector<char> src(kCeilingBytes, 1), dst(kCeilingBytes, 0);
+  const double us = cpu_time_us(
+      [&] {
+#pragma omp parallel
+        {
+          const size_t n = static_cast<size_t>(omp_get_num_threads());
+          const size_t k = static_cast<size_t>(omp_get_thread_num());
+          const size_t lo = kCeilingBytes / n * k, hi = kCeilingBytes / n * (k + 1);
+          std::memcpy(dst.data() + lo, src.data() + lo, hi - lo);
+        }
+      },
+      5);
+  return static_cast<double>(kCeilingBytes) / (us * 1e-6) / 1e9;
+}
+
+double measure_cpu_read_GBps() {
+  const size_t n_floats = kCeilingBytes / sizeof(float);
+  std::vector<float> buf(n_floats, 1.0f);
+  volatile float sink = 0;
+  const double us = cpu_time_us(
+      [&] {
+        float total = 0;
+#pragma omp parallel reduction(+ : total)
+        {
+          const size_t n = static_cast<size_t>(omp_get_num_threads());
+          const size_t k = static_cast<size_t>(omp_get_thread_num());
+          const size_t lo = n_floats / n * k, hi = n_floats / n * (k + 1);
+          float part[16] = {};  // 16 independent sums: the loop is not bound by add latency
+          for (size_t j = lo; j + 16 <= hi; j += 16)
+            for (int q = 0; q < 16; ++q) part[q] += buf[j + q];
+          for (float x : part) total += x;
+        }
+        sink = total;
+      },
+      5);
+  return static_cast<double>(kCeilingBytes) / (us * 1e-6) / 1e9;
 }
 
 double geomean(const std::vector<double>& v) {

@@ -31,6 +31,13 @@ class Args {
 // Median wall time of fn in microseconds (CPU benchmarks).
 double cpu_time_us(const std::function<void()>& fn, int reps, int warmup = 1);
 
+// CPU memory ceilings for the CPU benchmarks, measured with every OpenMP thread, each on its own
+// slice of a 256 MiB buffer (8x a 32 MiB L3): the median of 5 passes after one that faults the
+// pages in. memcpy: bytes copied per second (each byte read once and written once). read: a
+// streaming float sum, bytes read per second.
+double measure_cpu_memcpy_GBps();
+double measure_cpu_read_GBps();
+
 double geomean(const std::vector<double>& v);
 std::string utc_now();
 

@@ -1,59 +1,23 @@
 // The fast fp32 CPU path of compress_kv.
 //
-// Work split: OpenMP threads take outputs (dynamic schedule: windows differ in cost only by C, but
-// outputs may be skipped). Each output streams its window once, kChunk rows at a time: the chunk's
-// per-dimension maximum is found first so that the running sums are rescaled once per chunk rather
-// than once per row, and the inner loops run over the 512 contiguous dimensions so they vectorise.
+// Work split: OpenMP threads take tasks in a dynamic schedule (outputs may be skipped). A task is
+// one output's window, or, when there are too few outputs to keep every thread busy
+// (cpu_dim_splits), one range of its dims: dims are independent until the RMSNorm, so the pooled
+// ranges go through a buffer to a second loop that writes the records, and the bytes are the same
+// either way. Pooling (SPEC.md section 3, step 2; ~97% of the time) is pool.h's kernel for the
+// widest instruction set this CPU runs; the record (RMSNorm, quantization, RoPE) is scalar.
+#include <omp.h>
+
 #include <cmath>
-#include <limits>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "compress/cpu/compress_cpu.h"
+#include "latentkv/error.h"
 
 namespace latentkv::compress {
 namespace {
-
-constexpr int kChunk = 8;  // rows per rescale: 8 row pointers stay in registers, 1/8 of the rescales
-
-struct Accum {
-  alignas(64) float m[kDim];
-  alignas(64) float s[kDim];
-  alignas(64) float acc[kDim];
-};
-
-void pool_window(const Params& p, int64_t req, int64_t pos, Accum& a) {
-  const int64_t C = p.compress_ratio;
-  for (int d = 0; d < kDim; ++d) {
-    a.m[d] = -std::numeric_limits<float>::infinity();
-    a.s[d] = 0.0f;
-    a.acc[d] = 0.0f;
-  }
-  const int64_t first = pos - C + 1;
-  for (int64_t t0 = 0; t0 < C; t0 += kChunk) {
-    const int n = static_cast<int>(std::min<int64_t>(kChunk, C - t0));
-    const float* rows[kChunk];
-    for (int r = 0; r < n; ++r) {
-      const int64_t t = first + t0 + r;
-      const int64_t phys = p.block_table[req * p.stride_table_req + t / p.block_size];
-      rows[r] = p.state + phys * p.stride_state_block + (t % p.block_size) * p.stride_state_row;
-    }
-    for (int d = 0; d < kDim; ++d) {
-      float cm = rows[0][kDim + d];
-      for (int r = 1; r < n; ++r) cm = std::fmax(cm, rows[r][kDim + d]);
-      const float nm = std::fmax(a.m[d], cm);
-      const float rescale = std::exp(a.m[d] - nm);  // exp(-inf) = 0 on the first chunk
-      float s = a.s[d] * rescale;
-      float acc = a.acc[d] * rescale;
-      for (int r = 0; r < n; ++r) {
-        const float w = std::exp(rows[r][kDim + d] - nm);
-        s += w;
-        acc += w * rows[r][d];
-      }
-      a.m[d] = nm;
-      a.s[d] = s;
-      a.acc[d] = acc;
-    }
-  }
-}
 
 void write_record(const Params& p, int64_t pos, const float* c, uint8_t* data, uint8_t* scales) {
   // RMSNorm: y = c * rsqrt(mean(c^2) + eps) * w, multiplied in that order.
@@ -91,23 +55,108 @@ void write_record(const Params& p, int64_t pos, const float* c, uint8_t* data, u
   }
 }
 
+PoolFn pool_fn(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kSse4: return pool_window_sse4;
+    case CpuIsa::kAvx2: return pool_window_avx2;
+    case CpuIsa::kAvx512: return pool_window_avx512;
+  }
+  LKV_FAIL(ErrorKind::kValue, "compress_cpu_fast: unknown instruction set ",
+           static_cast<int>(isa));
+}
+
 }  // namespace
 
-void compress_cpu_fast(const Params& p) {
+bool cpu_supports(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kSse4: return true;  // the library is built for x86-64-v2
+    // libgcc also checks that the OS saves the wider registers (XCR0) before it reports these.
+    case CpuIsa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case CpuIsa::kAvx512: return __builtin_cpu_supports("avx512f");
+  }
+  return false;
+}
+
+CpuIsa best_cpu_isa() {
+  static const CpuIsa best = cpu_supports(CpuIsa::kAvx512) ? CpuIsa::kAvx512
+                             : cpu_supports(CpuIsa::kAvx2) ? CpuIsa::kAvx2
+                                                           : CpuIsa::kSse4;
+  return best;
+}
+
+CpuIsa default_cpu_isa() {
+  static const CpuIsa isa = [] {
+    const char* env = std::getenv("LKV_CPU_ISA");
+    if (!env || !*env || std::strcmp(env, "auto") == 0) return best_cpu_isa();
+    CpuIsa want;
+    if (std::strcmp(env, "sse4") == 0) want = CpuIsa::kSse4;
+    else if (std::strcmp(env, "avx2") == 0) want = CpuIsa::kAvx2;
+    else if (std::strcmp(env, "avx512") == 0) want = CpuIsa::kAvx512;
+    else LKV_FAIL(ErrorKind::kValue, "LKV_CPU_ISA must be auto, sse4, avx2 or avx512, got '", env,
+                  "'");
+    LKV_CHECK(cpu_supports(want), "LKV_CPU_ISA=", env, ": this CPU cannot run the ",
+              cpu_isa_name(want), " build");
+    return want;
+  }();
+  return isa;
+}
+
+const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kSse4: return "sse4";
+    case CpuIsa::kAvx2: return "avx2+fma";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "unknown";
+}
+
+void compress_cpu_fast(const Params& p, const CpuFastOptions& opt) {
+  const CpuIsa isa = opt.isa ? *opt.isa : default_cpu_isa();
+  LKV_CHECK(cpu_supports(isa), "compress_cpu_fast: this CPU cannot run the ", cpu_isa_name(isa),
+            " build");
+  const PoolFn pool = pool_fn(isa);
+  const int splits =
+      opt.dim_splits > 0 ? opt.dim_splits : cpu_dim_splits(p.num_outputs, omp_get_max_threads());
+  LKV_CHECK(kDim % (splits * kPoolDimAlign) == 0, "compress_cpu_fast: dim_splits ", splits,
+            " does not cut ", kDim, " dims into multiples of ", kPoolDimAlign);
+
+  auto write = [&](int64_t i, const float* c) {
+    const int64_t b = p.boundary[i];
+    const int64_t slot = p.slot_mapping[b];
+    write_record(p, p.positions[b], c, p.kv + data_offset(p, slot), p.kv + scale_offset(p, slot));
+  };
+
+  if (splits == 1) {
+#pragma omp parallel
+    {
+      alignas(64) float c[kDim];
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < p.num_outputs; ++i) {
+        const int64_t b = p.boundary[i];
+        if (p.slot_mapping[b] < 0) continue;
+        pool(p, p.token_to_req[b], p.positions[b], 0, kDim, c);
+        write(i, c);
+      }
+    }
+    return;
+  }
+
+  // Few outputs: pool (output, dim range) pairs into a buffer, then write the records.
+  const int range = kDim / splits;
+  std::vector<float> pooled(static_cast<size_t>(p.num_outputs) * kDim);
 #pragma omp parallel
   {
-    Accum a;
-    float c[kDim];
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < p.num_outputs; ++i) {
+    for (int64_t task = 0; task < p.num_outputs * splits; ++task) {
+      const int64_t i = task / splits;
+      const int d_begin = static_cast<int>(task % splits) * range;
       const int64_t b = p.boundary[i];
-      const int64_t slot = p.slot_mapping[b];
-      if (slot < 0) continue;
-      const int64_t pos = p.positions[b];
-      pool_window(p, p.token_to_req[b], pos, a);
-      for (int d = 0; d < kDim; ++d) c[d] = a.acc[d] / a.s[d];
-      write_record(p, pos, c, p.kv + data_offset(p, slot), p.kv + scale_offset(p, slot));
+      if (p.slot_mapping[b] < 0) continue;
+      pool(p, p.token_to_req[b], p.positions[b], d_begin, d_begin + range, &pooled[i * kDim]);
     }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < p.num_outputs; ++i)
+      if (p.slot_mapping[p.boundary[i]] >= 0) write(i, &pooled[i * kDim]);
   }
 }
 

@@ -39,14 +39,14 @@ void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream strea
   LKV_CUDA_CHECK_LAUNCH();
 }
 
-// The Hopper kernel (decode/sm90) where kernel_for_device() picks it and the Source has bf16
+// The Hopper kernel (decode/sm90) where use_sm90() picks it and the Source has bf16
 // queries (f16 stays on the portable kernel), else the portable one; then the combine.
 template <class Source>
 void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) {
   if constexpr (!Source::kF16) {
     int device = 0;
     LKV_CUDA_CHECK(cudaGetDevice(&device));
-    if (kernel_for_device(device)[0] == 's') {  // "sm90"
+    if (use_sm90(device)) {
       decode::sm90::launch_attend<Source>(p, stream);
       if (p.g.num_splits > 1) launch_combine(p.g, p.o, false, stream);
       return;

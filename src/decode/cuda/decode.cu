@@ -34,15 +34,17 @@ std::atomic<KernelChoice>& choice_ref() {
 void set_kernel_choice(KernelChoice choice) { choice_ref() = choice; }
 KernelChoice kernel_choice() { return choice_ref(); }
 
-const char* kernel_for_device(int device) {
+bool use_sm90(int device) {
   const KernelChoice c = kernel_choice();
-  if (c == KernelChoice::kPortable) return "portable";
+  if (c == KernelChoice::kPortable) return false;
   const bool sm90 = decode::sm90::usable(device);
   LKV_CHECK(sm90 || c == KernelChoice::kAuto, "the sm90 decode kernel was asked for (LKV_DECODE_KERNEL "
             "or set_kernel_choice) but device ", device, " has compute capability ",
             cuda_common::compute_capability(device), " (it needs 9.0)");
-  return sm90 ? "sm90" : "portable";
+  return sm90;
 }
+
+const char* kernel_for_device(int device) { return use_sm90(device) ? "sm90" : "portable"; }
 
 void sparse_decode(const Params& p, Stream stream) {
   KernelParams<SparseArgs> k{};

@@ -25,8 +25,10 @@ bool wide_layout_allowed();
 enum class KernelChoice { kAuto, kPortable, kSm90 };
 void set_kernel_choice(KernelChoice choice);
 KernelChoice kernel_choice();
-// The kernel a launch on `device` uses under the current choice ("portable" or "sm90"); an error
-// when sm90 is forced on a device that cannot run it.
+// Whether a launch on `device` uses the Hopper kernel under the current choice; an error when sm90
+// is forced on a device that cannot run it.
+bool use_sm90(int device);
+// The same as a name for reports: "sm90" or "portable".
 const char* kernel_for_device(int device);
 
 // One instantiation per format (instantiations/*.cu).

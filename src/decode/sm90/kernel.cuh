@@ -64,11 +64,6 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
 
 // Whether x = 2^e with e in [-117, 15]: then 2^112 x is a normal bf16 and every e4m3 value times x
 // is a normal number, so the bf16 multiply below is exact.
@@ -88,7 +83,7 @@ __device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, u
   for (int q = 0; q < 4; ++q) nan |= ((w[q] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
   if (nan == 0 && fast_scale(s)) {
     const float f = s * 0x1p112f;  // exact: a power of two in range
-    const uint32_t f2 = pack_bf16x2(f, f);
+    const uint32_t f2 = cuda::pack_bf16(f, f);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       uint32_t h0, h1;
@@ -107,8 +102,8 @@ __device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, u
     for (int q = 0; q < 4; ++q) {
       const float2 a = cuda::e4m3x2_to_f32(static_cast<uint16_t>(w[q] & 0xffffu));
       const float2 b = cuda::e4m3x2_to_f32(static_cast<uint16_t>(w[q] >> 16));
-      out[2 * q] = pack_bf16x2(a.x * s, a.y * s);
-      out[2 * q + 1] = pack_bf16x2(b.x * s, b.y * s);
+      out[2 * q] = cuda::pack_bf16(a.x * s, a.y * s);
+      out[2 * q + 1] = cuda::pack_bf16(b.x * s, b.y * s);
     }
   }
   lo = make_uint4(out[0], out[1], out[2], out[3]);
@@ -210,7 +205,7 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
 #pragma unroll
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * t4) =
-            pack_bf16x2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
+            cuda::pack_bf16(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
       if (wg == 0 && t4 == 0) {
         out_ref.lse[r1 * out_ref.stride_lse_r1 + r2 * out_ref.stride_lse_r2 + h * out_ref.stride_lse_h] =
             lonely ? INFINITY : lse_split;
@@ -434,10 +429,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         }
 #pragma unroll
       for (int st = 0; st < 4; ++st) {
-        pa[st][0] = pack_bf16x2(s[8 * st + 0], s[8 * st + 1]);
-        pa[st][1] = pack_bf16x2(s[8 * st + 2], s[8 * st + 3]);
-        pa[st][2] = pack_bf16x2(s[8 * st + 4], s[8 * st + 5]);
-        pa[st][3] = pack_bf16x2(s[8 * st + 6], s[8 * st + 7]);
+        pa[st][0] = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
+        pa[st][1] = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
+        pa[st][2] = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
+        pa[st][3] = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
         const int c0 = 16 * st + 2 * t4;
         *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = pa[st][0];
         *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = pa[st][1];

@@ -268,10 +268,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       if (n > 0) named_barrier_sync(2);
 #pragma unroll
       for (int st = 0; st < 4; ++st) {
-        pa[st][0] = pack_bf16x2(s[8 * st + 0], s[8 * st + 1]);
-        pa[st][1] = pack_bf16x2(s[8 * st + 2], s[8 * st + 3]);
-        pa[st][2] = pack_bf16x2(s[8 * st + 4], s[8 * st + 5]);
-        pa[st][3] = pack_bf16x2(s[8 * st + 6], s[8 * st + 7]);
+        pa[st][0] = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
+        pa[st][1] = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
+        pa[st][2] = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
+        pa[st][3] = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
         const int c0 = 16 * st + 2 * t4;
         *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = pa[st][0];
         *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = pa[st][1];
