@@ -21,6 +21,13 @@ stages="${*:-build test sanitize reference bench decode decode_portable prefill 
 has() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
+# At most 8 files come back from the device machine: the logs travel as one archive.
+finish() {
+  (cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
+  echo
+  echo "==================== summary ===================="
+  printf '%s\n' "${summary[@]}"
+}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
   | tee "$OUT/gpu.txt"
@@ -44,6 +51,7 @@ if has test; then
   timeout 420 ./build-gpu/lkv_cuda_tests --gtest_filter="${LKV_TEST_FILTER:-*}" >"$OUT/cuda_tests.log" 2>&1
   rc=$?
   [ -f "$OUT/cuda_tests.log" ] || cp "$OUT/cuda_tests_quick.log" "$OUT/cuda_tests.log"
+  [ $rc -eq 124 ] && { note "cuda tests timed out: later stages skipped"; finish; exit 1; }
   grep -E '^\[check\]|FAILED|Failure|error' "$OUT/cuda_tests.log" | head -80
   note "cuda tests rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests.log" | tr '\n' ' ')"
   ./build-gpu/latentkv verify --device cuda >"$OUT/verify.log" 2>&1
@@ -58,6 +66,7 @@ if has test_ws; then
   rc=$?
   grep -E 'FAILED|Failure' "$OUT/cuda_tests_ws.log" | head -40
   note "cuda tests (sm90 warp-specialised) rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests_ws.log" | tr '\n' ' ')"
+  [ $rc -eq 124 ] && { note "ws tests timed out: later stages skipped"; finish; exit 1; }
 fi
 
 if has sanitize; then
@@ -133,9 +142,5 @@ if has python; then
   note "python rc=$rc $(grep -E '[0-9]+ (passed|failed)' "$OUT/python.log" | tail -1)"
 fi
 
-# At most 8 files come back from the device machine: the logs travel as one archive.
-(cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
+finish
 
-echo
-echo "==================== summary ===================="
-printf '%s\n' "${summary[@]}"
