@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
-#   [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
+#   [racecheck] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: all)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
@@ -73,6 +73,14 @@ if has sanitize; then
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
     --gtest_filter='*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism' >"$OUT/memcheck.log" 2>&1
   note "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+fi
+
+# racecheck: compute-sanitizer's shared-memory hazard check on the sm90 kernel (single CTAs and
+# CTA pairs) with small cases.
+if has racecheck; then
+  timeout 200 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
+    --gtest_filter="${LKV_RACECHECK_FILTER:-DecodeCuda.CornerCases}" >"$OUT/racecheck.log" 2>&1
+  note "racecheck rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
 fi
 
 if has reference; then

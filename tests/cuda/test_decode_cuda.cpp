@@ -352,3 +352,49 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
       EXPECT_EQ(d.mask_mismatch, 0) << label;
     }
 }
+
+// CTA pairs (two head blocks of a row in a cluster, each dequantizing half of every block for both)
+// against single CTAs: the same products in the same order, so bitwise-identical out and lse; and
+// both within the oracle's tolerance. h_q 128 (two full head blocks), 100 (the second one partial:
+// padded rows) and 192 (three blocks: no pairs, the single-CTA path under the same switch); with
+// splits (b 2: the planner splits) and without; NaN-free adversarial indices included.
+TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
+  REQUIRE_GPU();
+  if (!latentkv::decode::sm90::usable(0)) GTEST_SKIP() << "no sm_90a device";
+  UseKernel use(KernelChoice::kSm90);
+  int n = 0;
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+    for (int64_t h_q : {128, 100, 192})
+      for (int64_t b : {2, 9}) {
+        DecodeWorkloadOptions o;
+        o.format = f;
+        o.b = b;
+        o.s_q = 2;
+        o.h_q = h_q;
+        o.topk = 333;
+        o.page_size = 64;
+        o.topk_length = true;
+        o.sink = true;
+        o.extra = f == CacheFormat::v4_fp8;
+        o.seed = 1900 + n++;
+        DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+        const GpuResult ref = run_oracle(w);
+        GpuResult got[2];
+        for (int pairs = 0; pairs < 2; ++pairs) {
+          latentkv::decode::sm90::set_cta_pairs(pairs == 1);
+          w.poison_outputs();
+          got[pairs] = run_gpu(w);
+        }
+        latentkv::decode::sm90::set_cta_pairs(true);
+        const std::string label = std::string(format_info(f).name) + " h_q " + std::to_string(h_q) +
+                                  " b " + std::to_string(b);
+        EXPECT_EQ(got[0].out, got[1].out) << label;
+        EXPECT_EQ(std::memcmp(got[0].lse.data(), got[1].lse.data(), got[0].lse.size() * 4), 0) << label;
+        const auto d = latentkv::testing::compare_decode(w, got[1].out, got[1].lse, ref.out, ref.lse);
+        std::printf("[decode] sm90 pairs %-30s max_rel %.2e cos %.7f\n", label.c_str(), d.max_rel, d.cos_sim);
+        EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label;
+        EXPECT_GE(d.cos_sim, latentkv::testing::kDecodeCosTol) << label;
+        EXPECT_EQ(d.mask_mismatch, 0) << label;
+        EXPECT_EQ(d.nan_out, 0) << label;
+      }
+}

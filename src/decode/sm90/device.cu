@@ -1,6 +1,9 @@
 // Whether a device runs the Hopper attention kernel (see launch.h).
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -36,7 +39,18 @@ int ptx_version(int device) {
   return attr.ptxVersion;
 }
 
+std::atomic<bool>& pairs_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LKV_SM90_PAIR");
+    return !(e && std::strcmp(e, "0") == 0);
+  }()};
+  return flag;
+}
+
 }  // namespace
+
+bool cta_pairs() { return pairs_flag().load(std::memory_order_relaxed); }
+void set_cta_pairs(bool on) { pairs_flag().store(on, std::memory_order_relaxed); }
 
 bool usable(int device) {
   // Compute capability 9.0 exactly (sm_90a code runs nowhere else), room for the shared memory, and

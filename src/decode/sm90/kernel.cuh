@@ -113,32 +113,44 @@ __device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, u
 // The raw bytes one lane holds for one token of a block. Lane l of warp w handles token 8 w + l % 8
 // and the 16-byte chunks c = l / 8 + 4 i: four lanes read 64 contiguous bytes of a record (whole
 // sectors), and the eight lanes of a quarter-warp store to eight rows of the swizzled tile, which
-// land in eight different bank groups.
-template <KeyStorage F>
+// land in eight different bank groups. A CTA pair (kPair, the two head blocks of one query row in a
+// cluster) splits every token: the CTA of cluster rank r takes the chunk groups i = 2 j + r and
+// RoPE unit r, and writes what it dequantizes into both CTAs' stages.
+template <KeyStorage F, bool kPair = false>
 struct Raw {
-  static constexpr int kNopeChunks = Rec<F>::kNope / 16 / 4;  // per lane: 8 (v32) or 7 (v4)
+  static constexpr int kAllChunks = Rec<F>::kNope / 16 / 4;  // per lane and token: 8 (v32) or 7 (v4)
+  static constexpr int kNopeChunks = kPair ? (kAllChunks + 1) / 2 : kAllChunks;
+  static constexpr int kRopeUnits = kPair ? 1 : 2;
   uint4 nope[kNopeChunks];
-  uint4 rope[2];
+  uint4 rope[kRopeUnits];
   uint4 scale;  // v32: 4 fp32 scales; v4: 8 ue8m0 bytes in .x, .y
+  // The chunk group (i above) of nope[j] and the RoPE unit of rope[u] in a CTA of cluster rank `rank`.
+  static __device__ __forceinline__ int group(int j, uint32_t rank) { return kPair ? 2 * j + static_cast<int>(rank) : j; }
+  static __device__ __forceinline__ int unit(int u, uint32_t rank) { return kPair ? static_cast<int>(rank) : u; }
 };
 
-template <KeyStorage F>
-__device__ __forceinline__ void load_raw(Raw<F>& r, const uint8_t* data, const uint8_t* scale, int part) {
+template <KeyStorage F, bool kPair = false>
+__device__ __forceinline__ void load_raw(Raw<F, kPair>& r, const uint8_t* data, const uint8_t* scale, int part,
+                                         uint32_t rank = 0) {
+  using R = Raw<F, kPair>;
   if (!data) {
 #pragma unroll
-    for (int i = 0; i < Raw<F>::kNopeChunks; ++i) r.nope[i] = make_uint4(0, 0, 0, 0);
-    r.rope[0] = r.rope[1] = make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < R::kNopeChunks; ++i) r.nope[i] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < R::kRopeUnits; ++u) r.rope[u] = make_uint4(0, 0, 0, 0);
     // Scale 1 (fp32 1.0 / ue8m0 127): the zero payload stays zero on the fast path.
     r.scale = F == KeyStorage::kV32Fp8 ? make_uint4(0x3f800000u, 0x3f800000u, 0x3f800000u, 0x3f800000u)
                                         : make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0, 0);
     return;
   }
 #pragma unroll
-  for (int i = 0; i < Raw<F>::kNopeChunks; ++i)
-    r.nope[i] = __ldg(reinterpret_cast<const uint4*>(data + 16 * (part + 4 * i)));
+  for (int j = 0; j < R::kNopeChunks; ++j) {
+    const int i = R::group(j, rank);
+    if (i < R::kAllChunks) r.nope[j] = __ldg(reinterpret_cast<const uint4*>(data + 16 * (part + 4 * i)));
+  }
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
-    r.rope[i] = __ldg(reinterpret_cast<const uint4*>(data + Rec<F>::kRope + 16 * (part + 4 * i)));
+  for (int u = 0; u < R::kRopeUnits; ++u)
+    r.rope[u] = __ldg(reinterpret_cast<const uint4*>(data + Rec<F>::kRope + 16 * (part + 4 * R::unit(u, rank))));
   if constexpr (F == KeyStorage::kV32Fp8) {
     r.scale = __ldg(reinterpret_cast<const uint4*>(scale));
   } else {
@@ -147,30 +159,41 @@ __device__ __forceinline__ void load_raw(Raw<F>& r, const uint8_t* data, const u
   }
 }
 
-// Writes one token's dequantized dims into a key stage ([chunks][64 rows][64 dims], swizzled).
-template <KeyStorage F>
-__device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stage, int tok, int part) {
+// Writes one token's dequantized dims into a key stage ([chunks][64 rows][64 dims], swizzled). A CTA
+// pair also writes them at the same offsets of the peer's stage: `peer_delta` is the peer's
+// shared::cluster address of this CTA's shared-memory byte 0, minus that byte's own address.
+template <KeyStorage F, bool kPair = false>
+__device__ __forceinline__ void store_dequantized(const Raw<F, kPair>& r, uint8_t* stage, int tok, int part,
+                                                  uint32_t rank = 0, uint32_t peer_delta = 0) {
+  using R = Raw<F, kPair>;
+  const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+  auto put = [&](uint32_t offset, uint4 v) {
+    *reinterpret_cast<uint4*>(stage + offset) = v;
+    if constexpr (kPair) st_shared_cluster(stage_addr + offset + peer_delta, v);
+  };
 #pragma unroll
-  for (int i = 0; i < Raw<F>::kNopeChunks; ++i) {
+  for (int j = 0; j < R::kNopeChunks; ++j) {
     // Chunk c = part + 4 i holds dims 16 c..: swizzled chunk i, units 2 part and 2 part + 1.
+    const int i = R::group(j, rank);
+    if (i >= R::kAllChunks) continue;  // v4 pairs: rank 1 has one group fewer
     float s;
     if constexpr (F == KeyStorage::kV32Fp8) {
+      // 128 dims per scale: groups 0-1 -> scale 0, ... (with pairs, group 2 j + r -> scale j).
       const uint32_t sb[4] = {r.scale.x, r.scale.y, r.scale.z, r.scale.w};
-      s = __uint_as_float(sb[i / 2]);  // 128 dims per scale: chunks 0-7 -> 0, ...
+      s = __uint_as_float(sb[kPair ? j : j / 2]);
     } else {
       const uint32_t word = i < 4 ? r.scale.x : r.scale.y;  // 64 dims per scale: chunk group i
       s = num::ue8m0_to_f32(static_cast<uint8_t>(word >> (8 * (i % 4))));
     }
     uint4 lo, hi;
-    dequant16(r.nope[i], s, lo, hi);
-    uint8_t* chunk = stage + i * kChunkBytes;
-    *reinterpret_cast<uint4*>(chunk + sw128_offset(tok, 16 * part)) = lo;
-    *reinterpret_cast<uint4*>(chunk + sw128_offset(tok, 16 * part + 8)) = hi;
+    dequant16(r.nope[j], s, lo, hi);
+    put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
+    put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
   }
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int dim = Rec<F>::kNope + 8 * (part + 4 * i);
-    *reinterpret_cast<uint4*>(stage + (dim / 64) * kChunkBytes + sw128_offset(tok, dim % 64)) = r.rope[i];
+  for (int u = 0; u < R::kRopeUnits; ++u) {
+    const int dim = Rec<F>::kNope + 8 * (part + 4 * R::unit(u, rank));
+    put((dim / 64) * kChunkBytes + sw128_offset(tok, dim % 64), r.rope[u]);
   }
 }
 
@@ -228,13 +251,14 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
   }
 }
 
-template <class Source>
+template <class Source, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<typename Source::Args> p) {
 #if defined(LKV_SM90_WGMMA)
   static_assert(!Source::kF16, "the sm90 kernel multiplies bf16; f16 queries run the portable kernel");
   constexpr int kDqk = Source::kDqk;
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
+  static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
   using L = Layout<kDqk>;
@@ -243,6 +267,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   uint8_t* smem = smem_raw + ((1024u - (base_addr & 1023u)) & 1023u);
+  // A CTA pair: this CTA's rank in the cluster and where its shared memory sits in the peer's.
+  const uint32_t rank = kPair ? cluster_ctarank() : 0u;
+  const uint32_t peer_delta = kPair ? map_shared_rank(base_addr, rank ^ 1u) - base_addr : 0u;
   uint8_t* sQ = smem + L::q_off;
   uint8_t* sK = smem + L::k_off;
   uint8_t* sP = smem + L::p_off;
@@ -306,9 +333,22 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     const uint32_t bits = __ballot_sync(0xffffffffu, data != nullptr);
     if (lane == 0) sValid[(blk % 3) * 2 + (warp - 4)] = bits;
   };
-  Raw<kRawStorage> raw;
+  Raw<kRawStorage, kPair> raw;
   auto load = [&]() {
-    if constexpr (!kDirect) load_raw<kRawStorage>(raw, sData[tok_l], sScale[tok_l], part);
+    if constexpr (!kDirect) load_raw<kRawStorage, kPair>(raw, sData[tok_l], sScale[tok_l], part, rank);
+  };
+  // Dequantized block to `stage` (and to the peer's), then visible to wgmma.
+  auto store = [&](uint8_t* stage) {
+    store_dequantized<kRawStorage, kPair>(raw, stage, tok_l, part, rank, peer_delta);
+    if constexpr (kPair) fence_proxy_async_cluster();
+    else fence_proxy_async();
+  };
+  // The CTA's barrier where a stage changes hands; a pair's stages are written by both CTAs, so
+  // there it is the cluster barrier (which the first remote write must also wait for: the peer
+  // has to be running).
+  auto stage_barrier = [&]() {
+    if constexpr (kPair) cluster_sync();
+    else __syncthreads();
   };
   // 16-bit keys of block `blk` into `stage`; tokens not attended get zero keys (plain stores), so
   // that P = 0 never meets garbage (0 x NaN is NaN) in P V.
@@ -332,8 +372,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     if constexpr (kDirect) {
       copy_block(n + 1, stage);
     } else {
-      store_dequantized<kRawStorage>(raw, stage, tok_l, part);
-      fence_proxy_async();
+      store(stage);
     }
   };
   // 16-bit keys: this thread's copies of block n + 1 have landed and are visible to wgmma.
@@ -355,13 +394,12 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     __syncthreads();
   } else {
     resolve(0);
-    __syncthreads();
+    stage_barrier();
     load();
     __syncthreads();
     resolve(1);
-    store_dequantized<kRawStorage>(raw, sK, tok_l, part);
-    fence_proxy_async();
-    __syncthreads();
+    store(sK);
+    stage_barrier();
     if (nb > 1) load();
     __syncthreads();
   }
@@ -464,7 +502,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       for (int st = 0; st < 4; ++st)
 #pragma unroll
         for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(pa[st][k])::"memory");
-      named_barrier_sync(2);  // stage n & 1 and P are free; block n + 1's stage is complete
+      // Stage n & 1 and P are free; block n + 1's stage is complete (a pair: the peer's half too).
+      if constexpr (kPair) cluster_sync();
+      else named_barrier_sync(2);
     }
     // Row statistics for both warpgroups' epilogues.
 #pragma unroll
@@ -499,7 +539,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       wgmma_wait<0>();
       fence_operands(o);
       finish_copies();
-      named_barrier_sync(2);
+      if constexpr (kPair) cluster_sync();
+      else named_barrier_sync(2);
     }
   }
 

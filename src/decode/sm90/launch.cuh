@@ -23,26 +23,51 @@ inline bool warp_specialised() {
   return ws;
 }
 
+template <class Source, bool kPair>
+void launch_two_warpgroups(const cuda::KernelParams<typename Source::Args>& p, dim3 grid, cudaStream_t stream) {
+  constexpr int kSmem = Layout<Source::kDqk>::total;
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source, kPair>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if constexpr (kPair) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+  }
+  LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, attend_kernel<Source, kPair>, p));
+}
+
 // The main kernel only; the caller runs the combine when p.g.num_splits > 1. No host
 // synchronisation.
 template <class Source>
 void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream stream) {
   const bool ws = warp_specialised();
-  const int kSmem = ws ? WsLayout<Source::kDqk>::total : Layout<Source::kDqk>::total;
   const int64_t rows = p.g.n1 * p.g.n2, blocks = rows * p.g.kv_heads * p.g.head_blocks_per_kv;
   LKV_CHECK(blocks <= 0x7fffffff && p.g.num_splits <= 65535,
             "the sm_90 attention kernel's grid takes at most 2^31 - 1 (row, head block) pairs and "
             "65535 splits, got ", rows, " rows x ", p.g.kv_heads * p.g.head_blocks_per_kv,
             " head blocks, ", p.g.num_splits, " splits");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.g.num_splits));
+  const auto s = static_cast<cudaStream_t>(stream);
   if (ws) {
+    constexpr int kSmem = WsLayout<Source::kDqk>::total;
     LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel_ws<Source>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    attend_kernel_ws<Source><<<grid, kWsThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(p);
+    attend_kernel_ws<Source><<<grid, kWsThreads, kSmem, s>>>(p);
+  } else if constexpr (Source::kStorage != cuda::KeyStorage::kDirect16) {
+    // Pairs: head blocks 2 k and 2 k + 1 of a row are neighbours in x (head block fastest).
+    if (cta_pairs() && p.g.head_blocks_per_kv % 2 == 0) launch_two_warpgroups<Source, true>(p, grid, s);
+    else launch_two_warpgroups<Source, false>(p, grid, s);
   } else {
-    LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    attend_kernel<Source><<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(p);
+    launch_two_warpgroups<Source, false>(p, grid, s);
   }
   LKV_CUDA_CHECK_LAUNCH();
 }

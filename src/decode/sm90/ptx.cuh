@@ -61,6 +61,44 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
+// The same for generic writes to any shared memory of the cluster (st.shared::cluster to a peer
+// CTA): the peer's wgmma reads them after a cluster barrier.
+__device__ __forceinline__ void fence_proxy_async_cluster() {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");
+#endif
+}
+
+// ---- Thread-block clusters (sm_90): the CTA's rank, peer addresses and the cluster barrier.
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r = 0;
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return r;
+}
+// The shared::cluster address of shared::cta address `addr` in the cluster's CTA `rank`.
+__device__ __forceinline__ uint32_t map_shared_rank(uint32_t addr, uint32_t rank) {
+  uint32_t r = addr;
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+#endif
+  return r;
+}
+__device__ __forceinline__ void st_shared_cluster(uint32_t addr, uint4 v) {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("st.shared::cluster.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+#endif
+}
+// Every thread of every CTA of the cluster: writes before arrive are visible after wait.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
 // Barrier `id` (1-15; 0 is __syncthreads) over 256 threads: both warpgroups of the decode kernel.
 __device__ __forceinline__ void named_barrier_sync(int id) {
   asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
