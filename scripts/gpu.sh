@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
-#   [racecheck] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
+#   [racecheck] [profile_sass] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: all)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
@@ -108,7 +108,7 @@ fi
 
 # profile: Nsight Compute on one launch of the decode kernel (V3.2 b 128), clocks left alone.
 if has profile; then
-  timeout 300 ncu --clock-control none -k regex:sparse_decode_kernel -c 1 --section SpeedOfLight \
+  timeout 300 ncu --clock-control none -k regex:attend_kernel -c 1 --section SpeedOfLight \
     --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section Occupancy --section LaunchStats \
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
@@ -117,6 +117,19 @@ if has profile; then
   rc=$?
   grep -E "Throughput|Duration|stalled|Issued|Pipe|Warp Cycles|Eligible|Active" "$OUT/ncu-decode.log" | head -60
   note "profile rc=$rc"
+fi
+
+# profile_sass: per-instruction warp-stall samples of the same launch (SourceCounters), exported
+# as CSV (prof_sass.csv.gz) to read against the SASS.
+if has profile_sass; then
+  timeout 300 ncu --clock-control none -k regex:attend_kernel -c 1 --section SourceCounters \
+    --section WarpStateStats -f -o "$OUT/prof" ./build-gpu/latentkv bench decode --device cuda \
+    --filter v32_b128_h128 --reps 1 >"$OUT/ncu-sass.log" 2>&1
+  rc=$?
+  ncu --import "$OUT/prof.ncu-rep" --page source --print-source sass --csv 2>>"$OUT/ncu-sass.log" | gzip >"$OUT/prof_sass.csv.gz"
+  ncu --import "$OUT/prof.ncu-rep" --page details 2>>"$OUT/ncu-sass.log" | grep -E "Warp Cycles|Stall|Issued|Eligible" | head -20
+  rm -f "$OUT/prof.ncu-rep"
+  note "profile_sass rc=$rc ($(zcat "$OUT/prof_sass.csv.gz" | wc -l) csv lines)"
 fi
 
 if has decode_portable; then

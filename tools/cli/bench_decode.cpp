@@ -23,6 +23,7 @@
 #ifdef LKV_WITH_CUDA
 #include "cuda_common/bench.h"
 #include "decode/cuda/launch.h"
+#include "decode/sm90/launch.h"
 #endif
 
 namespace latentkv::cli {
@@ -161,6 +162,7 @@ int cmd_bench_decode(const Args& args) {
     res.notes["kernel"] = decode::cuda::kernel_for_device(0);
     if (const char* ws = std::getenv("LKV_SM90_WS"); ws && std::string(ws) == "1")
       res.notes["kernel"] += " (warp-specialised variant, LKV_SM90_WS=1)";
+    if (decode::sm90::cta_pairs()) res.notes["kernel"] += " (CTA pairs where the keys are dequantized, LKV_SM90_PAIR=1)";
     res.ceilings["hbm_read_GBps"] = hbm;
     res.ceilings["bf16_dense_TFLOPS_datasheet"] = 989.0;
   }

@@ -42,7 +42,7 @@ int ptx_version(int device) {
 std::atomic<bool>& pairs_flag() {
   static std::atomic<bool> flag{[] {
     const char* e = std::getenv("LKV_SM90_PAIR");
-    return !(e && std::strcmp(e, "0") == 0);
+    return e && std::strcmp(e, "1") == 0;
   }()};
   return flag;
 }

@@ -4,14 +4,15 @@
 
 namespace latentkv::decode::sm90 {
 
-// Whether `device` can run the kernel: compute capability 9.0 (the sm_90a code) and room for its
-// shared memory.
+// Whether `device` can run the kernel: compute capability 9.0, room for its shared memory, and the
+// driver running its sm_90a code (not the compute_80 PTX, as under CUDA_FORCE_PTX_JIT=1).
 bool usable(int device);
 
 // Whether the two head blocks of a query row run as a CTA pair (a cluster of two CTAs, each
-// dequantizing half of every block for both): on by default wherever the Source dequantizes and
-// the row has an even number of 64-head blocks. LKV_SM90_PAIR=0 in the environment or
-// set_cta_pairs(false) turns it off, to compare the two (the results are bitwise identical).
+// dequantizing half of every block into both CTAs' stages, a cluster barrier per block): used where
+// the Source dequantizes and the row has an even number of 64-head blocks, when turned on with
+// LKV_SM90_PAIR=1 or set_cta_pairs(true). Off by default: on the H200 it measured 18 % slower on
+// V3.2 b 128 (198.9 against 243.1 TFLOPS; bench/NOTES.md). Results are bitwise identical either way.
 bool cta_pairs();
 void set_cta_pairs(bool on);
 
