@@ -35,7 +35,7 @@ struct Layout {
   static constexpr int k_stage = chunks * kChunkBytes;
   static constexpr int p_off = k_off + 2 * k_stage;       // P [64][64] bf16, one swizzled chunk
   static constexpr int ptr_off = p_off + kChunkBytes;     // a block's record and scale pointers
-  static constexpr int valid_off = ptr_off + 2 * kBlockTokens * 8;  // u32 [3 blocks][2]: attended
+  static constexpr int valid_off = ptr_off + 2 * kBlockTokens * 8;  // u32 [4 blocks][2]: attended
   static constexpr int alpha_off = valid_off + 32;        // f32 [64]: per-row rescale of a block
   static constexpr int stat_off = alpha_off + kHeads * 4;  // f32 [2][64]: final row max and sum
   static constexpr int used = stat_off + 2 * kHeads * 4;

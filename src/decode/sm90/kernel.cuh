@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // block n + 2 is being resolved.
   const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::ptr_off);
   const uint8_t** sScale = sData + kBlockTokens;
-  uint32_t* sValid = reinterpret_cast<uint32_t*>(smem + L::valid_off);  // [3 blocks][2 words]
+  uint32_t* sValid = reinterpret_cast<uint32_t*>(smem + L::valid_off);  // [4 blocks][2 words]
   float* sAlpha = reinterpret_cast<float*>(smem + L::alpha_off);
   float* sRowMax = reinterpret_cast<float*>(smem + L::stat_off);
   float* sRowSum = sRowMax + kHeads;
@@ -315,23 +315,36 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const float scale_log2 = g.scale * cuda::kLog2e;
 
   // Warps 4 and 5 resolve a block's 64 candidates: pointers to sData (/ sScale), attended mask to
-  // sValid[block % 3]. Quantized storage: every thread then loads its part of one token's record
+  // sValid[block % 4]. Quantized storage: every thread then loads its part of one token's record
   // into registers (lane l of warp w: token 8 w + l % 8, chunks l / 8 + 4 i) and later dequantizes
   // it. 16-bit keys: the same threads copy the same parts straight into the stage (cp.async).
-  auto resolve = [&](int64_t blk) {
+  // Quantized storage resolves three blocks ahead in two steps: the pointers are computed into
+  // registers before barrier 1 (their index loads in flight meanwhile) and stored after it, when
+  // every thread has issued its loads from the previous pointers; so each block's records are
+  // loaded right after the block before it is dequantized, a whole iteration before they are used.
+  const uint8_t* res_data = nullptr;  // warps 4-5: the resolved token's record and scale
+  const uint8_t* res_scale = nullptr;
+  auto resolve_compute = [&](int64_t blk) {
+    if (warp != 4 && warp != 5) return;
+    const int64_t k = k_begin + blk * kBlockTokens + (tid - 128);
+    res_scale = nullptr;
+    res_data = k < k_end ? src.locate(p.src, k, &res_scale) : nullptr;
+  };
+  auto resolve_store = [&](int64_t blk) {
     if (warp != 4 && warp != 5) return;
     const int t = tid - 128;
-    const int64_t k = k_begin + blk * kBlockTokens + t;
-    const uint8_t* scale = nullptr;
-    const uint8_t* data = k < k_end ? src.locate(p.src, k, &scale) : nullptr;
     if constexpr (kDirect) {
-      sData[(blk & 1) * kBlockTokens + t] = data;
+      sData[(blk & 1) * kBlockTokens + t] = res_data;
     } else {
-      sData[t] = data;
-      sScale[t] = scale;
+      sData[t] = res_data;
+      sScale[t] = res_scale;
     }
-    const uint32_t bits = __ballot_sync(0xffffffffu, data != nullptr);
-    if (lane == 0) sValid[(blk % 3) * 2 + (warp - 4)] = bits;
+    const uint32_t bits = __ballot_sync(0xffffffffu, res_data != nullptr);
+    if (lane == 0) sValid[(blk & 3) * 2 + (warp - 4)] = bits;
+  };
+  auto resolve = [&](int64_t blk) {
+    resolve_compute(blk);
+    resolve_store(blk);
   };
   Raw<kRawStorage, kPair> raw;
   auto load = [&]() {
@@ -402,6 +415,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     stage_barrier();
     if (nb > 1) load();
     __syncthreads();
+    resolve(2);
+    __syncthreads();
   }
 
   float o[128];
@@ -430,11 +445,12 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       }
       wgmma_commit();
       if (n + 1 < nb) fill_next(n);
+      if (!kDirect && n + 2 < nb) load();  // block n + 2's records: in flight until iteration n + 1
       wgmma_wait<0>();
       fence_operands(s);
       // ---- Online softmax. s[4 j + e]: row r0 + 8 (e / 2), token 8 j + 2 t4 + (e % 2).
-      const uint64_t valid = static_cast<uint64_t>(sValid[(n % 3) * 2]) |
-                             (static_cast<uint64_t>(sValid[(n % 3) * 2 + 1]) << 32);
+      const uint64_t valid = static_cast<uint64_t>(sValid[(n & 3) * 2]) |
+                             (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
       float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int j = 0; j < 8; ++j)
@@ -494,7 +510,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
 #pragma unroll
       for (int st = 0; st < 4; ++st) wgmma_m64n256k16_rs_tb(o, pa[st], dv + (st * 2048 >> 4), true);
       wgmma_commit();
-      if (n + 2 < nb) load();  // block n + 2's records: in flight until the next iteration
       wgmma_wait<0>();
       fence_operands(o);
       finish_copies();
@@ -522,8 +537,15 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
       if (n + 1 < nb) fill_next(n);
-      resolve(n + 2);
-      named_barrier_sync(1);  // P, alpha and block n + 2's pointers are visible
+      if constexpr (kDirect) {
+        resolve(n + 2);
+      } else {
+        if (n + 2 < nb) load();
+        resolve_compute(n + 3);
+      }
+      named_barrier_sync(1);  // P and alpha are visible (16-bit keys: block n + 2's pointers too)
+      // Every thread has read block n + 2's pointers: block n + 3's replace them.
+      if constexpr (!kDirect) resolve_store(n + 3);
       // ---- O[:, 256:512] += P V_s with P from shared memory.
       const float a0 = sAlpha[r0], a1 = sAlpha[r0 + 8];
       if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
@@ -535,7 +557,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
 #pragma unroll
       for (int st = 0; st < 4; ++st) wgmma_m64n256k16_ss_tb(o, dp + (st * 32 >> 4), dv + (st * 2048 >> 4), true);
       wgmma_commit();
-      if (n + 2 < nb) load();
       wgmma_wait<0>();
       fence_operands(o);
       finish_copies();
