@@ -200,6 +200,77 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kPair>& r, uint8_
   }
 }
 
+// S = Q K^T for one key stage, issued (asynchronous; the caller commits and waits). Descriptors
+// advance by adding the byte offset / 16 to the start-address field.
+template <int kQkSteps>
+__device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, const uint8_t* kstage) {
+  const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kstage, 16, 1024);
+  wgmma_fence();
+#pragma unroll
+  for (int st = 0; st < kQkSteps; ++st) {
+    const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
+    wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
+  }
+}
+
+// One block's online softmax (log2 domain) on a score fragment: s[4 j + e] is row r0 + 8 (e / 2),
+// token 8 j + 2 t4 + (e % 2); tokens whose bit in `valid` is clear score -inf. Leaves the
+// probabilities in s, the per-row rescale of the previous blocks in alpha, and updates the
+// running row maxima and (per-thread partial) sums.
+__device__ __forceinline__ void online_softmax(float (&s)[32], uint64_t valid, float scale_log2, int t4,
+                                               float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2]) {
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int tok = 8 * j + 2 * t4 + (e % 2);
+      const float v = ((valid >> tok) & 1) ? s[4 * j + e] * scale_log2 : -INFINITY;
+      s[4 * j + e] = v;
+      tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    const float new_max = fmaxf(row_max[r], tile_max[r]);
+    alpha[r] = new_max == -INFINITY ? 1.0f : exp2_ftz(row_max[r] - new_max);
+    row_max[r] = new_max;
+    row_sum[r] *= alpha[r];
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float v = s[4 * j + e];
+      const float pr = v == -INFINITY ? 0.0f : exp2_ftz(v - row_max[e / 2]);
+      s[4 * j + e] = pr;
+      row_sum[e / 2] += pr;
+    }
+}
+
+// P as bf16: the value product's A fragments (k-steps of 16 tokens) in pa, and the swizzled P tile
+// in shared memory for the other warpgroup; alpha beside it.
+__device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][4], const float (&alpha)[2],
+                                        uint8_t* sP, float* sAlpha, int r0, int t4) {
+#pragma unroll
+  for (int st = 0; st < 4; ++st) {
+    pa[st][0] = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
+    pa[st][1] = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
+    pa[st][2] = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
+    pa[st][3] = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
+    const int c0 = 16 * st + 2 * t4;
+    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = pa[st][0];
+    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = pa[st][1];
+    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0 + 8)) = pa[st][2];
+    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0 + 8)) = pa[st][3];
+  }
+  if (t4 == 0) {
+    sAlpha[r0] = alpha[0];
+    sAlpha[r0 + 8] = alpha[1];
+  }
+}
+
 // The end of a CTA: warpgroup `wg` normalises its rows r0 and r0 + 8 (O fragment `o`, row maxima
 // and sums in shared memory) and writes its 256 dims of out (or the split partials), and warpgroup
 // 0 writes lse and max_logits. The portable kernel's rules: a sum of exactly 0 is lonely (no
@@ -437,69 +508,20 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
-      // ---- S = Q K^T, asynchronous; meanwhile both warpgroups dequantize block n + 1. Descriptors
-      // advance by adding the byte offset / 16 to the start-address field.
-      const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kcur, 16, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int st = 0; st < kQkSteps; ++st) {
-        const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
-        wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
-      }
+      // ---- S = Q K^T, asynchronous; meanwhile both warpgroups dequantize block n + 1.
+      issue_scores<kQkSteps>(s, sQ, kcur);
       wgmma_commit();
       if (n + 1 < nb) fill_next(n);
       if (!kDirect && n + 2 < nb) load();  // block n + 2's records: in flight until iteration n + 1
       wgmma_wait<0>();
       fence_operands(s);
-      // ---- Online softmax. s[4 j + e]: row r0 + 8 (e / 2), token 8 j + 2 t4 + (e % 2).
+      // ---- Online softmax; P to registers and shared memory.
       const uint64_t valid = static_cast<uint64_t>(sValid[(n & 3) * 2]) |
                              (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
-      float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int tok = 8 * j + 2 * t4 + (e % 2);
-          const float v = ((valid >> tok) & 1) ? s[4 * j + e] * scale_log2 : -INFINITY;
-          s[4 * j + e] = v;
-          tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
-        }
       float alpha[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-        const float new_max = fmaxf(row_max[r], tile_max[r]);
-        alpha[r] = new_max == -INFINITY ? 1.0f : exp2_ftz(row_max[r] - new_max);
-        row_max[r] = new_max;
-        row_sum[r] *= alpha[r];
-      }
+      online_softmax(s, valid, scale_log2, t4, row_max, row_sum, alpha);
       uint32_t pa[4][4];  // P as the value product's A fragments (k-steps of 16 tokens)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float v = s[4 * j + e];
-          const float pr = v == -INFINITY ? 0.0f : exp2_ftz(v - row_max[e / 2]);
-          s[4 * j + e] = pr;
-          row_sum[e / 2] += pr;
-        }
-#pragma unroll
-      for (int st = 0; st < 4; ++st) {
-        pa[st][0] = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
-        pa[st][1] = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
-        pa[st][2] = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
-        pa[st][3] = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
-        const int c0 = 16 * st + 2 * t4;
-        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = pa[st][0];
-        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = pa[st][1];
-        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0 + 8)) = pa[st][2];
-        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0 + 8)) = pa[st][3];
-      }
-      if (t4 == 0) {
-        sAlpha[r0] = alpha[0];
-        sAlpha[r0 + 8] = alpha[1];
-      }
+      store_p(s, pa, alpha, sP, sAlpha, r0, t4);
       fence_proxy_async();
       named_barrier_sync(1);  // P and alpha are visible: warpgroup 1 starts its product
       // ---- O[:, 0:256] += P V_s with P from registers, after the rescale (skipped by warps whose

@@ -222,66 +222,18 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       const int st_i = static_cast<int>(n & 1);
       uint8_t* kcur = sK + st_i * L::k_stage;
       mbar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
-      const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kcur, 16, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int st = 0; st < kQkSteps; ++st) {
-        const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
-        wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
-      }
+      issue_scores<kQkSteps>(s, sQ, kcur);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(s);
       const uint64_t valid = static_cast<uint64_t>(sValid[st_i * 2]) |
                              (static_cast<uint64_t>(sValid[st_i * 2 + 1]) << 32);
-      float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int tok = 8 * j + 2 * t4 + (e % 2);
-          const float v = ((valid >> tok) & 1) ? s[4 * j + e] * scale_log2 : -INFINITY;
-          s[4 * j + e] = v;
-          tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
-        }
       float alpha[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-        const float new_max = fmaxf(row_max[r], tile_max[r]);
-        alpha[r] = new_max == -INFINITY ? 1.0f : exp2_ftz(row_max[r] - new_max);
-        row_max[r] = new_max;
-        row_sum[r] *= alpha[r];
-      }
+      online_softmax(s, valid, scale_log2, t4, row_max, row_sum, alpha);
       uint32_t pa[4][4];
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float v = s[4 * j + e];
-          const float pr = v == -INFINITY ? 0.0f : exp2_ftz(v - row_max[e / 2]);
-          s[4 * j + e] = pr;
-          row_sum[e / 2] += pr;
-        }
       // Warpgroup 1 must be done reading the previous block's P before it is overwritten.
       if (n > 0) named_barrier_sync(2);
-#pragma unroll
-      for (int st = 0; st < 4; ++st) {
-        pa[st][0] = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
-        pa[st][1] = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
-        pa[st][2] = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
-        pa[st][3] = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
-        const int c0 = 16 * st + 2 * t4;
-        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = pa[st][0];
-        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = pa[st][1];
-        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0 + 8)) = pa[st][2];
-        *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0 + 8)) = pa[st][3];
-      }
-      if (t4 == 0) {
-        sAlpha[r0] = alpha[0];
-        sAlpha[r0 + 8] = alpha[1];
-      }
+      store_p(s, pa, alpha, sP, sAlpha, r0, t4);
       fence_proxy_async();
       named_barrier_arrive(1);  // P and alpha of block n are ready
       if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
