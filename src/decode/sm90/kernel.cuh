@@ -271,6 +271,22 @@ __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][
   }
 }
 
+// O[:, 256:512] += P V for the second warpgroup: its rows rescaled by the block's alpha first
+// (skipped by warps whose rows all kept their maximum), then P from shared memory, V the first 512
+// dims of the key stage read transposed (issued; the caller commits and waits).
+__device__ __forceinline__ void issue_values_from_smem(float (&o)[128], const float* sAlpha, const uint8_t* sP,
+                                                       const uint8_t* kstage, int r0) {
+  const float a0 = sAlpha[r0], a1 = sAlpha[r0 + 8];
+  if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= ((i / 2) % 2) ? a1 : a0;
+  }
+  const uint64_t dp = smem_desc(sP, 16, 1024), dv = smem_desc(kstage + 4 * kChunkBytes, kChunkBytes, 1024);
+  wgmma_fence();
+#pragma unroll
+  for (int st = 0; st < 4; ++st) wgmma_m64n256k16_ss_tb(o, dp + (st * 32 >> 4), dv + (st * 2048 >> 4), true);
+}
+
 // The end of a CTA: warpgroup `wg` normalises its rows r0 and r0 + 8 (O fragment `o`, row maxima
 // and sums in shared memory) and writes its 256 dims of out (or the split partials), and warpgroup
 // 0 writes lse and max_logits. The portable kernel's rules: a sum of exactly 0 is lonely (no
@@ -572,15 +588,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // Every thread has read block n + 2's pointers: block n + 3's replace them.
       if constexpr (!kDirect) resolve_store(n + 3);
       // ---- O[:, 256:512] += P V_s with P from shared memory.
-      const float a0 = sAlpha[r0], a1 = sAlpha[r0 + 8];
-      if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
-#pragma unroll
-        for (int i = 0; i < 128; ++i) o[i] *= ((i / 2) % 2) ? a1 : a0;
-      }
-      const uint64_t dp = smem_desc(sP, 16, 1024), dv = smem_desc(kcur + 4 * kChunkBytes, kChunkBytes, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int st = 0; st < 4; ++st) wgmma_m64n256k16_ss_tb(o, dp + (st * 32 >> 4), dv + (st * 2048 >> 4), true);
+      issue_values_from_smem(o, sAlpha, sP, kcur, r0);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);

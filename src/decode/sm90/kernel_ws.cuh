@@ -277,15 +277,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       uint8_t* kcur = sK + st_i * L::k_stage;
       mbar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
       named_barrier_sync(1);  // P and alpha of block n
-      const float a0 = sAlpha[r0], a1 = sAlpha[r0 + 8];
-      if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
-#pragma unroll
-        for (int i = 0; i < 128; ++i) o[i] *= ((i / 2) % 2) ? a1 : a0;
-      }
-      const uint64_t dp = smem_desc(sP, 16, 1024), dv = smem_desc(kcur + 4 * kChunkBytes, kChunkBytes, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int st = 0; st < 4; ++st) wgmma_m64n256k16_ss_tb(o, dp + (st * 32 >> 4), dv + (st * 2048 >> 4), true);
+      issue_values_from_smem(o, sAlpha, sP, kcur, r0);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);
