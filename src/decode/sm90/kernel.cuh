@@ -76,31 +76,48 @@ __device__ __forceinline__ bool fast_scale(float x) {
   return (b & 0x807fffffu) == 0 && e >= 10 && e <= 142;
 }
 
-// 16 e4m3 bytes times scale s to 16 bf16 (two 16-byte units, dims in order).
-__device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, uint4& hi) {
+// Whether dequant16_fast is exact for these 16 e4m3 bytes and scale: no NaN byte (0x7f or 0xff:
+// its low 7 bits plus one carry into bit 7) and a fast_scale.
+__device__ __forceinline__ bool dequant16_fast_ok(const uint4 raw, float s) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t out[8];
-  // A NaN byte is 0x7f or 0xff: its low 7 bits plus one carry into bit 7.
   uint32_t nan = 0;
 #pragma unroll
   for (int q = 0; q < 4; ++q) nan |= ((w[q] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
-  if (nan == 0 && fast_scale(s)) {
-    const float f = s * 0x1p112f;  // exact: a power of two in range
-    const uint32_t f2 = cuda::pack_bf16(f, f);
+  return nan == 0 && fast_scale(s);
+}
+
+// 16 e4m3 bytes times scale s to 16 bf16 (two 16-byte units, dims in order), where
+// dequant16_fast_ok holds.
+__device__ __forceinline__ void dequant16_fast(const uint4 raw, float s, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t out[8];
+  const float f = s * 0x1p112f;  // exact: a power of two in range
+  const uint32_t f2 = cuda::pack_bf16(f, f);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      uint32_t h0, h1;
-      asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
-          : "=r"(h0), "=r"(h1)
-          : "r"(w[q]));
-      uint32_t b0 = ((h0 & 0x7fff7fffu) >> 3) | (h0 & 0x80008000u);
-      uint32_t b1 = ((h1 & 0x7fff7fffu) >> 3) | (h1 & 0x80008000u);
-      asm("mul.rn.bf16x2 %0, %0, %1;\n" : "+r"(b0) : "r"(f2));
-      asm("mul.rn.bf16x2 %0, %0, %1;\n" : "+r"(b1) : "r"(f2));
-      out[2 * q] = b0;
-      out[2 * q + 1] = b1;
-    }
+  for (int q = 0; q < 4; ++q) {
+    uint32_t h0, h1;
+    asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
+        : "=r"(h0), "=r"(h1)
+        : "r"(w[q]));
+    uint32_t b0 = ((h0 & 0x7fff7fffu) >> 3) | (h0 & 0x80008000u);
+    uint32_t b1 = ((h1 & 0x7fff7fffu) >> 3) | (h1 & 0x80008000u);
+    asm("mul.rn.bf16x2 %0, %0, %1;\n" : "+r"(b0) : "r"(f2));
+    asm("mul.rn.bf16x2 %0, %0, %1;\n" : "+r"(b1) : "r"(f2));
+    out[2 * q] = b0;
+    out[2 * q + 1] = b1;
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+// The same for any bytes and scale: the fast path where it is exact, else the portable kernel's
+// (to fp32, multiply, round), so results never depend on which path ran.
+__device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, uint4& hi) {
+  if (dequant16_fast_ok(raw, s)) {
+    dequant16_fast(raw, s, lo, hi);
   } else {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    uint32_t out[8];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const float2 a = cuda::e4m3x2_to_f32(static_cast<uint16_t>(w[q] & 0xffffu));
@@ -108,9 +125,9 @@ __device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, u
       out[2 * q] = cuda::pack_bf16(a.x * s, a.y * s);
       out[2 * q + 1] = cuda::pack_bf16(b.x * s, b.y * s);
     }
+    lo = make_uint4(out[0], out[1], out[2], out[3]);
+    hi = make_uint4(out[4], out[5], out[6], out[7]);
   }
-  lo = make_uint4(out[0], out[1], out[2], out[3]);
-  hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
 // The raw bytes one lane holds for one token of a block. Lane l of warp w handles token 8 w + l % 8
@@ -165,7 +182,9 @@ __device__ __forceinline__ void load_raw(Raw<F, kPair>& r, const uint8_t* data, 
 // Writes one token's dequantized dims into a key stage ([chunks][64 rows][64 dims], swizzled). A CTA
 // pair also writes them at the same offsets of the peer's stage: `peer_delta` is the peer's
 // shared::cluster address of this CTA's shared-memory byte 0, minus that byte's own address.
-template <KeyStorage F, bool kPair = false>
+// kWholeToken: one fast-path check for all of the lane's chunks, then a branch-free run over them
+// (false: a check per chunk, fewer live registers).
+template <KeyStorage F, bool kPair = false, bool kWholeToken = true>
 __device__ __forceinline__ void store_dequantized(const Raw<F, kPair>& r, uint8_t* stage, int tok, int part,
                                                   uint32_t rank = 0, uint32_t peer_delta = 0) {
   using R = Raw<F, kPair>;
@@ -174,24 +193,44 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kPair>& r, uint8_
     *reinterpret_cast<uint4*>(stage + offset) = v;
     if constexpr (kPair) st_shared_cluster(stage_addr + offset + peer_delta, v);
   };
+  // Each chunk group's scale; then one check for the whole token, so that the common case runs
+  // its chunks without a branch between them (the compiler interleaves their conversions).
+  float sc[R::kNopeChunks];
+  bool fast = kWholeToken;
 #pragma unroll
   for (int j = 0; j < R::kNopeChunks; ++j) {
     // Chunk c = part + 4 i holds dims 16 c..: swizzled chunk i, units 2 part and 2 part + 1.
     const int i = R::group(j, rank);
-    if (i >= R::kAllChunks) continue;  // v4 pairs: rank 1 has one group fewer
-    float s;
     if constexpr (F == KeyStorage::kV32Fp8) {
       // 128 dims per scale: groups 0-1 -> scale 0, ... (with pairs, group 2 j + r -> scale j).
       const uint32_t sb[4] = {r.scale.x, r.scale.y, r.scale.z, r.scale.w};
-      s = __uint_as_float(sb[kPair ? j : j / 2]);
+      sc[j] = __uint_as_float(sb[kPair ? j : j / 2]);
     } else {
       const uint32_t word = i < 4 ? r.scale.x : r.scale.y;  // 64 dims per scale: chunk group i
-      s = num::ue8m0_to_f32(static_cast<uint8_t>(word >> (8 * (i % 4))));
+      sc[j] = num::ue8m0_to_f32(static_cast<uint8_t>(word >> (8 * (i % 4))));
     }
-    uint4 lo, hi;
-    dequant16(r.nope[j], s, lo, hi);
-    put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
-    put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
+    if (kWholeToken && i < R::kAllChunks) fast = fast && dequant16_fast_ok(r.nope[j], sc[j]);
+  }
+  if (fast) {
+#pragma unroll
+    for (int j = 0; j < R::kNopeChunks; ++j) {
+      const int i = R::group(j, rank);
+      if (i >= R::kAllChunks) continue;  // v4 pairs: rank 1 has one group fewer
+      uint4 lo, hi;
+      dequant16_fast(r.nope[j], sc[j], lo, hi);
+      put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
+      put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < R::kNopeChunks; ++j) {
+      const int i = R::group(j, rank);
+      if (i >= R::kAllChunks) continue;
+      uint4 lo, hi;
+      dequant16(r.nope[j], sc[j], lo, hi);
+      put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
+      put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
+    }
   }
 #pragma unroll
   for (int u = 0; u < R::kRopeUnits; ++u) {

@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           load_raw<kRawStorage>(raw, data[h], scale[h], part);
-          store_dequantized<kRawStorage>(raw, stage, 32 * h + tok_l, part);
+          store_dequantized<kRawStorage, false, false>(raw, stage, 32 * h + tok_l, part);
         }
       }
       fence_proxy_async();
