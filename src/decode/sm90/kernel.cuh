@@ -310,6 +310,21 @@ __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][
   }
 }
 
+// O[:, 0:256] += P V for the first warpgroup: its rows rescaled by alpha first (skipped by warps
+// whose rows all kept their maximum: multiplying by 1 changes nothing), then P from registers, V the
+// first 512 dims of the key stage read transposed (issued; the caller commits and waits).
+__device__ __forceinline__ void issue_values_from_registers(float (&o)[128], const float (&alpha)[2],
+                                                            const uint32_t (&pa)[4][4], const uint8_t* kstage) {
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
+  }
+  const uint64_t dv = smem_desc(kstage, kChunkBytes, 1024);
+  wgmma_fence();
+#pragma unroll
+  for (int st = 0; st < 4; ++st) wgmma_m64n256k16_rs_tb(o, pa[st], dv + (st * 2048 >> 4), true);
+}
+
 // O[:, 256:512] += P V for the second warpgroup: its rows rescaled by the block's alpha first
 // (skipped by warps whose rows all kept their maximum), then P from shared memory, V the first 512
 // dims of the key stage read transposed (issued; the caller commits and waits).
@@ -579,16 +594,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       store_p(s, pa, alpha, sP, sAlpha, r0, t4);
       fence_proxy_async();
       named_barrier_sync(1);  // P and alpha are visible: warpgroup 1 starts its product
-      // ---- O[:, 0:256] += P V_s with P from registers, after the rescale (skipped by warps whose
-      // rows all kept their maximum: multiplying by 1 changes nothing).
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-        for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
-      }
-      const uint64_t dv = smem_desc(kcur, kChunkBytes, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int st = 0; st < 4; ++st) wgmma_m64n256k16_rs_tb(o, pa[st], dv + (st * 2048 >> 4), true);
+      // ---- O[:, 0:256] += P V_s with P from registers, after the rescale.
+      issue_values_from_registers(o, alpha, pa, kcur);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);

@@ -236,14 +236,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       store_p(s, pa, alpha, sP, sAlpha, r0, t4);
       fence_proxy_async();
       named_barrier_arrive(1);  // P and alpha of block n are ready
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-        for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
-      }
-      const uint64_t dv = smem_desc(kcur, kChunkBytes, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int st = 0; st < 4; ++st) wgmma_m64n256k16_rs_tb(o, pa[st], dv + (st * 2048 >> 4), true);
+      issue_values_from_registers(o, alpha, pa, kcur);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);
