@@ -310,6 +310,32 @@ __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][
   }
 }
 
+// The rows' final maxima and sums (the sums reduced over the quad that shares a row) to shared
+// memory for both warpgroups' epilogues.
+__device__ __forceinline__ void publish_row_stats(const float (&row_max)[2], float (&row_sum)[2], float* sRowMax,
+                                                  float* sRowSum, int r0, int t4) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+  }
+  if (t4 == 0) {
+    sRowMax[r0] = row_max[0];
+    sRowMax[r0 + 8] = row_max[1];
+    sRowSum[r0] = row_sum[0];
+    sRowSum[r0 + 8] = row_sum[1];
+  }
+}
+
+// Keeps the compiler from reusing P's registers before the value product that reads them is waited
+// for.
+__device__ __forceinline__ void fence_p(uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (int st = 0; st < 4; ++st)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(pa[st][k])::"memory");
+}
+
 // O[:, 0:256] += P V for the first warpgroup: its rows rescaled by alpha first (skipped by warps
 // whose rows all kept their maximum: multiplying by 1 changes nothing), then P from registers, V the
 // first 512 dims of the key stage read transposed (issued; the caller commits and waits).
@@ -600,26 +626,13 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       wgmma_wait<0>();
       fence_operands(o);
       finish_copies();
-#pragma unroll
-      for (int st = 0; st < 4; ++st)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(pa[st][k])::"memory");
+      fence_p(pa);
       // Stage n & 1 and P are free; block n + 1's stage is complete (a pair: the peer's half too).
       if constexpr (kPair) cluster_sync();
       else named_barrier_sync(2);
     }
     // Row statistics for both warpgroups' epilogues.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-    }
-    if (t4 == 0) {
-      sRowMax[r0] = row_max[0];
-      sRowMax[r0 + 8] = row_max[1];
-      sRowSum[r0] = row_sum[0];
-      sRowSum[r0 + 8] = row_sum[1];
-    }
+    publish_row_stats(row_max, row_sum, sRowMax, sRowSum, r0, t4);
   } else {
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;

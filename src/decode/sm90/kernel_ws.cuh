@@ -240,23 +240,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);
-#pragma unroll
-      for (int st = 0; st < 4; ++st)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(pa[st][k])::"memory");
+      fence_p(pa);
       if (lane == 0) mbar_arrive(&empty[st_i]);
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-    }
-    if (t4 == 0) {
-      sRowMax[r0] = row_max[0];
-      sRowMax[r0 + 8] = row_max[1];
-      sRowSum[r0] = row_sum[0];
-      sRowSum[r0 + 8] = row_sum[1];
-    }
+    publish_row_stats(row_max, row_sum, sRowMax, sRowSum, r0, t4);
     named_barrier_sync(3);
     write_rows(p, o, sRowMax, sRowSum, r0, t4, 0, heads_here, h0, row, r1, r2, split);
   } else {
