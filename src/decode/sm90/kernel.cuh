@@ -239,6 +239,37 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kPair>& r, uint8_
   }
 }
 
+// What a CTA works on, from its grid position (x: row, kv head and head block, head block fastest;
+// y: split): one query row (r1, r2), up to 64 heads h0.. of one kv head, one split of the row's
+// candidates.
+struct CtaWork {
+  int64_t row, kv_head, heads_here, h0, r1, r2, split;
+  __device__ __forceinline__ explicit CtaWork(const cuda::Geometry& g) {
+    const int64_t head_blocks = g.kv_heads * g.head_blocks_per_kv;
+    row = blockIdx.x / head_blocks;
+    const int64_t hb = blockIdx.x % head_blocks;
+    kv_head = hb / g.head_blocks_per_kv;
+    const int64_t hb0 = (hb % g.head_blocks_per_kv) * kHeads;  // first head of the CTA in its group
+    heads_here = min(static_cast<int64_t>(kHeads), g.heads_per_kv - hb0);
+    h0 = kv_head * g.heads_per_kv + hb0;  // first query head of the CTA
+    r1 = row / g.n2;
+    r2 = row % g.n2;
+    split = blockIdx.y;
+  }
+};
+
+// Q of the CTA's heads to shared memory (swizzled chunks), zero rows past them; kNumThreads threads.
+template <int kDqk, int kNumThreads>
+__device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, const CtaWork& w, int tid) {
+  const uint16_t* q_row = g.q + w.r1 * g.stride_q_r1 + w.r2 * g.stride_q_r2;
+  for (int c = tid; c < kHeads * (kDqk / 8); c += kNumThreads) {
+    const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (hr < w.heads_here) v = *reinterpret_cast<const uint4*>(q_row + (w.h0 + hr) * g.stride_q_h + col);
+    *reinterpret_cast<uint4*>(sQ + (col / 64) * kChunkBytes + sw128_offset(hr, col % 64)) = v;
+  }
+}
+
 // S = Q K^T for one key stage, issued (asynchronous; the caller commits and waits). Descriptors
 // advance by adding the byte offset / 16 to the start-address field.
 template <int kQkSteps>
@@ -459,24 +490,12 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;  // warpgroup, warp within it (rows 16 wq..)
   const int gr = lane / 4, t4 = lane % 4;
   const int tok_l = 8 * warp + lane % 8, part = lane / 8;  // this lane's token and chunk column
-  const int64_t head_blocks = g.kv_heads * g.head_blocks_per_kv;
-  const int64_t row = blockIdx.x / head_blocks;
-  const int64_t hb = blockIdx.x % head_blocks;
-  const int64_t kv_head = hb / g.head_blocks_per_kv;
-  const int64_t hb0 = (hb % g.head_blocks_per_kv) * kHeads;  // first head of the CTA in its group
-  const int64_t heads_here = min(static_cast<int64_t>(kHeads), g.heads_per_kv - hb0);
-  const int64_t h0 = kv_head * g.heads_per_kv + hb0;  // first query head of the CTA
-  const int64_t r1 = row / g.n2, r2 = row % g.n2;
-  const int64_t split = blockIdx.y;
+  const CtaWork w(g);
+  const int64_t row = w.row, kv_head = w.kv_head, heads_here = w.heads_here, h0 = w.h0;
+  const int64_t r1 = w.r1, r2 = w.r2, split = w.split;
 
   // ---- Q to shared memory, zero rows past the CTA's heads.
-  const uint16_t* q_row = g.q + r1 * g.stride_q_r1 + r2 * g.stride_q_r2;
-  for (int c = tid; c < kHeads * (kDqk / 8); c += kThreads) {
-    const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (hr < heads_here) v = *reinterpret_cast<const uint4*>(q_row + (h0 + hr) * g.stride_q_h + col);
-    *reinterpret_cast<uint4*>(sQ + (col / 64) * kChunkBytes + sw128_offset(hr, col % 64)) = v;
-  }
+  load_q<kDqk, kThreads>(sQ, g, w, tid);
 
   const Source src(p.src, r1, r2, kv_head);
   const int64_t k_begin = split * g.keys_per_split;

@@ -110,24 +110,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;
   const int gr = lane / 4, t4 = lane % 4;
-  const int64_t head_blocks = g.kv_heads * g.head_blocks_per_kv;
-  const int64_t row = blockIdx.x / head_blocks;
-  const int64_t hb = blockIdx.x % head_blocks;
-  const int64_t kv_head = hb / g.head_blocks_per_kv;
-  const int64_t hb0 = (hb % g.head_blocks_per_kv) * kHeads;
-  const int64_t heads_here = min(static_cast<int64_t>(kHeads), g.heads_per_kv - hb0);
-  const int64_t h0 = kv_head * g.heads_per_kv + hb0;
-  const int64_t r1 = row / g.n2, r2 = row % g.n2;
-  const int64_t split = blockIdx.y;
+  const CtaWork w(g);
+  const int64_t row = w.row, kv_head = w.kv_head, heads_here = w.heads_here, h0 = w.h0;
+  const int64_t r1 = w.r1, r2 = w.r2, split = w.split;
 
   // ---- Q to shared memory (every thread), barriers initialised (thread 0).
-  const uint16_t* q_row = g.q + r1 * g.stride_q_r1 + r2 * g.stride_q_r2;
-  for (int c = tid; c < kHeads * (kDqk / 8); c += kWsThreads) {
-    const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (hr < heads_here) v = *reinterpret_cast<const uint4*>(q_row + (h0 + hr) * g.stride_q_h + col);
-    *reinterpret_cast<uint4*>(sQ + (col / 64) * kChunkBytes + sw128_offset(hr, col % 64)) = v;
-  }
+  load_q<kDqk, kWsThreads>(sQ, g, w, tid);
   if (tid == 0) {
     mbar_init(&full[0], 128);
     mbar_init(&full[1], 128);
