@@ -10,6 +10,7 @@
 #include "decode/cuda/attend_launch.cuh"
 #include "decode/cuda/launch.h"
 #include "decode/cuda/source.cuh"
+#include "decode/sm90/config.h"
 #include "decode/sm90/launch.h"
 #include "latentkv/error.h"
 
@@ -39,8 +40,11 @@ bool use_sm90(int device) {
   if (c == KernelChoice::kPortable) return false;
   const bool sm90 = decode::sm90::usable(device);
   LKV_CHECK(sm90 || c == KernelChoice::kAuto, "the sm90 decode kernel was asked for (LKV_DECODE_KERNEL "
-            "or set_kernel_choice) but device ", device, " has compute capability ",
-            cuda_common::compute_capability(device), " (it needs 9.0)");
+            "or set_kernel_choice) but device ", device, " cannot run it: it needs compute capability "
+            "9.0 (the device has ", cuda_common::compute_capability(device), "), ",
+            decode::sm90::Layout<576>::total, " bytes of shared memory per block (the device allows ",
+            cuda_common::max_smem_per_block(device), ") and the driver running its sm_90a code (not "
+            "the compute_80 PTX, as under CUDA_FORCE_PTX_JIT=1)");
   return sm90;
 }
 
