@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
-#   [racecheck] [profile_sass] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
+#   [racecheck] [profile_sass] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: all)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
@@ -130,6 +130,14 @@ if has profile_sass; then
   ncu --import "$OUT/prof.ncu-rep" --page details 2>>"$OUT/ncu-sass.log" | grep -E "Warp Cycles|Stall|Issued|Eligible" | head -20
   rm -f "$OUT/prof.ncu-rep"
   note "profile_sass rc=$rc ($(zcat "$OUT/prof_sass.csv.gz" | wc -l) csv lines)"
+fi
+
+# splits: the b 74 cases (where the wave-aware planner splits) with 1-4 forced splits beside the
+# planner's choice, to check the planner's cost model against the kernel in use.
+if has splits; then
+  ./build-gpu/latentkv bench decode --device cuda --filter _b74_ --splits 1,2,3,4 \
+    --json "$OUT/decode-splits-h200.json" 2>&1 | tee "$OUT/bench-decode-splits.log"
+  note "bench decode splits: $(grep -E '^v32_b74' "$OUT/bench-decode-splits.log" | tr -s ' ' | tr '\n' ';')"
 fi
 
 if has decode_portable; then

@@ -131,7 +131,21 @@ int cmd_bench_decode(const Args& args) {
   const std::string plot = args.get("plot", "");
   const int reps = args.get_int("reps", 20);
   const std::string kernel = args.get("kernel", "auto");
+  // --splits 1,2,4: each case also runs with each of these split counts (candidates divided into
+  // that many equal whole blocks of 64) beside the planner's, to measure the planner's choice.
+  const std::string splits_arg = args.get("splits", "");
   args.check_all_used();
+  std::vector<int64_t> forced_splits;
+  for (size_t at = 0; at < splits_arg.size();) {
+    const size_t end = std::min(splits_arg.find(',', at), splits_arg.size());
+    const std::string item = splits_arg.substr(at, end - at);
+    char* stop = nullptr;
+    const long long v = std::strtoll(item.c_str(), &stop, 10);
+    LKV_CHECK(!item.empty() && stop && *stop == '\0' && v >= 1 && v <= 65535,
+              "--splits takes a comma-separated list of split counts in [1, 65535], got '", item, "'");
+    forced_splits.push_back(v);
+    at = end + 1;
+  }
   LKV_CHECK(kernel == "auto" || kernel == "portable" || kernel == "sm90",
             "--kernel must be auto, portable or sm90, got '", kernel, "'");
 #ifdef LKV_WITH_CUDA
@@ -141,6 +155,7 @@ int cmd_bench_decode(const Args& args) {
   const bool cuda = false;
   LKV_CHECK(device != "cuda", "--device cuda: latentkv was built without CUDA");
 #endif
+  LKV_CHECK(forced_splits.empty() || cuda, "--splits needs --device cuda (the CPU paths do not split)");
   BenchResult res;
   res.op = "sparse_decode";
   res.command = args.command_line();
@@ -221,29 +236,41 @@ int cmd_bench_decode(const Args& args) {
     }
     a.out = TensorView(place(out.data(), out.size() * 2), DType::bf16, {c.b, c.s_q, c.h_q, 512}, where);
     a.lse = TensorView(place(lse.data(), lse.size() * 4), DType::f32, {c.b, c.h_q, c.s_q}, where);
-    BenchCase bc;
-    bc.name = c.name;
-    DecodePlan plan{};
-    if (cuda) {
+    // The planner's split count, then any forced ones (--splits).
+    std::vector<int64_t> variants{0};
+    variants.insert(variants.end(), forced_splits.begin(), forced_splits.end());
+    for (const int64_t forced : variants) {
+      BenchCase bc;
+      bc.name = forced ? c.name + "_splits" + std::to_string(forced) : c.name;
+      DecodePlan plan{};
+      if (cuda) {
 #ifdef LKV_WITH_CUDA
-      plan = plan_decode(c.b, c.s_q, c.h_q, c.topk, c.extra_topk, bench_cuda::sm_count(0));
-      a.plan = &plan;
-      bc.time_us = bench_cuda::time_us([&] { sparse_decode(a); }, reps);
-      for (void* d : dev) bench_cuda::free(d);
+        plan = plan_decode(c.b, c.s_q, c.h_q, c.topk, c.extra_topk, bench_cuda::sm_count(0));
+        if (forced) {
+          const int64_t total = c.topk + c.extra_topk;
+          plan.keys_per_split = ((total + forced - 1) / forced + 63) / 64 * 64;
+          plan.num_splits = (total + plan.keys_per_split - 1) / plan.keys_per_split;
+        }
+        a.plan = &plan;
+        bc.time_us = bench_cuda::time_us([&] { sparse_decode(a); }, reps);
 #endif
-    } else {
-      bc.time_us = cpu_time_us([&] { sparse_decode(a); }, 3);
+      } else {
+        bc.time_us = cpu_time_us([&] { sparse_decode(a); }, 3);
+      }
+      bc.numbers["TFLOPS"] = flops / (bc.time_us * 1e-6) / 1e12;
+      bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
+      if (hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / hbm;
+      bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
+      std::printf("%-44s %10.1f %9.2f %9.0f %7.1f%% %7lld\n", bc.name.c_str(), bc.time_us,
+                  bc.numbers["TFLOPS"], bc.numbers["GBps"],
+                  hbm > 0 ? 100.0 * bc.numbers["frac_of_ceiling"] : 0.0,
+                  static_cast<long long>(plan.num_splits));
+      std::fflush(stdout);
+      res.cases.push_back(bc);
     }
-    bc.numbers["TFLOPS"] = flops / (bc.time_us * 1e-6) / 1e12;
-    bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
-    if (hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / hbm;
-    bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
-    std::printf("%-44s %10.1f %9.2f %9.0f %7.1f%% %7lld\n", c.name.c_str(), bc.time_us,
-                bc.numbers["TFLOPS"], bc.numbers["GBps"],
-                hbm > 0 ? 100.0 * bc.numbers["frac_of_ceiling"] : 0.0,
-                static_cast<long long>(plan.num_splits));
-    std::fflush(stdout);
-    res.cases.push_back(bc);
+#ifdef LKV_WITH_CUDA
+    for (void* d : dev) bench_cuda::free(d);
+#endif
   }
   std::vector<double> tf;
   for (const auto& c : res.cases) tf.push_back(c.numbers.at("TFLOPS"));
