@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
-#   [racecheck] [profile_sass] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
+#   [racecheck] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: all)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
@@ -138,6 +138,19 @@ if has splits; then
   ./build-gpu/latentkv bench decode --device cuda --filter _b74_ --splits 1,2,3,4 \
     --json "$OUT/decode-splits-h200.json" 2>&1 | tee "$OUT/bench-decode-splits.log"
   note "bench decode splits: $(grep -E '^v32_b74' "$OUT/bench-decode-splits.log" | tr -s ' ' | tr '\n' ';')"
+fi
+
+# profile_compress: the same per-instruction stall samples for the first compressor launch of
+# `bench compress` (the 8192-token, C = 128 case), to see where its latency goes.
+if has profile_compress; then
+  timeout 300 ncu --clock-control none -k regex:compress_kernel -c 1 --section SourceCounters \
+    --section WarpStateStats --section SpeedOfLight --section LaunchStats --section Occupancy \
+    -f -o "$OUT/profc" ./build-gpu/latentkv bench compress --device cuda --reps 1 >"$OUT/ncu-compress.log" 2>&1
+  rc=$?
+  ncu --import "$OUT/profc.ncu-rep" --page source --print-source sass --csv 2>>"$OUT/ncu-compress.log" | gzip >"$OUT/profc_sass.csv.gz"
+  ncu --import "$OUT/profc.ncu-rep" --page details 2>>"$OUT/ncu-compress.log" | grep -E "Duration|Throughput|Warp Cycles|Eligible|Grid Size|Registers|Achieved Occupancy" | head -20
+  rm -f "$OUT/profc.ncu-rep"
+  note "profile_compress rc=$rc"
 fi
 
 if has decode_portable; then
