@@ -252,45 +252,50 @@ TEST(CompressCuda, CallerWorkspaceOnAStreamCapturedInAGraph) {
   // With a caller-provided workspace and the checks off, a call allocates nothing and never
   // synchronises: it can be captured in a CUDA graph, and replays give the same bytes as a plain
   // call with latentkv's own workspace.
-  WorkloadOptions o;
-  o.num_reqs = 1;
-  o.tokens_per_req = 8192;
-  o.compress_ratio = 512;  // 16 outputs: many splits, so the counters matter
-  o.shuffle_blocks = true;
-  CompressWorkload w = make_workload(o);
-  DeviceWorkload d(w);
-  compress_kv(d.args(CompressMode::kFunctional), nullptr, CompressImpl::kCuda);
-  const std::vector<uint8_t> expected = d.kv.download();
+  // C = 512: 16 outputs in many splits, so the counters matter; C = 128: 8 splits per output,
+  // merged inside clusters on sm_90.
+  for (int64_t C : {512, 128}) {
+    SCOPED_TRACE("C " + std::to_string(C));
+    WorkloadOptions o;
+    o.num_reqs = 1;
+    o.tokens_per_req = 8192;
+    o.compress_ratio = C;
+    o.shuffle_blocks = true;
+    CompressWorkload w = make_workload(o);
+    DeviceWorkload d(w);
+    compress_kv(d.args(CompressMode::kFunctional), nullptr, CompressImpl::kCuda);
+    const std::vector<uint8_t> expected = d.kv.download();
 
-  CompressArgs a = d.args(CompressMode::kFunctional);
-  a.check_indices = false;
-  const size_t bytes = compress_workspace_bytes(a);
-  ASSERT_GT(bytes, 0u);
-  std::vector<uint8_t> garbage(bytes, 0x5a);  // a workspace need not be zeroed by the caller
-  DeviceBuffer<uint8_t> ws(garbage);
-  a.workspace = ws.get();
-  a.workspace_bytes = bytes;
-  a.workspace_bytes = bytes - 1;
-  EXPECT_NE(latentkv::testing::error_of([&] { compress_kv(a); }).find("too small"), std::string::npos);
-  a.workspace_bytes = bytes;
+    CompressArgs a = d.args(CompressMode::kFunctional);
+    a.check_indices = false;
+    const size_t bytes = compress_workspace_bytes(a);
+    ASSERT_GT(bytes, 0u);
+    std::vector<uint8_t> garbage(bytes, 0x5a);  // a workspace need not be zeroed by the caller
+    DeviceBuffer<uint8_t> ws(garbage);
+    a.workspace = ws.get();
+    a.workspace_bytes = bytes;
+    a.workspace_bytes = bytes - 1;
+    EXPECT_NE(latentkv::testing::error_of([&] { compress_kv(a); }).find("too small"), std::string::npos);
+    a.workspace_bytes = bytes;
 
-  cudaStream_t stream;
-  LKV_TEST_CUDA(cudaStreamCreate(&stream));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  LKV_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  compress_kv(a, stream, CompressImpl::kCuda);
-  LKV_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
-  LKV_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 3; ++replay) {
-    d.kv.upload(w.kv);
-    LKV_TEST_CUDA(cudaGraphLaunch(exec, stream));
-    LKV_TEST_CUDA(cudaStreamSynchronize(stream));
-    ASSERT_EQ(d.kv.download(), expected) << "replay " << replay;
+    cudaStream_t stream;
+    LKV_TEST_CUDA(cudaStreamCreate(&stream));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    LKV_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    compress_kv(a, stream, CompressImpl::kCuda);
+    LKV_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+    LKV_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 3; ++replay) {
+      d.kv.upload(w.kv);
+      LKV_TEST_CUDA(cudaGraphLaunch(exec, stream));
+      LKV_TEST_CUDA(cudaStreamSynchronize(stream));
+      ASSERT_EQ(d.kv.download(), expected) << "replay " << replay;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 TEST(CompressCuda, MoreOutputsThanAGridDimensionOf65535) {
