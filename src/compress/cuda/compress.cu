@@ -3,6 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "compress/cuda/config.h"
 #include "compress/cuda/launch.h"
@@ -101,7 +104,18 @@ __global__ void describe_kernel(const Params p, const int32_t* owners,
   record[2] = extra;
 }
 
+std::atomic<bool>& clusters_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LKV_COMPRESS_CLUSTER");
+    return !(e && std::strcmp(e, "0") == 0);
+  }()};
+  return flag;
+}
+
 }  // namespace
+
+bool compress_clusters() { return clusters_flag().load(std::memory_order_relaxed); }
+void set_compress_clusters(bool on) { clusters_flag().store(on, std::memory_order_relaxed); }
 
 size_t workspace_bytes(const Params& p, int device) { return layout_for(p, device).total; }
 
@@ -156,8 +170,10 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
   float* partials = reinterpret_cast<float*>(base + l.partials);
   if (zero_counters && plan.num_splits > 1)
     LKV_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(int) * p.num_outputs, s));
-  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, stream);
-  else launch_compress_kernel<false>(p, plan, partials, counters, stream);
+  const bool cluster = compress_clusters() && cuda_common::compute_capability(device) >= 90 &&
+                       plan.num_splits > 1 && plan.num_splits <= kMaxClusterSplits;
+  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, stream);
+  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, stream);
 }
 
 }  // namespace latentkv::compress::cuda

@@ -37,7 +37,16 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
 
 namespace latentkv::compress::cuda {
 // One instantiation per payload kind (instantiations/*.cu).
+// cluster: the splits of each output form a thread-block cluster (sm_90; 2 <= num_splits <=
+// kMaxClusterSplits) and merge through distributed shared memory.
 template <bool kFp8>
 void launch_compress_kernel(const Params& p, const SplitPlan& plan, float* partials, int* counters,
-                            Stream stream);
+                            bool cluster, Stream stream);
+
+// Whether split outputs merge inside thread-block clusters: on by default where the device has them
+// (compute capability 9.0 and newer) and the plan has 2..kMaxClusterSplits splits;
+// LKV_COMPRESS_CLUSTER=0 or set_compress_clusters(false) turns it off (the results are the same
+// bytes either way).
+bool compress_clusters();
+void set_compress_clusters(bool on);
 }  // namespace latentkv::compress::cuda
