@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "compress/cuda/config.h"
@@ -346,22 +347,21 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   }
 }
 
-// Whether clusters of `splits` CTAs of `kernel` can run on the current device (sizes above 8 are
-// non-portable: asked for once, and the device may still refuse them, as on a small MIG slice).
-// Asked once per (device, kernel, size).
+// Whether clusters of `splits` CTAs of `kernel` (one compress_kernel<kFp8, true> instantiation) fit
+// on `device`: sizes above 8 are non-portable, asked for once, and a device may still refuse them (a
+// small MIG slice). Answered once per (device, kernel, size); a refusal is cached as no.
 template <class Kernel>
-inline bool cluster_fits(Kernel kernel, dim3 grid, int64_t splits) {
+inline bool cluster_fits(Kernel kernel, int device, int64_t num_outputs, int64_t splits) {
   static std::mutex mu;
-  static std::map<std::pair<int, int64_t>, bool> known;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  static std::map<std::tuple<int, const void*, int64_t>, bool> known;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(device, splits);
+  const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), splits);
   if (auto it = known.find(key); it != known.end()) return it->second;
-  bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-  if (ok) {
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  int clusters = 0;
+  if (err == cudaSuccess) {
     cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
+    config.gridDim = dim3(static_cast<unsigned>(num_outputs), static_cast<unsigned>(splits));
     config.blockDim = dim3(kThreads);
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -370,10 +370,10 @@ inline bool cluster_fits(Kernel kernel, dim3 grid, int64_t splits) {
     attr[0].val.clusterDim.z = 1;
     config.attrs = attr;
     config.numAttrs = 1;
-    int clusters = 0;
-    ok = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
+    err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
   }
-  (void)cudaGetLastError();  // a refusal is an answer, not an error to report later
+  if (err != cudaSuccess) (void)cudaGetLastError();  // a refusal is an answer, not an error to report later
+  const bool ok = err == cudaSuccess && clusters > 0;
   known[key] = ok;
   return ok;
 }

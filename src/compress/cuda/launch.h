@@ -43,10 +43,17 @@ template <bool kFp8>
 void launch_compress_kernel(const Params& p, const SplitPlan& plan, float* partials, int* counters,
                             bool cluster, Stream stream);
 
-// Whether split outputs merge inside thread-block clusters: on by default where the device has them
-// (compute capability 9.0 and newer) and the plan has 2..kMaxClusterSplits splits;
-// LKV_COMPRESS_CLUSTER=0 or set_compress_clusters(false) turns it off (the results are the same
-// bytes either way).
+// Whether clusters of the plan's size fit on `device` for this payload kind (asked once).
+template <bool kFp8>
+bool cluster_launch_fits(const Params& p, const SplitPlan& plan, int device);
+
+// Whether split outputs merge inside thread-block clusters: on by default (LKV_COMPRESS_CLUSTER=0 or
+// set_compress_clusters(false) turns it off; the results are the same bytes either way), used where
+// the device runs the sm_90 code (compute capability 9.0), the plan has 2..kMaxClusterSplits splits
+// and such clusters fit.
 bool compress_clusters();
 void set_compress_clusters(bool on);
+// Whether compress() on `device` merges these parameters' splits inside clusters (what the tests
+// ask to know that they exercised that path).
+bool merges_in_clusters(const Params& p, int device);
 }  // namespace latentkv::compress::cuda

@@ -10,7 +10,7 @@ void launch_compress_kernel<true>(const Params& p, const SplitPlan& plan, float*
                                  int* counters, bool cluster, Stream stream) {
   const dim3 grid(static_cast<unsigned>(p.num_outputs), static_cast<unsigned>(plan.num_splits));
   const auto s = static_cast<cudaStream_t>(stream);
-  if (cluster && cluster_fits(compress_kernel<true, true>, grid, plan.num_splits)) {
+  if (cluster) {
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = dim3(kThreads);
@@ -27,6 +27,11 @@ void launch_compress_kernel<true>(const Params& p, const SplitPlan& plan, float*
     compress_kernel<true><<<grid, kThreads, 0, s>>>(p, plan, partials, counters);
   }
   LKV_CUDA_CHECK_LAUNCH();
+}
+
+template <>
+bool cluster_launch_fits<true>(const Params& p, const SplitPlan& plan, int device) {
+  return cluster_fits(compress_kernel<true, true>, device, p.num_outputs, plan.num_splits);
 }
 
 }  // namespace latentkv::compress::cuda
