@@ -74,7 +74,7 @@ struct Bench {
         decode::cuda::set_kernel_choice(o.kernel == "sm90" ? KernelChoice::kSm90 : KernelChoice::kPortable);
       // f16 cases run the portable kernel under either choice.
       res.notes["kernel"] = std::string(decode::cuda::kernel_for_device(0)) + " (bf16 cases)";
-      if (const char* ws = std::getenv("LKV_SM90_WS"); ws && std::string(ws) == "1")
+      if (decode::sm90::warp_specialised())
         res.notes["kernel"] += " (warp-specialised variant, LKV_SM90_WS=1)";
       if (decode::sm90::cta_pairs()) res.notes["kernel"] += " (CTA pairs where the keys are dequantized, LKV_SM90_PAIR=1)";
     }

@@ -175,7 +175,7 @@ int cmd_bench_decode(const Args& args) {
     if (kernel != "auto")
       decode::cuda::set_kernel_choice(kernel == "sm90" ? KernelChoice::kSm90 : KernelChoice::kPortable);
     res.notes["kernel"] = decode::cuda::kernel_for_device(0);
-    if (const char* ws = std::getenv("LKV_SM90_WS"); ws && std::string(ws) == "1")
+    if (decode::sm90::warp_specialised())
       res.notes["kernel"] += " (warp-specialised variant, LKV_SM90_WS=1)";
     if (decode::sm90::cta_pairs()) res.notes["kernel"] += " (CTA pairs where the keys are dequantized, LKV_SM90_PAIR=1)";
     res.ceilings["hbm_read_GBps"] = hbm;

@@ -49,6 +49,14 @@ std::atomic<bool>& pairs_flag() {
 
 }  // namespace
 
+bool warp_specialised() {
+  static const bool ws = [] {
+    const char* e = std::getenv("LKV_SM90_WS");
+    return e && std::strcmp(e, "1") == 0;
+  }();
+  return ws;
+}
+
 bool cta_pairs() { return pairs_flag().load(std::memory_order_relaxed); }
 void set_cta_pairs(bool on) { pairs_flag().store(on, std::memory_order_relaxed); }
 

@@ -3,8 +3,6 @@
 #pragma once
 
 #include "cuda_common/cuda_check.h"
-#include <cstdlib>
-#include <cstring>
 
 #include "decode/sm90/kernel.cuh"
 #include "decode/sm90/kernel_ws.cuh"
@@ -12,16 +10,6 @@
 #include "latentkv/error.h"
 
 namespace latentkv::decode::sm90 {
-
-// Whether the warp-specialised variant (kernel_ws.cuh) runs: LKV_SM90_WS=1. Experimental; the
-// default is kernel.cuh.
-inline bool warp_specialised() {
-  static const bool ws = [] {
-    const char* e = std::getenv("LKV_SM90_WS");
-    return e && std::strcmp(e, "1") == 0;
-  }();
-  return ws;
-}
 
 template <class Source, bool kPair>
 void launch_two_warpgroups(const cuda::KernelParams<typename Source::Args>& p, dim3 grid, cudaStream_t stream) {

@@ -8,6 +8,10 @@ namespace latentkv::decode::sm90 {
 // driver running its sm_90a code (not the compute_80 PTX, as under CUDA_FORCE_PTX_JIT=1).
 bool usable(int device);
 
+// Whether the warp-specialised variant (kernel_ws.cuh) runs instead of kernel.cuh: LKV_SM90_WS=1,
+// read once per process. Opt-in: slower on the H200 (bench/NOTES.md).
+bool warp_specialised();
+
 // Whether the two head blocks of a query row run as a CTA pair (a cluster of two CTAs, each
 // dequantizing half of every block into both CTAs' stages, a cluster barrier per block): used where
 // the Source dequantizes and the row has an even number of 64-head blocks, when turned on with
