@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
-#   [racecheck] [bench_global] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
+#   [racecheck] [bench_cluster] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: all)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
@@ -101,12 +101,12 @@ if has bench; then
   done
 fi
 
-# bench_global: the int8 compressor bench again with split outputs merged through global memory
-# (LKV_COMPRESS_CLUSTER=0), to compare with the cluster merge of the bench stage.
-if has bench_global; then
-  LKV_COMPRESS_CLUSTER=0 ./build-gpu/latentkv bench compress --device cuda --format v4_int8 \
-    --json "$OUT/compress-v4_int8-global-h200.json" 2>&1 | tee "$OUT/bench-v4_int8-global.log"
-  note "bench v4_int8 (global merge): $(tail -1 "$OUT/bench-v4_int8-global.log")"
+# bench_cluster: the int8 compressor bench again with split outputs merged inside thread-block
+# clusters (LKV_COMPRESS_CLUSTER=1, opt-in), to compare with the global merge of the bench stage.
+if has bench_cluster; then
+  LKV_COMPRESS_CLUSTER=1 ./build-gpu/latentkv bench compress --device cuda --format v4_int8 \
+    --json "$OUT/compress-v4_int8-cluster-h200.json" 2>&1 | tee "$OUT/bench-v4_int8-cluster.log"
+  note "bench v4_int8 (cluster merge): $(tail -1 "$OUT/bench-v4_int8-cluster.log")"
 fi
 
 if has decode; then

@@ -253,9 +253,15 @@ TEST(CompressCuda, CallerWorkspaceOnAStreamCapturedInAGraph) {
   // synchronises: it can be captured in a CUDA graph, and replays give the same bytes as a plain
   // call with latentkv's own workspace.
   // C = 512: 16 outputs in many splits, so the counters matter; C = 128: 8 splits per output,
-  // merged inside clusters on sm_90.
+  // merged inside clusters on sm_90 when those are switched on (both settings run).
+  struct Restore {
+    bool was = compress::cuda::compress_clusters();
+    ~Restore() { compress::cuda::set_compress_clusters(was); }
+  } restore;
+  for (bool clusters : {false, true})
   for (int64_t C : {512, 128}) {
-    SCOPED_TRACE("C " + std::to_string(C));
+    compress::cuda::set_compress_clusters(clusters);
+    SCOPED_TRACE("C " + std::to_string(C) + (clusters ? ", clusters on" : ", clusters off"));
     WorkloadOptions o;
     o.num_reqs = 1;
     o.tokens_per_req = 8192;

@@ -137,8 +137,8 @@ int cmd_bench_compress(const Args& args) {
     hbm = bench_cuda::measure_hbm_read_GBps();
     res.ceilings["hbm_read_GBps"] = hbm;
     res.notes["split_merge"] = compress::cuda::compress_clusters()
-                                   ? "in thread-block clusters where a plan has 2-16 splits (sm_90+)"
-                                   : "global (LKV_COMPRESS_CLUSTER=0)";
+                                   ? "in thread-block clusters where a plan has 2-16 splits (LKV_COMPRESS_CLUSTER=1, sm_90)"
+                                   : "global";
   }
 #endif
   // On the CPU the ceiling is a memcpy with as many threads, timed in the same run (the issue's

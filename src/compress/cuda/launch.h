@@ -47,8 +47,9 @@ void launch_compress_kernel(const Params& p, const SplitPlan& plan, float* parti
 template <bool kFp8>
 bool cluster_launch_fits(const Params& p, const SplitPlan& plan, int device);
 
-// Whether split outputs merge inside thread-block clusters: on by default (LKV_COMPRESS_CLUSTER=0 or
-// set_compress_clusters(false) turns it off; the results are the same bytes either way), used where
+// Whether split outputs merge inside thread-block clusters: off by default (measured slower on the
+// H200); LKV_COMPRESS_CLUSTER=1 or set_compress_clusters(true) turns it on (the results are the
+// same bytes either way), used where
 // the device runs the sm_90 code (compute capability 9.0), the plan has 2..kMaxClusterSplits splits
 // and such clusters fit.
 bool compress_clusters();

@@ -311,12 +311,13 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, 
 __device__ __forceinline__ void online_softmax(float (&s)[32], uint64_t valid, float scale_log2, int t4,
                                                float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2]) {
   float tile_max[2] = {-INFINITY, -INFINITY};
+  // This thread's tokens are 2 t4 + (8 j + e % 2): one variable shift, then constant bit tests.
+  const uint64_t mine = valid >> (2 * t4);
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int tok = 8 * j + 2 * t4 + (e % 2);
-      const float v = ((valid >> tok) & 1) ? s[4 * j + e] * scale_log2 : -INFINITY;
+      const float v = ((mine >> (8 * j + e % 2)) & 1) ? s[4 * j + e] * scale_log2 : -INFINITY;
       s[4 * j + e] = v;
       tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
     }
@@ -329,12 +330,16 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], uint64_t valid, f
     row_max[r] = new_max;
     row_sum[r] *= alpha[r];
   }
+  // A row with nothing attended yet subtracts 0 instead of its -inf maximum: its scores are all
+  // -inf, and exp2(-inf - 0) = 0 without a per-score test (-inf - -inf would be NaN). Otherwise
+  // the maximum is finite and a -inf score gives exp2(-inf) = 0 as well.
+  const float sub_max[2] = {row_max[0] == -INFINITY ? 0.0f : row_max[0],
+                            row_max[1] == -INFINITY ? 0.0f : row_max[1]};
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float v = s[4 * j + e];
-      const float pr = v == -INFINITY ? 0.0f : exp2_ftz(v - row_max[e / 2]);
+      const float pr = exp2_ftz(s[4 * j + e] - sub_max[e / 2]);
       s[4 * j + e] = pr;
       row_sum[e / 2] += pr;
     }
@@ -638,15 +643,30 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
 
   // Each warpgroup's loop is one branch (wgmma in code the compiler sees as divergent would be
   // serialized); the two meet at named barriers 1 (P ready) and 2 (block done).
+  //
+  // Quantized storage issues block n + 1's score product right behind block n's value product:
+  // both warpgroups dequantize block n + 1 before barrier 1 of iteration n, so its stage is whole
+  // there, and the s registers are free once P is in pa. The tensor pipe then runs the next
+  // scores straight after the values instead of idling through barrier 2 and the next issue.
+  // 16-bit keys land by cp.async, complete only at barrier 2; a CTA pair's peer half likewise.
+  constexpr bool kEarlyScores = !kDirect && !kPair;
   if (wg == 0) {
     float s[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+    if constexpr (kEarlyScores) {
+      if (nb > 0) {
+        issue_scores<kQkSteps>(s, sQ, sK);
+        wgmma_commit();
+      }
+    }
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
       // ---- S = Q K^T, asynchronous; meanwhile both warpgroups dequantize block n + 1.
-      issue_scores<kQkSteps>(s, sQ, kcur);
-      wgmma_commit();
+      if constexpr (!kEarlyScores) {
+        issue_scores<kQkSteps>(s, sQ, kcur);
+        wgmma_commit();
+      }
       if (n + 1 < nb) fill_next(n);
       if (!kDirect && n + 2 < nb) load();  // block n + 2's records: in flight until iteration n + 1
       wgmma_wait<0>();
@@ -663,7 +683,14 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // ---- O[:, 0:256] += P V_s with P from registers, after the rescale.
       issue_values_from_registers(o, alpha, pa, kcur);
       wgmma_commit();
-      wgmma_wait<0>();
+      if (kEarlyScores && n + 1 < nb) {
+        issue_scores<kQkSteps>(s, sQ, sK + ((n + 1) & 1) * L::k_stage);
+        wgmma_commit();
+        fence_operands(s);
+        wgmma_wait<1>();  // the value product is done; the score product may still run
+      } else {
+        wgmma_wait<0>();
+      }
       fence_operands(o);
       finish_copies();
       fence_p(pa);
