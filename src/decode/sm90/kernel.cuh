@@ -643,30 +643,17 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
 
   // Each warpgroup's loop is one branch (wgmma in code the compiler sees as divergent would be
   // serialized); the two meet at named barriers 1 (P ready) and 2 (block done).
-  //
-  // Quantized storage issues block n + 1's score product right behind block n's value product:
-  // both warpgroups dequantize block n + 1 before barrier 1 of iteration n, so its stage is whole
-  // there, and the s registers are free once P is in pa. The tensor pipe then runs the next
-  // scores straight after the values instead of idling through barrier 2 and the next issue.
-  // 16-bit keys land by cp.async, complete only at barrier 2; a CTA pair's peer half likewise.
-  constexpr bool kEarlyScores = !kDirect && !kPair;
+  // (Issuing block n + 1's score product right behind block n's value product, for quantized keys
+  // whose next stage is whole at barrier 1, measured 11% slower on V3.2 b 128: bench/NOTES.md.)
   if (wg == 0) {
     float s[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
-    if constexpr (kEarlyScores) {
-      if (nb > 0) {
-        issue_scores<kQkSteps>(s, sQ, sK);
-        wgmma_commit();
-      }
-    }
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
       // ---- S = Q K^T, asynchronous; meanwhile both warpgroups dequantize block n + 1.
-      if constexpr (!kEarlyScores) {
-        issue_scores<kQkSteps>(s, sQ, kcur);
-        wgmma_commit();
-      }
+      issue_scores<kQkSteps>(s, sQ, kcur);
+      wgmma_commit();
       if (n + 1 < nb) fill_next(n);
       if (!kDirect && n + 2 < nb) load();  // block n + 2's records: in flight until iteration n + 1
       wgmma_wait<0>();
@@ -683,14 +670,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // ---- O[:, 0:256] += P V_s with P from registers, after the rescale.
       issue_values_from_registers(o, alpha, pa, kcur);
       wgmma_commit();
-      if (kEarlyScores && n + 1 < nb) {
-        issue_scores<kQkSteps>(s, sQ, sK + ((n + 1) & 1) * L::k_stage);
-        wgmma_commit();
-        fence_operands(s);
-        wgmma_wait<1>();  // the value product is done; the score product may still run
-      } else {
-        wgmma_wait<0>();
-      }
+      wgmma_wait<0>();
       fence_operands(o);
       finish_copies();
       fence_p(pa);
