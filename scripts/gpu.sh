@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
-#   [racecheck] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
+#   [racecheck] [bench_cluster] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: all)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
@@ -99,6 +99,14 @@ if has bench; then
       --json "$OUT/compress-$fmt-h200.json" 2>&1 | tee "$OUT/bench-$fmt.log"
     note "bench $fmt: $(tail -1 "$OUT/bench-$fmt.log")"
   done
+fi
+
+# bench_cluster: the int8 compressor bench again with split outputs merged inside thread-block
+# clusters (LKV_COMPRESS_CLUSTER=1, opt-in), to compare with the global merge of the bench stage.
+if has bench_cluster; then
+  LKV_COMPRESS_CLUSTER=1 ./build-gpu/latentkv bench compress --device cuda --format v4_int8 \
+    --json "$OUT/compress-v4_int8-cluster-h200.json" 2>&1 | tee "$OUT/bench-v4_int8-cluster.log"
+  note "bench v4_int8 (cluster merge): $(tail -1 "$OUT/bench-v4_int8-cluster.log")"
 fi
 
 if has decode; then

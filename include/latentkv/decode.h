@@ -29,9 +29,16 @@ struct DecodePlan {
   int64_t b = 0, s_q = 0, h_q = 0, topk = 0, extra_topk = 0;
 };
 
-// Plans for num_sms multiprocessors (a pure function; CPU-testable).
+// The attention kernel a plan is tuned for: the planner weighs a split's combine against the
+// kernel's time per candidate, which differs between the two CUDA kernels. Any plan is correct with
+// either kernel. kAuto: the kernel sparse_decode picks on the current CUDA device (the portable one
+// in a build without CUDA or on a machine without a device).
+enum class DecodePlanKernel : uint8_t { kAuto, kPortable, kSm90 };
+
+// Plans for num_sms multiprocessors (a pure function of its arguments once kAuto is resolved;
+// CPU-testable).
 DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_t extra_topk,
-                       int num_sms);
+                       int num_sms, DecodePlanKernel kernel = DecodePlanKernel::kAuto);
 
 struct SparseDecodeArgs {
   TensorView q;                  // bf16 [b, s_q, h_q, d_qk]; d_qk = 576 (v32_fp8) or 512 (v4_fp8)

@@ -40,6 +40,12 @@ using decode::cuda::kSplitUnit;
 // split costs ~1.5 ns x 132 / 169 ns ~= 1.2 key steps of one SM; the combine streams through the
 // whole GPU, whose bandwidth grows with its SM count, hence the division by num_sms below.
 inline constexpr double kCombineKeyStepsPerHeadSplit = 1.2;
+// The Hopper kernel (decode/sm90, version s6) takes 0.060 us per key step on V3.2 b 128 (491.9 us /
+// (4 waves x 2048)), 2.8x less than the portable kernel, while the combine and each CTA's prologue
+// stay as long. Fitted on V3.2 b 74 with 4 splits (bench/results/decode-h200.json): 416 us, of which
+// 9 waves x 512 key steps x 0.060 us = 277 us are key steps and the other 139 us come to 1.84 ns per
+// head row and split, ~4.0 key steps of one SM (1.84 ns x 132 / 60 ns).
+inline constexpr double kCombineKeyStepsPerHeadSplitSm90 = 4.0;
 // The model leaves out costs that also grow with the split count: each CTA loads its Q (73 KB for
 // 64 heads of v32_fp8) and fills its copy pipeline before its first product, and the combine is a
 // second launch. So the fewest splits whose estimate is within this fraction of the best one win.
@@ -57,10 +63,22 @@ SplitShape split_shape(int64_t total, int64_t splits) {
   return {(total + keys - 1) / keys, keys};
 }
 
+// kAuto: the kernel a launch on the current device would use (the portable one without a device).
+DecodePlanKernel resolve_plan_kernel(DecodePlanKernel kernel) {
+  if (kernel != DecodePlanKernel::kAuto) return kernel;
+#ifdef LKV_WITH_CUDA
+  int count = 0, device = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0 && cudaGetDevice(&device) == cudaSuccess)
+    return decode::cuda::use_sm90(device) ? DecodePlanKernel::kSm90 : DecodePlanKernel::kPortable;
+  (void)cudaGetLastError();  // no device: not an error for planning
+#endif
+  return DecodePlanKernel::kPortable;
+}
+
 }  // namespace
 
 DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_t extra_topk,
-                       int num_sms) {
+                       int num_sms, DecodePlanKernel kernel) {
   LKV_CHECK(b >= 1 && s_q >= 1 && h_q >= 1 && topk >= 1 && extra_topk >= 0 && num_sms >= 1,
             "plan_decode: bad shape b=", b, " s_q=", s_q, " h_q=", h_q, " topk=", topk,
             " extra_topk=", extra_topk, " num_sms=", num_sms);
@@ -81,8 +99,10 @@ DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_
   const int64_t slots = static_cast<int64_t>(num_sms) * kCtasPerSm;
   const int64_t max_splits = std::min(kMaxGridSplits, std::max<int64_t>(1, total / kSplitUnit));
   // The combine's cost per split: b * s_q * h_q head rows, spread over the GPU.
-  const double combine_per_split =
-      static_cast<double>(b * s_q * h_q) * kCombineKeyStepsPerHeadSplit / num_sms;
+  const double combine_steps = resolve_plan_kernel(kernel) == DecodePlanKernel::kSm90
+                                    ? kCombineKeyStepsPerHeadSplitSm90
+                                    : kCombineKeyStepsPerHeadSplit;
+  const double combine_per_split = static_cast<double>(b * s_q * h_q) * combine_steps / num_sms;
   const auto time = [&](const SplitShape& s) {
     const int64_t waves = (items * s.num_splits + slots - 1) / slots;
     return static_cast<double>(waves * s.keys_per_split) +
@@ -254,7 +274,8 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   DecodePlan local;
   const DecodePlan* plan = a.plan;
   if (!plan) {
-    local = plan_decode(b, s_q, h_q, p.main.topk, p.extra.topk, cuda_common::sm_count(dev.index));
+    local = plan_decode(b, s_q, h_q, p.main.topk, p.extra.topk, cuda_common::sm_count(dev.index),
+                        decode::cuda::use_sm90(dev.index) ? DecodePlanKernel::kSm90 : DecodePlanKernel::kPortable);
     plan = &local;
   }
   p.num_splits = plan->num_splits;

@@ -531,6 +531,10 @@ TEST(DecodeErrors, PlanForOtherShapes) {
 
 // ---- the planner ------------------------------------------------------------------------------
 
+// The planner's expectations below are for the portable kernel's cost model, named explicitly so
+// that they hold on any machine (kAuto would pick the Hopper kernel's model on an H100/H200).
+constexpr DecodePlanKernel kPortablePlan = DecodePlanKernel::kPortable;
+
 TEST(DecodePlan, CoversEveryCandidateInWholeBlocks) {
   for (int64_t b : {1, 2, 8, 64})
     for (int64_t s_q : {1, 2, 4})
@@ -538,7 +542,7 @@ TEST(DecodePlan, CoversEveryCandidateInWholeBlocks) {
         for (int64_t topk : {1, 64, 100, 576, 2048})
           for (int64_t extra : {0, 64, 513})
             for (int sms : {1, 78, 132}) {
-              const DecodePlan p = plan_decode(b, s_q, h_q, topk, extra, sms);
+              const DecodePlan p = plan_decode(b, s_q, h_q, topk, extra, sms, kPortablePlan);
               const int64_t total = topk + extra;
               EXPECT_GE(p.num_splits, 1);
               EXPECT_EQ(p.keys_per_split % 64, 0);
@@ -548,7 +552,7 @@ TEST(DecodePlan, CoversEveryCandidateInWholeBlocks) {
               EXPECT_EQ(p.topk, topk);
               EXPECT_EQ(p.extra_topk, extra);
               // A pure function: the same arguments, the same plan.
-              const DecodePlan again = plan_decode(b, s_q, h_q, topk, extra, sms);
+              const DecodePlan again = plan_decode(b, s_q, h_q, topk, extra, sms, kPortablePlan);
               EXPECT_EQ(again.num_splits, p.num_splits);
               EXPECT_EQ(again.keys_per_split, p.keys_per_split);
               EXPECT_EQ(sparse_decode_workspace_bytes(p) == 0, p.num_splits == 1);
@@ -557,15 +561,15 @@ TEST(DecodePlan, CoversEveryCandidateInWholeBlocks) {
 
 TEST(DecodePlan, SplitsFewItemsAndNotMany) {
   // One request, one query, 64 heads: one item for 132 SMs, so topk 2048 is split.
-  EXPECT_GT(plan_decode(1, 1, 64, 2048, 0, 132).num_splits, 1);
-  EXPECT_GT(plan_decode(2, 1, 128, 2048, 512, 132).num_splits, 1);
+  EXPECT_GT(plan_decode(1, 1, 64, 2048, 0, 132, kPortablePlan).num_splits, 1);
+  EXPECT_GT(plan_decode(2, 1, 128, 2048, 512, 132, kPortablePlan).num_splits, 1);
   // 128 requests x 2 query tokens x 2 head blocks: 512 items already fill 132 SMs.
-  EXPECT_EQ(plan_decode(128, 2, 128, 2048, 0, 132).num_splits, 1);
+  EXPECT_EQ(plan_decode(128, 2, 128, 2048, 0, 132, kPortablePlan).num_splits, 1);
   // Too few candidates to split: fewer than two blocks of 64.
-  EXPECT_EQ(plan_decode(1, 1, 64, 64, 0, 132).num_splits, 1);
-  EXPECT_EQ(plan_decode(1, 1, 16, 100, 0, 132).num_splits, 1);
-  EXPECT_THROW(plan_decode(0, 1, 64, 64, 0, 132), Error);
-  EXPECT_THROW(plan_decode(1, 1, 64, 64, 0, 0), Error);
+  EXPECT_EQ(plan_decode(1, 1, 64, 64, 0, 132, kPortablePlan).num_splits, 1);
+  EXPECT_EQ(plan_decode(1, 1, 16, 100, 0, 132, kPortablePlan).num_splits, 1);
+  EXPECT_THROW(plan_decode(0, 1, 64, 64, 0, 132, kPortablePlan), Error);
+  EXPECT_THROW(plan_decode(1, 1, 64, 64, 0, 0, kPortablePlan), Error);
 }
 
 namespace {
@@ -586,14 +590,14 @@ double wave_fill(const DecodePlan& p, int num_sms) {
 TEST(DecodePlan, SplitsToFillTheLastWave) {
   // V3.2 b 74 (h_q 128, s_q 2, topk 2048): 296 items on 132 SMs leave the third wave 24% full.
   // Four splits of 512 candidates give 1184 CTAs, 8.97 of 9 waves.
-  const DecodePlan b74 = plan_decode(74, 2, 128, 2048, 0, 132);
+  const DecodePlan b74 = plan_decode(74, 2, 128, 2048, 0, 132, kPortablePlan);
   EXPECT_GT(b74.num_splits, 1);
   EXPECT_GE(wave_fill(b74, 132), 0.95) << b74.num_splits << " splits";
   EXPECT_EQ(b74.num_splits, 4);
   EXPECT_EQ(b74.keys_per_split, 512);
   // The peak cases (b 148, s_q 2, topk 16384): h_q 64 fills 75% unsplit, h_q 128 90%.
   for (int64_t h_q : {64, 128}) {
-    const DecodePlan peak = plan_decode(148, 2, h_q, 16384, 0, 132);
+    const DecodePlan peak = plan_decode(148, 2, h_q, 16384, 0, 132, kPortablePlan);
     EXPECT_GT(peak.num_splits, 1) << "h_q " << h_q;
     EXPECT_GE(wave_fill(peak, 132), 0.95) << "h_q " << h_q << ": " << peak.num_splits << " splits";
   }
@@ -602,21 +606,21 @@ TEST(DecodePlan, SplitsToFillTheLastWave) {
 TEST(DecodePlan, LeavesFullWavesUnsplit) {
   // 512 items (b 128) and 256 items (b 64) already fill 97% of their 4 and 2 waves; splitting could
   // not fill them better by more than the combine costs.
-  EXPECT_EQ(plan_decode(128, 2, 128, 2048, 0, 132).num_splits, 1);
-  EXPECT_EQ(plan_decode(64, 2, 128, 2048, 0, 132).num_splits, 1);
+  EXPECT_EQ(plan_decode(128, 2, 128, 2048, 0, 132, kPortablePlan).num_splits, 1);
+  EXPECT_EQ(plan_decode(64, 2, 128, 2048, 0, 132, kPortablePlan).num_splits, 1);
   // Exactly two full waves.
-  EXPECT_EQ(plan_decode(66, 2, 128, 2048, 0, 132).num_splits, 1);
-  EXPECT_EQ(plan_decode(132, 1, 64, 16384, 0, 132).num_splits, 1);
+  EXPECT_EQ(plan_decode(66, 2, 128, 2048, 0, 132, kPortablePlan).num_splits, 1);
+  EXPECT_EQ(plan_decode(132, 1, 64, 16384, 0, 132, kPortablePlan).num_splits, 1);
 }
 
 TEST(DecodePlan, PrefersOneWaveOfLongerSplits) {
   // b 2 (8 items): 16 splits of 128 candidates are one wave of 128 CTAs; 32 splits of 64 would be
   // two waves of the same length in candidates per wave, plus twice the combine.
-  const DecodePlan b2 = plan_decode(2, 2, 128, 2048, 0, 132);
+  const DecodePlan b2 = plan_decode(2, 2, 128, 2048, 0, 132, kPortablePlan);
   EXPECT_EQ(b2.num_splits, 16);
   EXPECT_EQ(b2.keys_per_split, 128);
   // One item, many candidates: at most one wave (132 CTAs), and more than half of it.
-  const DecodePlan one = plan_decode(1, 1, 64, 65536, 0, 132);
+  const DecodePlan one = plan_decode(1, 1, 64, 65536, 0, 132, kPortablePlan);
   EXPECT_LE(one.num_splits, 132);
   EXPECT_GT(one.num_splits, 66);
 }
@@ -629,7 +633,7 @@ TEST(DecodePlan, SplitsOnlyToFillWavesBetter) {
       for (int64_t h_q : {16, 64, 128})
         for (int64_t total : {64, 640, 1152, 2048, 16384})
           for (int sms : {78, 108, 132}) {
-            const DecodePlan p = plan_decode(b, s_q, h_q, total, 0, sms);
+            const DecodePlan p = plan_decode(b, s_q, h_q, total, 0, sms, kPortablePlan);
             if (p.num_splits == 1) continue;
             DecodePlan unsplit = p;
             unsplit.num_splits = 1;
@@ -641,8 +645,37 @@ TEST(DecodePlan, SplitsOnlyToFillWavesBetter) {
 
 TEST(DecodePlan, HugeCandidateCountsPlanQuickly) {
   // Dense decode plans over every token a request could hold (up to 2^31); the search stops early.
-  const DecodePlan p = plan_decode(1, 1, 128, int64_t{1} << 30, 0, 132);
+  const DecodePlan p = plan_decode(1, 1, 128, int64_t{1} << 30, 0, 132, kPortablePlan);
   EXPECT_GE(p.num_splits * p.keys_per_split, int64_t{1} << 30);
   EXPECT_LE(p.num_splits, 65535) << "the kernel's grid.z";
   EXPECT_GE(wave_fill(p, 132), 0.9);
+}
+
+TEST(DecodePlan, HopperKernelSplitsLess) {
+  // The Hopper kernel's key steps are ~2.8x shorter while the combine is not, so a split costs it
+  // ~4 key steps per head row (src/decode/decode.cpp): V3.2 b 74 (296 items, third wave 24% full)
+  // stays unsplit, where the portable kernel takes 4 splits.
+  constexpr DecodePlanKernel kSm90 = DecodePlanKernel::kSm90;
+  EXPECT_EQ(plan_decode(74, 2, 128, 2048, 0, 132, kPortablePlan).num_splits, 4);
+  EXPECT_EQ(plan_decode(74, 2, 128, 2048, 0, 132, kSm90).num_splits, 1);
+  // Long candidate lists still split: the peak cases keep their portable plans (4 splits for h_q 64,
+  // 2 for h_q 128); b 2 (8 items) still splits within one wave, into fewer and longer splits (the
+  // portable model's 16 x 128 candidates becomes 11 x 192).
+  EXPECT_EQ(plan_decode(148, 2, 64, 16384, 0, 132, kSm90).num_splits, 4);
+  EXPECT_EQ(plan_decode(148, 2, 128, 16384, 0, 132, kSm90).num_splits, 2);
+  const DecodePlan b2 = plan_decode(2, 2, 128, 2048, 0, 132, kSm90);
+  EXPECT_GT(b2.num_splits, 1);
+  EXPECT_LE(b2.num_splits * 8, 132) << "one wave";
+  EXPECT_LT(b2.num_splits, 16);
+  // Full waves stay unsplit under both models.
+  EXPECT_EQ(plan_decode(128, 2, 128, 2048, 0, 132, kSm90).num_splits, 1);
+  // Never more splits than the portable model takes, over a grid of shapes.
+  for (int64_t b : {1, 2, 9, 64, 74, 148})
+    for (int64_t h_q : {16, 64, 128})
+      for (int64_t total : {128, 640, 2048, 16384}) {
+        const DecodePlan hop = plan_decode(b, 2, h_q, total, 0, 132, kSm90);
+        const DecodePlan por = plan_decode(b, 2, h_q, total, 0, 132, kPortablePlan);
+        EXPECT_LE(hop.num_splits, por.num_splits) << b << " " << h_q << " " << total;
+        EXPECT_GE(hop.num_splits * hop.keys_per_split, total);
+      }
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compress/check.h"
+#include "compress/cuda/launch.h"
 #include "compress/params.h"
 #include "cuda/device_buffer.h"
 #include "latentkv/compress.h"
@@ -251,45 +252,56 @@ TEST(CompressCuda, CallerWorkspaceOnAStreamCapturedInAGraph) {
   // With a caller-provided workspace and the checks off, a call allocates nothing and never
   // synchronises: it can be captured in a CUDA graph, and replays give the same bytes as a plain
   // call with latentkv's own workspace.
-  WorkloadOptions o;
-  o.num_reqs = 1;
-  o.tokens_per_req = 8192;
-  o.compress_ratio = 512;  // 16 outputs: many splits, so the counters matter
-  o.shuffle_blocks = true;
-  CompressWorkload w = make_workload(o);
-  DeviceWorkload d(w);
-  compress_kv(d.args(CompressMode::kFunctional), nullptr, CompressImpl::kCuda);
-  const std::vector<uint8_t> expected = d.kv.download();
+  // C = 512: 16 outputs in many splits, so the counters matter; C = 128: 8 splits per output,
+  // merged inside clusters on sm_90 when those are switched on (both settings run).
+  struct Restore {
+    bool was = compress::cuda::compress_clusters();
+    ~Restore() { compress::cuda::set_compress_clusters(was); }
+  } restore;
+  for (bool clusters : {false, true})
+  for (int64_t C : {512, 128}) {
+    compress::cuda::set_compress_clusters(clusters);
+    SCOPED_TRACE("C " + std::to_string(C) + (clusters ? ", clusters on" : ", clusters off"));
+    WorkloadOptions o;
+    o.num_reqs = 1;
+    o.tokens_per_req = 8192;
+    o.compress_ratio = C;
+    o.shuffle_blocks = true;
+    CompressWorkload w = make_workload(o);
+    DeviceWorkload d(w);
+    compress_kv(d.args(CompressMode::kFunctional), nullptr, CompressImpl::kCuda);
+    const std::vector<uint8_t> expected = d.kv.download();
 
-  CompressArgs a = d.args(CompressMode::kFunctional);
-  a.check_indices = false;
-  const size_t bytes = compress_workspace_bytes(a);
-  ASSERT_GT(bytes, 0u);
-  std::vector<uint8_t> garbage(bytes, 0x5a);  // a workspace need not be zeroed by the caller
-  DeviceBuffer<uint8_t> ws(garbage);
-  a.workspace = ws.get();
-  a.workspace_bytes = bytes;
-  a.workspace_bytes = bytes - 1;
-  EXPECT_NE(latentkv::testing::error_of([&] { compress_kv(a); }).find("too small"), std::string::npos);
-  a.workspace_bytes = bytes;
+    CompressArgs a = d.args(CompressMode::kFunctional);
+    a.check_indices = false;
+    const size_t bytes = compress_workspace_bytes(a);
+    ASSERT_GT(bytes, 0u);
+    std::vector<uint8_t> garbage(bytes, 0x5a);  // a workspace need not be zeroed by the caller
+    DeviceBuffer<uint8_t> ws(garbage);
+    a.workspace = ws.get();
+    a.workspace_bytes = bytes;
+    a.workspace_bytes = bytes - 1;
+    EXPECT_NE(latentkv::testing::error_of([&] { compress_kv(a); }).find("too small"), std::string::npos);
+    a.workspace_bytes = bytes;
 
-  cudaStream_t stream;
-  LKV_TEST_CUDA(cudaStreamCreate(&stream));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  LKV_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  compress_kv(a, stream, CompressImpl::kCuda);
-  LKV_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
-  LKV_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 3; ++replay) {
-    d.kv.upload(w.kv);
-    LKV_TEST_CUDA(cudaGraphLaunch(exec, stream));
-    LKV_TEST_CUDA(cudaStreamSynchronize(stream));
-    ASSERT_EQ(d.kv.download(), expected) << "replay " << replay;
+    cudaStream_t stream;
+    LKV_TEST_CUDA(cudaStreamCreate(&stream));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    LKV_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    compress_kv(a, stream, CompressImpl::kCuda);
+    LKV_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+    LKV_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 3; ++replay) {
+      d.kv.upload(w.kv);
+      LKV_TEST_CUDA(cudaGraphLaunch(exec, stream));
+      LKV_TEST_CUDA(cudaStreamSynchronize(stream));
+      ASSERT_EQ(d.kv.download(), expected) << "replay " << replay;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 TEST(CompressCuda, MoreOutputsThanAGridDimensionOf65535) {
@@ -304,4 +316,65 @@ TEST(CompressCuda, MoreOutputsThanAGridDimensionOf65535) {
   CompressWorkload w = make_workload(o);
   ASSERT_EQ(w.num_outputs, 70000);
   gpu_run_and_check(w, "70000 outputs, C=4");
+}
+
+// Split outputs merged inside thread-block clusters (distributed shared memory) against the global
+// merge (partials, fence, ticket): the same merge order and arithmetic, so the same bytes. Shapes
+// give plans of 2 to more than 16 splits per output (the last merge globally under either
+// setting), a shuffled table and random slots; each result also passes the oracle's judgement.
+TEST(CompressCuda, ClusterMergeMatchesGlobalMergeBitwise) {
+  REQUIRE_GPU();
+  struct S { int64_t reqs, tokens, C; };
+  const S cases[] = {{1, 8192, 128}, {1, 8192, 256}, {1, 8192, 512}, {2, 4096, 96}, {1, 2048, 1000}};
+  struct Restore {
+    bool was = compress::cuda::compress_clusters();
+    ~Restore() { compress::cuda::set_compress_clusters(was); }
+  } restore;
+  int n = 0, clustered = 0;
+  for (const S& c : cases)
+    for (CacheFormat f : {CacheFormat::v4_int8, CacheFormat::v4_fp8}) {
+      WorkloadOptions o;
+      o.num_reqs = c.reqs;
+      o.tokens_per_req = c.tokens;
+      o.compress_ratio = c.C;
+      o.shuffle_blocks = true;
+      o.random_slots = true;
+      o.random_initial_cache = true;
+      o.format = f;
+      o.seed = 4200 + n++;
+      CompressWorkload w = make_workload(o);
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "C%lld_t%lld/%s", static_cast<long long>(c.C),
+                    static_cast<long long>(c.tokens), f == CacheFormat::v4_fp8 ? "fp8" : "int8");
+      const std::string label = buf;
+      std::vector<uint8_t> got[2];
+      bool used = false;
+      for (int cl = 0; cl < 2; ++cl) {
+        compress::cuda::set_compress_clusters(cl == 1);
+        if (cl == 1) used = compress::cuda::merges_in_clusters(w.params(), 0);
+        DeviceWorkload d(w);
+        compress_kv(d.args(), nullptr, CompressImpl::kCuda);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << label;
+        got[cl] = d.kv.download();
+      }
+      compress::cuda::set_compress_clusters(false);
+      EXPECT_FALSE(compress::cuda::merges_in_clusters(w.params(), 0)) << label << ": switched off, yet clusters";
+      clustered += used;
+      EXPECT_EQ(got[0], got[1]) << label << ": cluster and global merges differ";
+      const compress::CheckReport rep = compress::check_records(w.params(), got[1].data());
+      EXPECT_TRUE(rep.ok()) << label << ": " << rep.first_failure;
+      std::printf("[check] cluster %-22s records %lld, merged in clusters: %s, same bytes as the "
+                  "global merge: %s\n",
+                  label.c_str(), static_cast<long long>(rep.records), used ? "yes" : "no",
+                  got[0] == got[1] ? "yes" : "NO");
+    }
+  int cc_major = 0, cc_minor = 0;
+  cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, 0);
+  if (cc_major == 9 && cc_minor == 0) {
+    EXPECT_GT(clustered, 0) << "no case took the cluster merge on a compute capability 9.0 device";
+  } else {
+    GTEST_SKIP() << "compute capability " << cc_major << "." << cc_minor
+                 << ": no cluster merge here (both runs merged globally; bytes compared anyway)";
+  }
 }

@@ -26,6 +26,7 @@
 #include "testing/decode_workload.h"
 #include "latentkv/decode.h"
 #ifdef LKV_WITH_CUDA
+#include "compress/cuda/launch.h"
 #include "cuda_common/bench.h"
 #endif
 
@@ -135,6 +136,9 @@ int cmd_bench_compress(const Args& args) {
     res.device = bench_cuda::device_name(0);
     hbm = bench_cuda::measure_hbm_read_GBps();
     res.ceilings["hbm_read_GBps"] = hbm;
+    res.notes["split_merge"] = compress::cuda::compress_clusters()
+                                   ? "in thread-block clusters where a plan has 2-16 splits (LKV_COMPRESS_CLUSTER=1, sm_90)"
+                                   : "global";
   }
 #endif
   // On the CPU the ceiling is a memcpy with as many threads, timed in the same run (the issue's

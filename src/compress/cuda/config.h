@@ -20,5 +20,8 @@ static_assert(kRowGroups * kUnroll == kRowAlign, "the planner's row alignment is
 // Resident CTAs per SM assumed by the planner: 256 threads at 64 registers (ptxas -v) fill the
 // 64K-register file four times.
 inline constexpr int kCtasPerSm = 4;
+// The most splits one output's cluster may hold: 16, the largest (non-portable) cluster an
+// H100/H200 runs; a plan with more splits merges through global memory.
+inline constexpr int64_t kMaxClusterSplits = 16;
 
 }  // namespace latentkv::compress::cuda

@@ -19,6 +19,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
 
 #include "compress/cuda/config.h"
 #include "compress/params.h"
@@ -55,12 +59,40 @@ __device__ __forceinline__ void merge_triple(Triple& t, const float (*sm)[kDim],
   for (int k = 0; k < 4; ++k) merge_one(t.m[k], t.s[k], t.acc[k], sm[0][dim0 + k], sm[1][dim0 + k], sm[2][dim0 + k]);
 }
 
+// ---- Thread-block clusters (sm_90): one output's splits in one cluster merge their triples through
+// distributed shared memory instead of global partials, a fence and a ticket.
+__device__ __forceinline__ void cluster_sync_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// 16 bytes at shared::cta address `addr` of the cluster's CTA `rank`.
+__device__ __forceinline__ float4 ld_peer(uint32_t addr, uint32_t rank) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(remote)
+               : "memory");
+#else
+  (void)addr;
+  (void)rank;
+#endif
+  return v;
+}
+
 // Streams 16-byte loads that are read exactly once: keep them out of L1.
 __device__ __forceinline__ float4 load_stream(const float* p) {
   return __ldcs(reinterpret_cast<const float4*>(p));
 }
 
-template <bool kFp8>
+// kCluster: launched with cluster dims (1, num_splits), so that the splits of an output are one
+// cluster; on sm_90 code they merge through distributed shared memory (the same merge order and
+// arithmetic as the global path, so the same bytes). Code compiled for older targets (the compute_80
+// PTX run by a newer GPU) takes the global path inside the cluster, which is also correct.
+template <bool kFp8, bool kCluster = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
                 int* __restrict__ counters) {
@@ -166,8 +198,73 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   __syncthreads();
   if (group == 0) merge_triple(t, s_merge, dim0);
 
-  // ---- 5. Across splits: publish, count, and let the last CTA merge them in a fixed order.
-  if (plan.num_splits > 1) {
+  // ---- 5. Across splits, merged in a fixed order: row group g merges splits g, g + 2, g + 4, ...
+  // (loads of kMergeBatch splits issued before any is merged, so a latency is paid once per batch,
+  // and the two groups' chains run side by side), then group 1's result is merged into group 0's.
+  // The order keeps the result bitwise deterministic whichever CTA merges. `fetch(j, q)` loads split
+  // j's triple (m, s, acc) for this lane's 4 dims.
+  auto merge_all = [&](auto fetch) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      t.m[k] = -INFINITY;
+      t.s[k] = 0.0f;
+      t.acc[k] = 0.0f;
+    }
+    constexpr int kMergeBatch = 2;
+    for (int64_t j0 = group; j0 < plan.num_splits; j0 += kRowGroups * kMergeBatch) {
+      float4 m[kMergeBatch], s[kMergeBatch], a[kMergeBatch];
+#pragma unroll
+      for (int q = 0; q < kMergeBatch; ++q) {
+        const int64_t j = j0 + q * kRowGroups;
+        if (j < plan.num_splits) {
+          fetch(j, m[q], s[q], a[q]);
+        } else {
+          m[q] = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+          s[q] = a[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < kMergeBatch; ++q) {
+        merge_one(t.m[0], t.s[0], t.acc[0], m[q].x, s[q].x, a[q].x);
+        merge_one(t.m[1], t.s[1], t.acc[1], m[q].y, s[q].y, a[q].y);
+        merge_one(t.m[2], t.s[2], t.acc[2], m[q].z, s[q].z, a[q].z);
+        merge_one(t.m[3], t.s[3], t.acc[3], m[q].w, s[q].w, a[q].w);
+      }
+    }
+    if (group == 1) store_triple(s_merge, dim0, t);
+    __syncthreads();
+    if (group == 0) merge_triple(t, s_merge, dim0);
+  };
+  bool merged_in_cluster = false;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kCluster) {
+    if (plan.num_splits > 1) {
+      __shared__ __align__(16) float s_part[3][kDim];  // this split's triple, read by split 0
+      // Publish in shared memory; split 0 (cluster rank 0) reads every split's triple from its
+      // CTA's shared memory; the second barrier keeps the peers' shared memory alive until then.
+      if (group == 0) {
+        reinterpret_cast<float4*>(s_part[0])[lane] = make_float4(t.m[0], t.m[1], t.m[2], t.m[3]);
+        reinterpret_cast<float4*>(s_part[1])[lane] = make_float4(t.s[0], t.s[1], t.s[2], t.s[3]);
+        reinterpret_cast<float4*>(s_part[2])[lane] = make_float4(t.acc[0], t.acc[1], t.acc[2], t.acc[3]);
+      }
+      cluster_sync_all();
+      if (split == 0) {
+        const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(&s_part[0][0])) + 16u * lane;
+        merge_all([&](int64_t j, float4& m, float4& s, float4& a) {
+          const uint32_t r = static_cast<uint32_t>(j);
+          m = ld_peer(base, r);
+          s = ld_peer(base + kDim * 4, r);
+          a = ld_peer(base + 2 * kDim * 4, r);
+        });
+      }
+      cluster_sync_all();
+      if (split != 0) return;
+      merged_in_cluster = true;
+    }
+  }
+#endif
+  // Global path: publish, count, and let the last CTA merge.
+  if (plan.num_splits > 1 && !merged_in_cluster) {
     if (group == 0) {
       float* mine = partials + (out * plan.num_splits + split) * 3 * kDim;
       reinterpret_cast<float4*>(mine)[lane] = make_float4(t.m[0], t.m[1], t.m[2], t.m[3]);
@@ -185,42 +282,12 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      t.m[k] = -INFINITY;
-      t.s[k] = 0.0f;
-      t.acc[k] = 0.0f;
-    }
-    // Row group g merges splits g, g + 2, g + 4, ...; loads of kMergeBatch splits are issued
-    // before any is merged, so the L2 latency is paid once per batch, and the two groups' chains
-    // run side by side. The fixed order keeps the result bitwise deterministic.
-    constexpr int kMergeBatch = 2;
-    for (int64_t j0 = group; j0 < plan.num_splits; j0 += kRowGroups * kMergeBatch) {
-      float4 m[kMergeBatch], s[kMergeBatch], a[kMergeBatch];
-#pragma unroll
-      for (int q = 0; q < kMergeBatch; ++q) {
-        const int64_t j = j0 + q * kRowGroups;
-        if (j < plan.num_splits) {
-          const float* src = partials + (out * plan.num_splits + j) * 3 * kDim;
-          m[q] = __ldcg(reinterpret_cast<const float4*>(src) + lane);
-          s[q] = __ldcg(reinterpret_cast<const float4*>(src + kDim) + lane);
-          a[q] = __ldcg(reinterpret_cast<const float4*>(src + 2 * kDim) + lane);
-        } else {
-          m[q] = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-          s[q] = a[q] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < kMergeBatch; ++q) {
-        merge_one(t.m[0], t.s[0], t.acc[0], m[q].x, s[q].x, a[q].x);
-        merge_one(t.m[1], t.s[1], t.acc[1], m[q].y, s[q].y, a[q].y);
-        merge_one(t.m[2], t.s[2], t.acc[2], m[q].z, s[q].z, a[q].z);
-        merge_one(t.m[3], t.s[3], t.acc[3], m[q].w, s[q].w, a[q].w);
-      }
-    }
-    if (group == 1) store_triple(s_merge, dim0, t);
-    __syncthreads();
-    if (group == 0) merge_triple(t, s_merge, dim0);
+    merge_all([&](int64_t j, float4& m, float4& s, float4& a) {
+      const float* src = partials + (out * plan.num_splits + j) * 3 * kDim;
+      m = __ldcg(reinterpret_cast<const float4*>(src) + lane);
+      s = __ldcg(reinterpret_cast<const float4*>(src + kDim) + lane);
+      a = __ldcg(reinterpret_cast<const float4*>(src + 2 * kDim) + lane);
+    });
   }
   if (group == 1) return;  // no barrier below involves row group 1
 
@@ -278,6 +345,37 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     *reinterpret_cast<uint2*>(data + kNope + 2 * (dim0 - kNope)) =
         make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
   }
+}
+
+// Whether clusters of `splits` CTAs of `kernel` (one compress_kernel<kFp8, true> instantiation) fit
+// on `device`: sizes above 8 are non-portable, asked for once, and a device may still refuse them (a
+// small MIG slice). Answered once per (device, kernel, size); a refusal is cached as no.
+template <class Kernel>
+inline bool cluster_fits(Kernel kernel, int device, int64_t num_outputs, int64_t splits) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int64_t>, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), splits);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  int clusters = 0;
+  if (err == cudaSuccess) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(num_outputs), static_cast<unsigned>(splits));
+    config.blockDim = dim3(kThreads);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
+    attr[0].val.clusterDim.z = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+  }
+  if (err != cudaSuccess) (void)cudaGetLastError();  // a refusal is an answer, not an error to report later
+  const bool ok = err == cudaSuccess && clusters > 0;
+  known[key] = ok;
+  return ok;
 }
 
 }  // namespace latentkv::compress::cuda

@@ -37,7 +37,24 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
 
 namespace latentkv::compress::cuda {
 // One instantiation per payload kind (instantiations/*.cu).
+// cluster: the splits of each output form a thread-block cluster (sm_90; 2 <= num_splits <=
+// kMaxClusterSplits) and merge through distributed shared memory.
 template <bool kFp8>
 void launch_compress_kernel(const Params& p, const SplitPlan& plan, float* partials, int* counters,
-                            Stream stream);
+                            bool cluster, Stream stream);
+
+// Whether clusters of the plan's size fit on `device` for this payload kind (asked once).
+template <bool kFp8>
+bool cluster_launch_fits(const Params& p, const SplitPlan& plan, int device);
+
+// Whether split outputs merge inside thread-block clusters: off by default (measured slower on the
+// H200); LKV_COMPRESS_CLUSTER=1 or set_compress_clusters(true) turns it on (the results are the
+// same bytes either way), used where
+// the device runs the sm_90 code (compute capability 9.0), the plan has 2..kMaxClusterSplits splits
+// and such clusters fit.
+bool compress_clusters();
+void set_compress_clusters(bool on);
+// Whether compress() on `device` merges these parameters' splits inside clusters (what the tests
+// ask to know that they exercised that path).
+bool merges_in_clusters(const Params& p, int device);
 }  // namespace latentkv::compress::cuda

@@ -15,7 +15,7 @@
 //      memory latency stays off the critical path: the key addresses of tile t + 2 and the bytes of
 //      tile t + 1 are in flight while tile t is computed.
 //   3. S = Q K^T with tensor-core MMAs (m16n8k16, fp32 accumulation); warp w computes heads
-//      16 (w % 4).. for tokens 16 (w / 4)..; masked tokens get -inf.
+//      16 (w / 2).. for tokens 16 (w % 2)..; masked tokens get -inf.
 //   4. Online softmax in the log2 domain: the two warps sharing a head block exchange their row
 //      maxima through shared memory, rescale, and write P (16-bit) to shared memory.
 //   5. O += P V with V = the first 512 dims of the same tile; warp w accumulates half the dims.
@@ -262,7 +262,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
   const Geometry& g = p.g;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int mt = warp % 4, nh = warp / 4;  // head tile, token half / dim half
+  // Head tile and token half / dim half. The two warps of a head tile are neighbours (warps 2 mt
+  // and 2 mt + 1), so when h_q < 64 leaves head tiles idle, the working warps still sit on
+  // different SM sub-partitions (warp w issues on sub-partition w % 4) and their MMAs run on
+  // different tensor cores: with h_q 16, warps 0 and 1 rather than 0 and 4 (one sub-partition).
+  const int mt = warp / 2, nh = warp % 2;
   const int gr = lane / 4, t4 = lane % 4;  // MMA fragment row group and column pair
   const int64_t split = blockIdx.z;
   const int64_t row = blockIdx.x;

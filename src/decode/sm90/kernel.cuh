@@ -76,23 +76,38 @@ __device__ __forceinline__ bool fast_scale(float x) {
   return (b & 0x807fffffu) == 0 && e >= 10 && e <= 142;
 }
 
-// Whether dequant16_fast is exact for these 16 e4m3 bytes and scale: no NaN byte (0x7f or 0xff:
-// its low 7 bits plus one carry into bit 7) and a fast_scale.
-__device__ __forceinline__ bool dequant16_fast_ok(const uint4 raw, float s) {
+// Whether none of 16 e4m3 bytes is NaN (0x7f or 0xff: its low 7 bits plus one carry into bit 7).
+__device__ __forceinline__ bool no_nan16(const uint4 raw) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
   uint32_t nan = 0;
 #pragma unroll
   for (int q = 0; q < 4; ++q) nan |= ((w[q] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
-  return nan == 0 && fast_scale(s);
+  return nan == 0;
+}
+
+// Whether dequant16_fast is exact for these 16 e4m3 bytes and scale: no NaN byte and a fast_scale.
+__device__ __forceinline__ bool dequant16_fast_ok(const uint4 raw, float s) { return no_nan16(raw) && fast_scale(s); }
+
+// dequant16_fast's multiplier, 2^112 x s in both bf16 halves, for a fast_scale s.
+__device__ __forceinline__ uint32_t fast_multiplier(float s) {
+  const float f = s * 0x1p112f;  // exact: a power of two in range
+  return cuda::pack_bf16(f, f);
+}
+
+// The same for a ue8m0 scale byte e (s = 2^(e - 127)), without going through fp32: s is a
+// fast_scale iff e is in [10, 142], and 2^112 x s = 2^(e - 15) is the bf16 with exponent field
+// e + 112 and a zero mantissa.
+__device__ __forceinline__ bool ue8m0_fast(uint32_t e) { return e - 10u <= 132u; }
+__device__ __forceinline__ uint32_t ue8m0_multiplier(uint32_t e) {
+  const uint32_t h = (e + 112u) << 7;
+  return h | (h << 16);
 }
 
 // 16 e4m3 bytes times scale s to 16 bf16 (two 16-byte units, dims in order), where
-// dequant16_fast_ok holds.
-__device__ __forceinline__ void dequant16_fast(const uint4 raw, float s, uint4& lo, uint4& hi) {
+// dequant16_fast_ok holds; f2 = fast_multiplier(s).
+__device__ __forceinline__ void dequant16_fast(const uint4 raw, uint32_t f2, uint4& lo, uint4& hi) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
   uint32_t out[8];
-  const float f = s * 0x1p112f;  // exact: a power of two in range
-  const uint32_t f2 = cuda::pack_bf16(f, f);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     uint32_t h0, h1;
@@ -114,7 +129,7 @@ __device__ __forceinline__ void dequant16_fast(const uint4 raw, float s, uint4& 
 // (to fp32, multiply, round), so results never depend on which path ran.
 __device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, uint4& hi) {
   if (dequant16_fast_ok(raw, s)) {
-    dequant16_fast(raw, s, lo, hi);
+    dequant16_fast(raw, fast_multiplier(s), lo, hi);
   } else {
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
     uint32_t out[8];
@@ -196,6 +211,7 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kPair>& r, uint8_
   // Each chunk group's scale; then one check for the whole token, so that the common case runs
   // its chunks without a branch between them (the compiler interleaves their conversions).
   float sc[R::kNopeChunks];
+  uint32_t e8[R::kNopeChunks];  // v4: the ue8m0 scale bytes
   bool fast = kWholeToken;
 #pragma unroll
   for (int j = 0; j < R::kNopeChunks; ++j) {
@@ -207,9 +223,13 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kPair>& r, uint8_
       sc[j] = __uint_as_float(sb[kPair ? j : j / 2]);
     } else {
       const uint32_t word = i < 4 ? r.scale.x : r.scale.y;  // 64 dims per scale: chunk group i
-      sc[j] = num::ue8m0_to_f32(static_cast<uint8_t>(word >> (8 * (i % 4))));
+      e8[j] = (word >> (8 * (i % 4))) & 0xffu;
+      sc[j] = num::ue8m0_to_f32(static_cast<uint8_t>(e8[j]));
     }
-    if (kWholeToken && i < R::kAllChunks) fast = fast && dequant16_fast_ok(r.nope[j], sc[j]);
+    if (kWholeToken && i < R::kAllChunks) {
+      if constexpr (F == KeyStorage::kV4Fp8) fast = fast && no_nan16(r.nope[j]) && ue8m0_fast(e8[j]);
+      else fast = fast && dequant16_fast_ok(r.nope[j], sc[j]);
+    }
   }
   if (fast) {
 #pragma unroll
@@ -217,7 +237,8 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kPair>& r, uint8_
       const int i = R::group(j, rank);
       if (i >= R::kAllChunks) continue;  // v4 pairs: rank 1 has one group fewer
       uint4 lo, hi;
-      dequant16_fast(r.nope[j], sc[j], lo, hi);
+      if constexpr (F == KeyStorage::kV4Fp8) dequant16_fast(r.nope[j], ue8m0_multiplier(e8[j]), lo, hi);
+      else dequant16_fast(r.nope[j], fast_multiplier(sc[j]), lo, hi);
       put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
       put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
     }
@@ -290,12 +311,13 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, 
 __device__ __forceinline__ void online_softmax(float (&s)[32], uint64_t valid, float scale_log2, int t4,
                                                float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2]) {
   float tile_max[2] = {-INFINITY, -INFINITY};
+  // This thread's tokens are 2 t4 + (8 j + e % 2): one variable shift, then constant bit tests.
+  const uint64_t mine = valid >> (2 * t4);
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int tok = 8 * j + 2 * t4 + (e % 2);
-      const float v = ((valid >> tok) & 1) ? s[4 * j + e] * scale_log2 : -INFINITY;
+      const float v = ((mine >> (8 * j + e % 2)) & 1) ? s[4 * j + e] * scale_log2 : -INFINITY;
       s[4 * j + e] = v;
       tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
     }
@@ -308,12 +330,16 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], uint64_t valid, f
     row_max[r] = new_max;
     row_sum[r] *= alpha[r];
   }
+  // A row with nothing attended yet subtracts 0 instead of its -inf maximum: its scores are all
+  // -inf, and exp2(-inf - 0) = 0 without a per-score test (-inf - -inf would be NaN). Otherwise
+  // the maximum is finite and a -inf score gives exp2(-inf) = 0 as well.
+  const float sub_max[2] = {row_max[0] == -INFINITY ? 0.0f : row_max[0],
+                            row_max[1] == -INFINITY ? 0.0f : row_max[1]};
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float v = s[4 * j + e];
-      const float pr = v == -INFINITY ? 0.0f : exp2_ftz(v - row_max[e / 2]);
+      const float pr = exp2_ftz(s[4 * j + e] - sub_max[e / 2]);
       s[4 * j + e] = pr;
       row_sum[e / 2] += pr;
     }
@@ -617,6 +643,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
 
   // Each warpgroup's loop is one branch (wgmma in code the compiler sees as divergent would be
   // serialized); the two meet at named barriers 1 (P ready) and 2 (block done).
+  // (Issuing block n + 1's score product right behind block n's value product, for quantized keys
+  // whose next stage is whole at barrier 1, measured 11% slower on V3.2 b 128: bench/NOTES.md.)
   if (wg == 0) {
     float s[32];
 #pragma unroll

@@ -21,8 +21,10 @@ SplitPlan plan_splits(const Params& p, int num_sms) {
   if (p.max_pages * p.page_size == 0) return {1, 1};
   // The decode planner's rule; the candidates are every token a request could hold (lengths live
   // on the device, and reading them would synchronise). Splits past a request's length end at once.
+  // f16 queries always run the portable kernel; bf16 the one the current device picks.
   const DecodePlan d = plan_decode(p.b, p.s_q, p.h_kv * head_blocks_per_kv(p) * kHeadsPerCta,
-                                   p.max_pages * p.page_size, 0, num_sms);
+                                   p.max_pages * p.page_size, 0, num_sms,
+                                   p.dtype == Half::f16 ? DecodePlanKernel::kPortable : DecodePlanKernel::kAuto);
   return {d.num_splits, d.keys_per_split};
 }
 
