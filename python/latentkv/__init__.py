@@ -216,11 +216,13 @@ def default_num_sms(device_index: int = 0) -> int:
 
 
 def plan_decode(b: int, s_q: int, h_q: int, topk: int, extra_topk: int = 0,
-                num_sms: Optional[int] = None) -> DecodePlan:
+                num_sms: Optional[int] = None, kernel: str = "auto") -> DecodePlan:
     """The split-KV plan of sparse_decode (FlashMLA's get_mla_metadata): shape-only, no device data,
-    reusable across layers and steps with the same shapes. num_sms defaults to CUDA device 0's."""
+    reusable across layers and steps with the same shapes. num_sms defaults to CUDA device 0's.
+    kernel: the CUDA kernel the split costs are weighed for ("auto": the one sparse_decode runs on
+    the current device; "portable"; "sm90"); any plan is correct with either kernel."""
     return _native.plan_decode(b, s_q, h_q, topk, extra_topk,
-                               default_num_sms() if num_sms is None else num_sms)
+                               default_num_sms() if num_sms is None else num_sms, kernel)
 
 
 def sparse_decode_workspace_bytes(plan: DecodePlan) -> int:

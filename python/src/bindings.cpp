@@ -240,6 +240,13 @@ PrefillImpl parse_prefill_impl(const std::string& s) {
   LKV_FAIL(ErrorKind::kValue, "unknown impl '", s, "'; valid: auto, oracle, fast, cuda");
 }
 
+DecodePlanKernel parse_plan_kernel(const std::string& s) {
+  if (s == "auto") return DecodePlanKernel::kAuto;
+  if (s == "portable") return DecodePlanKernel::kPortable;
+  if (s == "sm90") return DecodePlanKernel::kSm90;
+  LKV_FAIL(ErrorKind::kValue, "plan_decode: unknown kernel '", s, "'; valid: auto, portable, sm90");
+}
+
 DenseImpl parse_dense_impl(const std::string& s) {
   if (s == "auto") return DenseImpl::kAuto;
   if (s == "oracle") return DenseImpl::kCpuOracle;
@@ -475,8 +482,13 @@ NB_MODULE(_native, m) {
                ", extra_topk=" + std::to_string(p.extra_topk) + ")";
       });
 
-  m.def("plan_decode", &plan_decode, nb::arg("b"), nb::arg("s_q"), nb::arg("h_q"),
-        nb::arg("topk"), nb::arg("extra_topk"), nb::arg("num_sms"));
+  m.def("plan_decode",
+        [](int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_t extra_topk, int num_sms,
+           const std::string& kernel) {
+          return plan_decode(b, s_q, h_q, topk, extra_topk, num_sms, parse_plan_kernel(kernel));
+        },
+        nb::arg("b"), nb::arg("s_q"), nb::arg("h_q"), nb::arg("topk"), nb::arg("extra_topk"),
+        nb::arg("num_sms"), nb::arg("kernel") = "auto");
   m.def("sparse_decode_workspace_bytes", &sparse_decode_workspace_bytes, nb::arg("plan"));
 
   m.def("sparse_decode", [](nb::handle q, nb::handle k_cache, const std::string& format,

@@ -80,6 +80,12 @@ def test_planner():
     assert latentkv.sparse_decode_workspace_bytes(latentkv.DecodePlan(num_splits=1)) == 0
     with pytest.raises(ValueError, match=r"plan_decode: bad shape b=0"):
         latentkv.plan_decode(0, 1, 1, 1)
+    # The split costs per kernel (docs/decode.md): V3.2 b 74 splits in 4 for the portable kernel
+    # and stays whole for the Hopper one, whose key steps are shorter than the combine.
+    assert latentkv.plan_decode(74, 2, 128, 2048, num_sms=132, kernel="portable").num_splits == 4
+    assert latentkv.plan_decode(74, 2, 128, 2048, num_sms=132, kernel="sm90").num_splits == 1
+    with pytest.raises(ValueError, match=r"plan_decode: unknown kernel 'hopper'; valid: auto, portable, sm90"):
+        latentkv.plan_decode(74, 2, 128, 2048, num_sms=132, kernel="hopper")
 
 
 def test_errors():
