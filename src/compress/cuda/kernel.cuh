@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "compress/cuda/config.h"
+#include "cuda_common/cuda_check.h"
 #include "compress/params.h"
 
 namespace latentkv::compress::cuda {
@@ -347,6 +348,23 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   }
 }
 
+// A launch of (num_outputs, splits) CTAs in which each output's splits form one cluster; `attr` is
+// the storage the returned config points to.
+inline cudaLaunchConfig_t cluster_config(cudaLaunchAttribute (&attr)[1], int64_t num_outputs, int64_t splits,
+                                         cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(num_outputs), static_cast<unsigned>(splits));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return config;
+}
+
 // Whether clusters of `splits` CTAs of `kernel` (one compress_kernel<kFp8, true> instantiation) fit
 // on `device`: sizes above 8 are non-portable, asked for once, and a device may still refuse them (a
 // small MIG slice). Answered once per (device, kernel, size); a refusal is cached as no.
@@ -360,22 +378,35 @@ inline bool cluster_fits(Kernel kernel, int device, int64_t num_outputs, int64_t
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   int clusters = 0;
   if (err == cudaSuccess) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(num_outputs), static_cast<unsigned>(splits));
-    config.blockDim = dim3(kThreads);
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
-    attr[0].val.clusterDim.z = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
+    const cudaLaunchConfig_t config = cluster_config(attr, num_outputs, splits, nullptr);
     err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
   }
   if (err != cudaSuccess) (void)cudaGetLastError();  // a refusal is an answer, not an error to report later
   const bool ok = err == cudaSuccess && clusters > 0;
   known[key] = ok;
   return ok;
+}
+
+// The body of launch_compress_kernel<kFp8> (launch.h) and of cluster_launch_fits<kFp8>, which each
+// instantiation file specialises with its payload kind.
+template <bool kFp8>
+inline void launch_compress(const Params& p, const SplitPlan& plan, float* partials, int* counters,
+                            bool cluster, cudaStream_t stream) {
+  if (cluster) {
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t config = cluster_config(attr, p.num_outputs, plan.num_splits, stream);
+    LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, compress_kernel<kFp8, true>, p, plan, partials, counters));
+  } else {
+    const dim3 grid(static_cast<unsigned>(p.num_outputs), static_cast<unsigned>(plan.num_splits));
+    compress_kernel<kFp8><<<grid, kThreads, 0, stream>>>(p, plan, partials, counters);
+  }
+  LKV_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kFp8>
+inline bool cluster_fits_for(const Params& p, const SplitPlan& plan, int device) {
+  return cluster_fits(compress_kernel<kFp8, true>, device, p.num_outputs, plan.num_splits);
 }
 
 }  // namespace latentkv::compress::cuda

@@ -1,37 +1,18 @@
 // compress_kv kernel, fp8 payload (one instantiation per file so they compile in parallel).
 #include "compress/cuda/kernel.cuh"
 #include "compress/cuda/launch.h"
-#include "cuda_common/cuda_check.h"
 
 namespace latentkv::compress::cuda {
 
 template <>
-void launch_compress_kernel<true>(const Params& p, const SplitPlan& plan, float* partials,
-                                 int* counters, bool cluster, Stream stream) {
-  const dim3 grid(static_cast<unsigned>(p.num_outputs), static_cast<unsigned>(plan.num_splits));
-  const auto s = static_cast<cudaStream_t>(stream);
-  if (cluster) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(kThreads);
-    config.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = static_cast<unsigned>(plan.num_splits);
-    attr[0].val.clusterDim.z = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, compress_kernel<true, true>, p, plan, partials, counters));
-  } else {
-    compress_kernel<true><<<grid, kThreads, 0, s>>>(p, plan, partials, counters);
-  }
-  LKV_CUDA_CHECK_LAUNCH();
+void launch_compress_kernel<true>(const Params& p, const SplitPlan& plan, float* partials, int* counters,
+                                   bool cluster, Stream stream) {
+  launch_compress<true>(p, plan, partials, counters, cluster, static_cast<cudaStream_t>(stream));
 }
 
 template <>
 bool cluster_launch_fits<true>(const Params& p, const SplitPlan& plan, int device) {
-  return cluster_fits(compress_kernel<true, true>, device, p.num_outputs, plan.num_splits);
+  return cluster_fits_for<true>(p, plan, device);
 }
 
 }  // namespace latentkv::compress::cuda
