@@ -99,6 +99,65 @@ __global__ void __launch_bounds__(128) pv_kernel(const uint16_t* p, const uint16
   store_accumulators(d, 256, o);
 }
 
+// The score product of qk_kernel repeated `reps` times by warpgroup 0 (each repetition starts a new
+// accumulation, so the result is one S) while warpgroup 1, by `mode`: 0 idles; 1 stores 16-byte
+// units over a 72 KB shared-memory area as fast as it can (what the decode kernel's
+// dequantization does beside this product); 2 runs the same score products into its own
+// accumulator. Each warpgroup's thread 0 writes its clocks per repetition to clocks[wg]; warpgroup 0
+// writes S.
+__global__ void __launch_bounds__(256) qk_contention_kernel(const uint16_t* q, const uint16_t* k, float* s,
+                                                            long long* clocks, int mode, int reps) {
+  uint8_t* smem = aligned_smem();
+  uint8_t* sq = smem;
+  uint8_t* sk = smem + 9 * kChunkBytes;
+  uint8_t* scratch = smem + 18 * kChunkBytes;  // 9 chunks, warpgroup 1's stores (mode 1)
+  to_swizzled(q, 576, sq);
+  to_swizzled(k, 576, sk);
+  fence_proxy_async();
+  __syncthreads();
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+  const int t = threadIdx.x % 128;
+  const long long t0 = clock64();
+  if (wg == 0 || mode == 2) {
+    float d[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) d[i] = 0.0f;
+    for (int rep = 0; rep < reps; ++rep) {
+      wgmma_fence();
+#pragma unroll
+      for (int st = 0; st < 36; ++st) {
+        const int off = (st / 4) * kChunkBytes + (st % 4) * 32;
+        wgmma_m64n64k16_ss(d, smem_desc(sq + off, 16, 1024), smem_desc(sk + off, 16, 1024), st > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(d);
+    }
+    if (wg == 0) {
+      // Stores relative to this warpgroup's threads (store_accumulators indexes by threadIdx.x).
+      const int w = t / 32, l = t % 32;
+      for (int j = 0; j < 8; ++j) {
+        const int row = 16 * w + l / 4, col = 8 * j + 2 * (l % 4);
+        s[row * 64 + col] = d[4 * j];
+        s[row * 64 + col + 1] = d[4 * j + 1];
+        s[(row + 8) * 64 + col] = d[4 * j + 2];
+        s[(row + 8) * 64 + col + 1] = d[4 * j + 3];
+      }
+    }
+  } else if (mode == 1) {
+    // 36 16-byte stores per thread cover the 72 KB once; as many rounds as score products.
+    uint4 v = make_uint4(t, t + 1, t + 2, t + 3);
+    for (int rep = 0; rep < reps; ++rep)
+#pragma unroll 4
+      for (int i = 0; i < 36; ++i) {
+        v.x += 1;
+        *reinterpret_cast<uint4*>(scratch + (i * 128 + t) * 16) = v;
+      }
+  }
+  const long long t1 = clock64();
+  if (t == 0) clocks[wg] = (t1 - t0) / reps;
+}
+
 template <typename T>
 T* to_device(const T* host, size_t n) {
   T* d = nullptr;
@@ -127,6 +186,24 @@ void selftest_qk(const uint16_t* q, const uint16_t* k, float* s) {
   cudaFree(dq);
   cudaFree(dk);
   cudaFree(ds);
+}
+
+void selftest_qk_contention(const uint16_t* q, const uint16_t* k, float* s, int mode, long long* clocks) {
+  constexpr int kReps = 64;
+  uint16_t* dq = to_device(q, 64 * 576);
+  uint16_t* dk = to_device(k, 64 * 576);
+  float* ds = to_device<float>(nullptr, 64 * 64);
+  long long* dc = to_device<long long>(nullptr, 2);
+  constexpr int kSmem = 27 * kChunkBytes + 1024;
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(qk_contention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  qk_contention_kernel<<<1, 256, kSmem>>>(dq, dk, ds, dc, mode, kReps);
+  LKV_CUDA_CHECK_LAUNCH();
+  LKV_CUDA_CHECK(cudaMemcpy(s, ds, 64 * 64 * sizeof(float), cudaMemcpyDeviceToHost));
+  LKV_CUDA_CHECK(cudaMemcpy(clocks, dc, 2 * sizeof(long long), cudaMemcpyDeviceToHost));
+  cudaFree(dq);
+  cudaFree(dk);
+  cudaFree(ds);
+  cudaFree(dc);
 }
 
 void selftest_pv(const uint16_t* p, const uint16_t* v, float* o, bool p_in_registers) {

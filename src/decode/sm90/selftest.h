@@ -14,6 +14,13 @@ bool device_has_wgmma(int device);
 // swizzled shared memory. Host arrays, row-major; q and k hold bf16 bits.
 void selftest_qk(const uint16_t* q, const uint16_t* k, float* s);
 
+// selftest_qk's product repeated 64 times by one warpgroup while a second one (mode) 0: idles,
+// 1: stores 16-byte units over 72 KB of shared memory without pause (the decode kernel's
+// dequantization stores beside its score product), 2: runs the same products. S as selftest_qk;
+// clocks[0] / clocks[1]: each warpgroup's clocks per repetition (mode 0: clocks[1] is its idle
+// span). A probe of what slows the decode kernel's score product, not a benchmark.
+void selftest_qk_contention(const uint16_t* q, const uint16_t* k, float* s, int mode, long long* clocks);
+
 // O[64][256] = P[64][64] V[64][256] through 4 wgmma m64n256k16 with V read MN-major (transposed)
 // from the key tile's layout; P from shared memory (p_in_registers false) or from registers.
 void selftest_pv(const uint16_t* p, const uint16_t* v, float* o, bool p_in_registers);
