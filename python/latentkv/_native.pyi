@@ -78,8 +78,10 @@ class DecodePlan:
                  h_q: int = 0, topk: int = 0, extra_topk: int = 0) -> None: ...
     def __eq__(self, other: object) -> bool: ...
 
-def plan_decode(b: int, s_q: int, h_q: int, topk: int, extra_topk: int, num_sms: int) -> DecodePlan:
-    """The planner (pure function of the shapes and the SM count)."""
+def plan_decode(b: int, s_q: int, h_q: int, topk: int, extra_topk: int, num_sms: int,
+                kernel: str = "auto") -> DecodePlan:
+    """The planner (pure function of the shapes, the SM count and the kernel it is tuned for:
+    "auto", "portable" or "sm90")."""
 
 def sparse_decode_workspace_bytes(plan: DecodePlan) -> int:
     """Workspace bytes sparse_decode needs with this plan (0 for one split)."""

@@ -9,9 +9,11 @@ namespace latentkv::decode::cuda {
 // query rows (MLA decode is MQA: one latent KV head for all query heads). Fewer heads are padded
 // with zero rows inside the kernel.
 inline constexpr int kHeadsPerCta = 64;
-// 8 warps: warp w owns heads 16 * (w % 4) .. +15 and half (w / 4) of the tokens in the score
-// product and half of the 512 output dims in the value product, which keeps its accumulator at
-// 16 x 256 fp32 = 128 registers per thread.
+// 8 warps: warp w owns heads 16 * (w / 2) .. +15 and half (w % 2) of the tokens in the score
+// product and half (w % 2) of the 512 output dims in the value product, which keeps its
+// accumulator at 16 x 256 fp32 = 128 registers per thread. The two warps of a head tile are
+// neighbours, so when h_q < 64 leaves head tiles idle the working warps sit on different SM
+// sub-partitions (warp w issues on sub-partition w % 4).
 inline constexpr int kWarps = 8;
 inline constexpr int kThreads = kWarps * 32;
 // Tokens per tile: 32 = 2 warps x 16 score columns. A tile of dequantized bf16 keys is 32 x 576 x 2
