@@ -38,6 +38,20 @@ __device__ uint8_t* aligned_smem() {
   return smem_raw + ((1024u - (a & 1023u)) & 1023u);
 }
 
+// S (m64n64 fragment in d) = Q K^T over 576 dims: 36 wgmma m64n64k16 with both operands in
+// swizzled shared memory, issued, committed and waited for.
+__device__ __forceinline__ void score_product(float (&d)[32], const uint8_t* sq, const uint8_t* sk) {
+  wgmma_fence();
+#pragma unroll
+  for (int st = 0; st < 36; ++st) {
+    const int off = (st / 4) * kChunkBytes + (st % 4) * 32;
+    wgmma_m64n64k16_ss(d, smem_desc(sq + off, 16, 1024), smem_desc(sk + off, 16, 1024), st > 0);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_operands(d);
+}
+
 __global__ void __launch_bounds__(128) qk_kernel(const uint16_t* q, const uint16_t* k, float* s) {
   uint8_t* smem = aligned_smem();
   uint8_t* sq = smem;
@@ -49,15 +63,7 @@ __global__ void __launch_bounds__(128) qk_kernel(const uint16_t* q, const uint16
   float d[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) d[i] = 0.0f;
-  wgmma_fence();
-#pragma unroll
-  for (int st = 0; st < 36; ++st) {
-    const int off = (st / 4) * kChunkBytes + (st % 4) * 32;
-    wgmma_m64n64k16_ss(d, smem_desc(sq + off, 16, 1024), smem_desc(sk + off, 16, 1024), st > 0);
-  }
-  wgmma_commit();
-  wgmma_wait<0>();
-  fence_operands(d);
+  score_product(d, sq, sk);
   store_accumulators(d, 64, s);
 }
 
@@ -122,28 +128,8 @@ __global__ void __launch_bounds__(256) qk_contention_kernel(const uint16_t* q, c
     float d[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) d[i] = 0.0f;
-    for (int rep = 0; rep < reps; ++rep) {
-      wgmma_fence();
-#pragma unroll
-      for (int st = 0; st < 36; ++st) {
-        const int off = (st / 4) * kChunkBytes + (st % 4) * 32;
-        wgmma_m64n64k16_ss(d, smem_desc(sq + off, 16, 1024), smem_desc(sk + off, 16, 1024), st > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_operands(d);
-    }
-    if (wg == 0) {
-      // Stores relative to this warpgroup's threads (store_accumulators indexes by threadIdx.x).
-      const int w = t / 32, l = t % 32;
-      for (int j = 0; j < 8; ++j) {
-        const int row = 16 * w + l / 4, col = 8 * j + 2 * (l % 4);
-        s[row * 64 + col] = d[4 * j];
-        s[row * 64 + col + 1] = d[4 * j + 1];
-        s[(row + 8) * 64 + col] = d[4 * j + 2];
-        s[(row + 8) * 64 + col + 1] = d[4 * j + 3];
-      }
-    }
+    for (int rep = 0; rep < reps; ++rep) score_product(d, sq, sk);
+    if (wg == 0) store_accumulators(d, 64, s);  // warpgroup 0: threadIdx.x is its thread index
   } else if (mode == 1) {
     // 36 16-byte stores per thread cover the 72 KB once; as many rounds as score products.
     uint4 v = make_uint4(t, t + 1, t + 2, t + 3);
