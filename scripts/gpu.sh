@@ -3,7 +3,8 @@
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
 #   [racecheck] [bench_cluster] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
-#   (default: all)
+#   (default: build test sanitize reference bench decode decode_portable prefill dense
+#    prefill_portable dense_portable demo python; the other stages only when named)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
 # test: the CPU suites and every CUDA suite; sanitize: compute-sanitizer memcheck on the adversarial
 # index tests; reference: bench/compress_reference.py (PyTorch reference times and byte comparison);
