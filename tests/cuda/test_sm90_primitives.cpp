@@ -89,3 +89,46 @@ TEST(Sm90Primitives, ValueProductWithTransposedV) {
     EXPECT_LT(e, 1e-5) << (regs ? "P in registers" : "P in shared memory");
   }
 }
+
+// The decode kernel's dequantization against e4m3 x scale rounded once to bf16 on the CPU, bit for
+// bit: every byte value (NaN bytes: NaN out) under fp32 scales inside the fast form's range (powers
+// of two 2^-117..2^7), at and beyond its ends, and not powers of two; and under every ue8m0 byte.
+// The fast form turns e4m3 subnormals into bf16 subnormals before its multiply, so this also checks
+// that the hardware's bf16 multiply keeps them.
+TEST(Sm90Primitives, DequantizationMatchesReference) {
+  if (!has_sm90()) GTEST_SKIP() << "needs a compute capability 9.0 device";
+  std::vector<float> scales;
+  for (int e : {-126, -118, -117, -116, -60, -9, -1, 0, 6, 7, 8, 15, 16}) scales.push_back(std::ldexp(1.0f, e));
+  for (float s : {1.5f, 3.0e-3f, 0.7f}) scales.push_back(s);
+  const int per = 16;  // chunks per scale: the 256 byte values
+  for (int mode = 0; mode < 2; ++mode) {
+    const int n_scales = mode == 0 ? static_cast<int>(scales.size()) : 256;
+    const int n = n_scales * per;
+    std::vector<uint8_t> bytes(16 * static_cast<size_t>(n)), e8(n);
+    std::vector<float> sc(n);
+    for (int c = 0; c < n; ++c) {
+      sc[c] = mode == 0 ? scales[c / per] : 0.0f;
+      e8[c] = static_cast<uint8_t>(c / per);
+      for (int j = 0; j < 16; ++j) bytes[16 * c + j] = static_cast<uint8_t>(16 * (c % per) + j);
+    }
+    std::vector<uint16_t> out(16 * static_cast<size_t>(n), 0xdead);
+    decode::sm90::selftest_dequant(bytes.data(), mode == 0 ? sc.data() : nullptr, mode == 0 ? nullptr : e8.data(),
+                                   n, out.data());
+    int64_t bad = 0;
+    for (int c = 0; c < n; ++c) {
+      const float s = mode == 0 ? sc[c] : num::ue8m0_to_f32(e8[c]);
+      for (int j = 0; j < 16; ++j) {
+        const float ref = num::e4m3_to_f32(bytes[16 * c + j]) * s;
+        const uint16_t got = out[16 * c + j];
+        const bool ok = std::isnan(ref) ? std::isnan(num::bf16_to_f32(got)) : got == num::f32_to_bf16(ref);
+        if (!ok && bad++ < 8)
+          ADD_FAILURE() << (mode == 0 ? "fp32 scale " : "ue8m0 scale ") << s << " byte 0x" << std::hex
+                        << int(bytes[16 * c + j]) << ": got 0x" << got << ", want 0x" << num::f32_to_bf16(ref)
+                        << std::dec;
+      }
+    }
+    std::printf("[sm90] dequantization (%s scales): %d chunks, %lld differing values\n",
+                mode == 0 ? "fp32" : "ue8m0", n, static_cast<long long>(bad));
+    EXPECT_EQ(bad, 0);
+  }
+}

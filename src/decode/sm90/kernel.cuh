@@ -25,12 +25,7 @@
 // dequantizes half of every token's chunk groups into both CTAs' stages, and barrier 2 becomes the
 // cluster barrier.
 //
-// Dequantization: e4m3 pairs go to f16x2 in hardware; an f16 bit pattern shifted right by 3 is a
-// bf16 bit pattern with the exponent 112 too small (the e4m3 mantissa's 3 bits survive), so one
-// bf16x2 multiply by 2^112 x scale finishes the job. Exact when the scale is a power of two in
-// [2^-117, 2^15] (every format's scales are powers of two; the bounds keep the product normal) and
-// no payload byte is NaN; otherwise a chunk takes the portable kernel's path (to fp32, multiply,
-// round), so results never depend on which path ran.
+// Dequantization: decode/sm90/dequant.cuh.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -39,6 +34,7 @@
 
 #include "decode/cuda/source.cuh"
 #include "decode/sm90/config.h"
+#include "decode/sm90/dequant.cuh"
 #include "decode/sm90/ptx.cuh"
 
 namespace latentkv::decode::sm90 {
@@ -67,83 +63,6 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
-
-// Whether x = 2^e with e in [-117, 15]: then 2^112 x is a normal bf16 and every e4m3 value times x
-// is a normal number, so the bf16 multiply below is exact.
-__device__ __forceinline__ bool fast_scale(float x) {
-  const uint32_t b = __float_as_uint(x);
-  const uint32_t e = b >> 23;
-  return (b & 0x807fffffu) == 0 && e >= 10 && e <= 142;
-}
-
-// Whether none of 16 e4m3 bytes is NaN (0x7f or 0xff: its low 7 bits plus one carry into bit 7).
-__device__ __forceinline__ bool no_nan16(const uint4 raw) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t nan = 0;
-#pragma unroll
-  for (int q = 0; q < 4; ++q) nan |= ((w[q] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
-  return nan == 0;
-}
-
-// Whether dequant16_fast is exact for these 16 e4m3 bytes and scale: no NaN byte and a fast_scale.
-__device__ __forceinline__ bool dequant16_fast_ok(const uint4 raw, float s) { return no_nan16(raw) && fast_scale(s); }
-
-// dequant16_fast's multiplier, 2^112 x s in both bf16 halves, for a fast_scale s.
-__device__ __forceinline__ uint32_t fast_multiplier(float s) {
-  const float f = s * 0x1p112f;  // exact: a power of two in range
-  return cuda::pack_bf16(f, f);
-}
-
-// The same for a ue8m0 scale byte e (s = 2^(e - 127)), without going through fp32: s is a
-// fast_scale iff e is in [10, 142], and 2^112 x s = 2^(e - 15) is the bf16 with exponent field
-// e + 112 and a zero mantissa.
-__device__ __forceinline__ bool ue8m0_fast(uint32_t e) { return e - 10u <= 132u; }
-__device__ __forceinline__ uint32_t ue8m0_multiplier(uint32_t e) {
-  const uint32_t h = (e + 112u) << 7;
-  return h | (h << 16);
-}
-
-// 16 e4m3 bytes times scale s to 16 bf16 (two 16-byte units, dims in order), where
-// dequant16_fast_ok holds; f2 = fast_multiplier(s).
-__device__ __forceinline__ void dequant16_fast(const uint4 raw, uint32_t f2, uint4& lo, uint4& hi) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t out[8];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    uint32_t h0, h1;
-    asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
-        : "=r"(h0), "=r"(h1)
-        : "r"(w[q]));
-    uint32_t b0 = ((h0 & 0x7fff7fffu) >> 3) | (h0 & 0x80008000u);
-    uint32_t b1 = ((h1 & 0x7fff7fffu) >> 3) | (h1 & 0x80008000u);
-    asm("mul.rn.bf16x2 %0, %0, %1;\n" : "+r"(b0) : "r"(f2));
-    asm("mul.rn.bf16x2 %0, %0, %1;\n" : "+r"(b1) : "r"(f2));
-    out[2 * q] = b0;
-    out[2 * q + 1] = b1;
-  }
-  lo = make_uint4(out[0], out[1], out[2], out[3]);
-  hi = make_uint4(out[4], out[5], out[6], out[7]);
-}
-
-// The same for any bytes and scale: the fast path where it is exact, else the portable kernel's
-// (to fp32, multiply, round), so results never depend on which path ran.
-__device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, uint4& hi) {
-  if (dequant16_fast_ok(raw, s)) {
-    dequant16_fast(raw, fast_multiplier(s), lo, hi);
-  } else {
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    uint32_t out[8];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float2 a = cuda::e4m3x2_to_f32(static_cast<uint16_t>(w[q] & 0xffffu));
-      const float2 b = cuda::e4m3x2_to_f32(static_cast<uint16_t>(w[q] >> 16));
-      out[2 * q] = cuda::pack_bf16(a.x * s, a.y * s);
-      out[2 * q + 1] = cuda::pack_bf16(b.x * s, b.y * s);
-    }
-    lo = make_uint4(out[0], out[1], out[2], out[3]);
-    hi = make_uint4(out[4], out[5], out[6], out[7]);
-  }
-}
 
 // The raw bytes one lane holds for one token of a block. Lane l of warp w handles token 8 w + l % 8
 // and the 16-byte chunks c = l / 8 + 4 i: four lanes read 64 contiguous bytes of a record (whole

@@ -1,5 +1,6 @@
 // decode/sm90/selftest.cu: the kernels behind selftest.h (one warpgroup each).
 #include "cuda_common/cuda_check.h"
+#include "decode/sm90/dequant.cuh"
 #include "decode/sm90/ptx.cuh"
 #include "decode/sm90/selftest.h"
 
@@ -144,6 +145,28 @@ __global__ void __launch_bounds__(256) qk_contention_kernel(const uint16_t* q, c
   if (t == 0) clocks[wg] = (t1 - t0) / reps;
 }
 
+// Chunk i (16 e4m3 bytes) to out[2 i], out[2 i + 1] as the decode kernel does it: dequant16 with
+// fp32 scale scales[i], or (e8 given) the v4 path with ue8m0 byte e8[i]: the fast form with
+// ue8m0_multiplier where the chunk has no NaN and the byte is in the fast range, else dequant16.
+__global__ void dequant_kernel(const uint4* bytes, const float* scales, const uint8_t* e8, int n, uint4* out) {
+#if defined(LKV_SM90_WGMMA)
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  uint4 lo, hi;
+  if (e8) {
+    const uint32_t e = e8[i];
+    if (no_nan16(bytes[i]) && ue8m0_fast(e)) dequant16_fast(bytes[i], ue8m0_multiplier(e), lo, hi);
+    else dequant16(bytes[i], num::ue8m0_to_f32(static_cast<uint8_t>(e)), lo, hi);
+  } else {
+    dequant16(bytes[i], scales[i], lo, hi);
+  }
+  out[2 * i] = lo;
+  out[2 * i + 1] = hi;
+#else
+  (void)bytes, (void)scales, (void)e8, (void)n, (void)out;
+#endif
+}
+
 template <typename T>
 T* to_device(const T* host, size_t n) {
   T* d = nullptr;
@@ -190,6 +213,20 @@ void selftest_qk_contention(const uint16_t* q, const uint16_t* k, float* s, int 
   cudaFree(dk);
   cudaFree(ds);
   cudaFree(dc);
+}
+
+void selftest_dequant(const uint8_t* bytes, const float* scales, const uint8_t* e8, int n, uint16_t* out) {
+  uint8_t* db = to_device(bytes, 16 * static_cast<size_t>(n));
+  float* ds = scales ? to_device(scales, n) : nullptr;
+  uint8_t* de = e8 ? to_device(e8, n) : nullptr;
+  uint16_t* dout = to_device<uint16_t>(nullptr, 16 * static_cast<size_t>(n));
+  dequant_kernel<<<(n + 127) / 128, 128>>>(reinterpret_cast<const uint4*>(db), ds, de, n, reinterpret_cast<uint4*>(dout));
+  LKV_CUDA_CHECK_LAUNCH();
+  LKV_CUDA_CHECK(cudaMemcpy(out, dout, 16 * static_cast<size_t>(n) * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+  cudaFree(db);
+  cudaFree(ds);
+  cudaFree(de);
+  cudaFree(dout);
 }
 
 void selftest_pv(const uint16_t* p, const uint16_t* v, float* o, bool p_in_registers) {
