@@ -100,7 +100,9 @@ TEST(Sm90Primitives, DequantizationMatchesReference) {
   std::vector<float> scales;
   for (int e : {-126, -118, -117, -116, -60, -9, -1, 0, 6, 7, 8, 15, 16}) scales.push_back(std::ldexp(1.0f, e));
   for (float s : {1.5f, 3.0e-3f, 0.7f}) scales.push_back(s);
-  const int per = 16;  // chunks per scale: the 256 byte values
+  // Chunks per scale: the 256 byte values four times, rotated by 0-3 bytes, so that each NaN byte
+  // sits once at every position of a 32-bit word (the NaN check works on words).
+  const int per = 64;
   for (int mode = 0; mode < 2; ++mode) {
     const int n_scales = mode == 0 ? static_cast<int>(scales.size()) : 256;
     const int n = n_scales * per;
@@ -109,7 +111,8 @@ TEST(Sm90Primitives, DequantizationMatchesReference) {
     for (int c = 0; c < n; ++c) {
       sc[c] = mode == 0 ? scales[c / per] : 0.0f;
       e8[c] = static_cast<uint8_t>(c / per);
-      for (int j = 0; j < 16; ++j) bytes[16 * c + j] = static_cast<uint8_t>(16 * (c % per) + j);
+      const int rot = (c % per) / 16;
+      for (int j = 0; j < 16; ++j) bytes[16 * c + j] = static_cast<uint8_t>(16 * (c % 16) + j + rot);
     }
     std::vector<uint16_t> out(16 * static_cast<size_t>(n), 0xdead);
     decode::sm90::selftest_dequant(bytes.data(), mode == 0 ? sc.data() : nullptr, mode == 0 ? nullptr : e8.data(),
