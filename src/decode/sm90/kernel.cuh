@@ -229,6 +229,9 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, 
 // running row maxima and (per-thread partial) sums.
 __device__ __forceinline__ void online_softmax(float (&s)[32], uint64_t valid, float scale_log2, int t4,
                                                float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2]) {
+  // Scores stay unscaled until the exponent: the scale is positive (every op checks it) and
+  // rounding is monotonic, so the largest scaled score is the scaled largest raw score, and
+  // exp2(score x scale - max) is one fma (one rounding instead of two).
   float tile_max[2] = {-INFINITY, -INFINITY};
   // This thread's tokens are 2 t4 + (8 j + e % 2): one variable shift, then constant bit tests.
   const uint64_t mine = valid >> (2 * t4);
@@ -236,7 +239,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], uint64_t valid, f
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float v = ((mine >> (8 * j + e % 2)) & 1) ? s[4 * j + e] * scale_log2 : -INFINITY;
+      const float v = ((mine >> (8 * j + e % 2)) & 1) ? s[4 * j + e] : -INFINITY;
       s[4 * j + e] = v;
       tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
     }
@@ -244,6 +247,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], uint64_t valid, f
   for (int r = 0; r < 2; ++r) {
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    tile_max[r] *= scale_log2;  // -inf stays -inf
     const float new_max = fmaxf(row_max[r], tile_max[r]);
     alpha[r] = new_max == -INFINITY ? 1.0f : exp2_ftz(row_max[r] - new_max);
     row_max[r] = new_max;
@@ -258,7 +262,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], uint64_t valid, f
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float pr = exp2_ftz(s[4 * j + e] - sub_max[e / 2]);
+      const float pr = exp2_ftz(fmaf(s[4 * j + e], scale_log2, -sub_max[e / 2]));
       s[4 * j + e] = pr;
       row_sum[e / 2] += pr;
     }
