@@ -91,35 +91,55 @@ TEST(Sm90Primitives, ValueProductWithTransposedV) {
 }
 
 // The decode kernel's dequantization against e4m3 x scale rounded once to bf16 on the CPU, bit for
-// bit: every byte value (NaN bytes: NaN out) under fp32 scales inside the fast form's range (powers
-// of two 2^-117..2^7), at and beyond its ends, and not powers of two; and under every ue8m0 byte.
+// bit, and the path each chunk took against the fast form's conditions (a power-of-two scale in
+// 2^-117..2^7, or a ue8m0 byte in 10..134, and no NaN byte), so that neither path can hide behind
+// the other. Chunks: the 254 non-NaN byte values four times, rotated so that each sits at every
+// position of a 32-bit word, and 16 chunks with one NaN byte (0x7f or 0xff) at each position. Scales:
+// fp32 powers of two inside the range, at and beyond both ends, not powers of two; every ue8m0 byte.
 // The fast form turns e4m3 subnormals into bf16 subnormals before its multiply, so this also checks
 // that the hardware's bf16 multiply keeps them.
 TEST(Sm90Primitives, DequantizationMatchesReference) {
   if (!has_sm90()) GTEST_SKIP() << "needs a compute capability 9.0 device";
+  std::vector<uint8_t> values;  // the non-NaN e4m3 codes
+  for (int b = 0; b < 256; ++b)
+    if ((b & 0x7f) != 0x7f) values.push_back(static_cast<uint8_t>(b));
+  const int n_values = static_cast<int>(values.size());  // 254
+  std::vector<uint8_t> pattern;  // chunks of 16 bytes, the same for every scale
+  for (int rot = 0; rot < 4; ++rot)
+    for (int t = 0; t < 256; ++t) pattern.push_back(values[(t + rot) % n_values]);
+  for (int pos = 0; pos < 16; ++pos)
+    for (int j = 0; j < 16; ++j)
+      pattern.push_back(j == pos ? (pos % 2 ? 0xff : 0x7f) : values[(7 * pos + 13 * j) % n_values]);
+  const int per = static_cast<int>(pattern.size()) / 16;  // 80 chunks per scale
   std::vector<float> scales;
   for (int e : {-126, -118, -117, -116, -60, -9, -1, 0, 6, 7, 8, 15, 16}) scales.push_back(std::ldexp(1.0f, e));
   for (float s : {1.5f, 3.0e-3f, 0.7f}) scales.push_back(s);
-  // Chunks per scale: the 256 byte values four times, rotated by 0-3 bytes, so that each NaN byte
-  // sits once at every position of a 32-bit word (the NaN check works on words).
-  const int per = 64;
   for (int mode = 0; mode < 2; ++mode) {
     const int n_scales = mode == 0 ? static_cast<int>(scales.size()) : 256;
     const int n = n_scales * per;
-    std::vector<uint8_t> bytes(16 * static_cast<size_t>(n)), e8(n);
+    std::vector<uint8_t> bytes(16 * static_cast<size_t>(n)), e8(n), fast(n, 2);
     std::vector<float> sc(n);
     for (int c = 0; c < n; ++c) {
       sc[c] = mode == 0 ? scales[c / per] : 0.0f;
       e8[c] = static_cast<uint8_t>(c / per);
-      const int rot = (c % per) / 16;
-      for (int j = 0; j < 16; ++j) bytes[16 * c + j] = static_cast<uint8_t>(16 * (c % 16) + j + rot);
+      for (int j = 0; j < 16; ++j) bytes[16 * c + j] = pattern[16 * (c % per) + j];
     }
     std::vector<uint16_t> out(16 * static_cast<size_t>(n), 0xdead);
     decode::sm90::selftest_dequant(bytes.data(), mode == 0 ? sc.data() : nullptr, mode == 0 ? nullptr : e8.data(),
-                                   n, out.data());
-    int64_t bad = 0;
+                                   n, out.data(), fast.data());
+    int64_t bad = 0, wrong_path = 0, n_fast = 0;
     for (int c = 0; c < n; ++c) {
       const float s = mode == 0 ? sc[c] : num::ue8m0_to_f32(e8[c]);
+      bool has_nan = false;
+      for (int j = 0; j < 16; ++j) has_nan = has_nan || (bytes[16 * c + j] & 0x7f) == 0x7f;
+      int exp2 = 0;
+      const bool pow2 = std::frexp(s, &exp2) == 0.5f;  // s = 2^(exp2 - 1)
+      const bool want_fast =
+          !has_nan && (mode == 0 ? pow2 && exp2 - 1 >= -117 && exp2 - 1 <= 7 : e8[c] >= 10 && e8[c] <= 134);
+      n_fast += fast[c] == 1;
+      if (fast[c] != (want_fast ? 1 : 0) && wrong_path++ < 8)
+        ADD_FAILURE() << (mode == 0 ? "fp32 scale " : "ue8m0 byte ") << (mode == 0 ? s : e8[c]) << " chunk " << c % per
+                      << ": fast path " << int(fast[c]) << ", expected " << want_fast;
       for (int j = 0; j < 16; ++j) {
         const float ref = num::e4m3_to_f32(bytes[16 * c + j]) * s;
         const uint16_t got = out[16 * c + j];
@@ -130,8 +150,12 @@ TEST(Sm90Primitives, DequantizationMatchesReference) {
                         << std::dec;
       }
     }
-    std::printf("[sm90] dequantization (%s scales): %d chunks, %lld differing values\n",
-                mode == 0 ? "fp32" : "ue8m0", n, static_cast<long long>(bad));
+    std::printf("[sm90] dequantization (%s scales): %d chunks, %lld on the fast path, %lld differing values, "
+                "%lld on the wrong path\n",
+                mode == 0 ? "fp32" : "ue8m0", n, static_cast<long long>(n_fast), static_cast<long long>(bad),
+                static_cast<long long>(wrong_path));
+    EXPECT_GT(n_fast, 0);
     EXPECT_EQ(bad, 0);
+    EXPECT_EQ(wrong_path, 0);
   }
 }

@@ -148,22 +148,28 @@ __global__ void __launch_bounds__(256) qk_contention_kernel(const uint16_t* q, c
 // Chunk i (16 e4m3 bytes) to out[2 i], out[2 i + 1] as the decode kernel does it: dequant16 with
 // fp32 scale scales[i], or (e8 given) the v4 path with ue8m0 byte e8[i]: the fast form with
 // ue8m0_multiplier where the chunk has no NaN and the byte is in the fast range, else dequant16.
-__global__ void dequant_kernel(const uint4* bytes, const float* scales, const uint8_t* e8, int n, uint4* out) {
+// fast[i]: whether the fast form ran (dequant16 takes it exactly when dequant16_fast_ok holds).
+__global__ void dequant_kernel(const uint4* bytes, const float* scales, const uint8_t* e8, int n, uint4* out,
+                               uint8_t* fast) {
 #if defined(LKV_SM90_WGMMA)
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   uint4 lo, hi;
+  bool took_fast;
   if (e8) {
     const uint32_t e = e8[i];
-    if (no_nan16(bytes[i]) && ue8m0_fast(e)) dequant16_fast(bytes[i], ue8m0_multiplier(e), lo, hi);
+    took_fast = no_nan16(bytes[i]) && ue8m0_fast(e);
+    if (took_fast) dequant16_fast(bytes[i], ue8m0_multiplier(e), lo, hi);
     else dequant16(bytes[i], num::ue8m0_to_f32(static_cast<uint8_t>(e)), lo, hi);
   } else {
+    took_fast = dequant16_fast_ok(bytes[i], scales[i]);
     dequant16(bytes[i], scales[i], lo, hi);
   }
   out[2 * i] = lo;
   out[2 * i + 1] = hi;
+  fast[i] = took_fast ? 1 : 0;
 #else
-  (void)bytes, (void)scales, (void)e8, (void)n, (void)out;
+  (void)bytes, (void)scales, (void)e8, (void)n, (void)out, (void)fast;
 #endif
 }
 
@@ -215,18 +221,23 @@ void selftest_qk_contention(const uint16_t* q, const uint16_t* k, float* s, int 
   cudaFree(dc);
 }
 
-void selftest_dequant(const uint8_t* bytes, const float* scales, const uint8_t* e8, int n, uint16_t* out) {
+void selftest_dequant(const uint8_t* bytes, const float* scales, const uint8_t* e8, int n, uint16_t* out,
+                      uint8_t* fast) {
   uint8_t* db = to_device(bytes, 16 * static_cast<size_t>(n));
   float* ds = scales ? to_device(scales, n) : nullptr;
   uint8_t* de = e8 ? to_device(e8, n) : nullptr;
   uint16_t* dout = to_device<uint16_t>(nullptr, 16 * static_cast<size_t>(n));
-  dequant_kernel<<<(n + 127) / 128, 128>>>(reinterpret_cast<const uint4*>(db), ds, de, n, reinterpret_cast<uint4*>(dout));
+  uint8_t* dfast = to_device<uint8_t>(nullptr, n);
+  dequant_kernel<<<(n + 127) / 128, 128>>>(reinterpret_cast<const uint4*>(db), ds, de, n,
+                                           reinterpret_cast<uint4*>(dout), dfast);
   LKV_CUDA_CHECK_LAUNCH();
   LKV_CUDA_CHECK(cudaMemcpy(out, dout, 16 * static_cast<size_t>(n) * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+  LKV_CUDA_CHECK(cudaMemcpy(fast, dfast, n, cudaMemcpyDeviceToHost));
   cudaFree(db);
   cudaFree(ds);
   cudaFree(de);
   cudaFree(dout);
+  cudaFree(dfast);
 }
 
 void selftest_pv(const uint16_t* p, const uint16_t* v, float* o, bool p_in_registers) {

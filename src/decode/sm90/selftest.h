@@ -27,7 +27,9 @@ void selftest_pv(const uint16_t* p, const uint16_t* v, float* o, bool p_in_regis
 
 // The decode kernel's dequantization (dequant.cuh) of n chunks of 16 e4m3 bytes (bytes[16 n]):
 // chunk i times scales[i] (v32: fp32 scales) or, when e8 is given instead, times the ue8m0 scale
-// byte e8[i] (v4), to out[16 n] bf16 bits; the fast form where it is exact, the fp32 path elsewhere.
-void selftest_dequant(const uint8_t* bytes, const float* scales, const uint8_t* e8, int n, uint16_t* out);
+// byte e8[i] (v4), to out[16 n] bf16 bits; the fast form where it is exact, the fp32 path elsewhere;
+// fast[n]: 1 where chunk i took the fast form.
+void selftest_dequant(const uint8_t* bytes, const float* scales, const uint8_t* e8, int n, uint16_t* out,
+                      uint8_t* fast);
 
 }  // namespace latentkv::decode::sm90
