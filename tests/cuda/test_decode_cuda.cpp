@@ -355,15 +355,15 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
 }
 
 // CTA pairs (two head blocks of a row in a cluster, each dequantizing half of every block for both)
-// against single CTAs: the same products in the same order, so bitwise-identical out and lse; and
+// against single CTAs, for the kernel the process runs (the two-warpgroup one, or the
+// warp-specialised one under LKV_SM90_WS=1): the same products in the same order, so
+// bitwise-identical out and lse; and
 // both within the oracle's tolerance. h_q 128 (two full head blocks), 100 (the second one partial:
 // padded rows) and 192 (three blocks: no pairs, the single-CTA path under the same switch); with
 // splits (b 2: the planner splits) and without; NaN-free adversarial indices included.
 TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
   REQUIRE_GPU();
   if (!latentkv::decode::sm90::usable(0)) GTEST_SKIP() << "no sm_90a device";
-  if (const char* ws = std::getenv("LKV_SM90_WS"); ws && std::strcmp(ws, "1") == 0)
-    GTEST_SKIP() << "the warp-specialised variant (LKV_SM90_WS=1) has no CTA pairs";
   UseKernel use(KernelChoice::kSm90);
   // Restores the pair setting however the test ends.
   struct RestorePairs {

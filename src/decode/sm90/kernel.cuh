@@ -81,6 +81,12 @@ struct Raw {
   // The chunk group (i above) of nope[j] and the RoPE unit of rope[u] in a CTA of cluster rank `rank`.
   static __device__ __forceinline__ int group(int j, uint32_t rank) { return kPair ? 2 * j + static_cast<int>(rank) : j; }
   static __device__ __forceinline__ int unit(int u, uint32_t rank) { return kPair ? static_cast<int>(rank) : u; }
+  // Bytes the CTA of cluster rank `rank` writes into its peer's stage per block: per token and lane
+  // its chunk groups (two 16-byte stores each) and one RoPE unit (v4: rank 1 has a group fewer).
+  static __device__ __forceinline__ uint32_t pair_bytes(uint32_t rank) {
+    const uint32_t groups = (kAllChunks - rank + 1) / 2;
+    return 64u * 4u * (32u * groups + 16u);
+  }
 };
 
 template <KeyStorage F, bool kPair = false>
@@ -117,15 +123,19 @@ __device__ __forceinline__ void load_raw(Raw<F, kPair>& r, const uint8_t* data, 
 // pair also writes them at the same offsets of the peer's stage: `peer_delta` is the peer's
 // shared::cluster address of this CTA's shared-memory byte 0, minus that byte's own address.
 // kWholeToken: one fast-path check for all of the lane's chunks, then a branch-free run over them
-// (false: a check per chunk, fewer live registers).
-template <KeyStorage F, bool kPair = false, bool kWholeToken = true>
+// (false: a check per chunk, fewer live registers). kAsyncPeer (the warp-specialised kernel's
+// pairs): the peer's copy goes by st.async and completes on the peer's mbarrier `peer_bar`
+// (shared::cluster address) instead of a plain remote store ordered by a cluster barrier.
+template <KeyStorage F, bool kPair = false, bool kWholeToken = true, bool kAsyncPeer = false>
 __device__ __forceinline__ void store_dequantized(const Raw<F, kPair>& r, uint8_t* stage, int tok, int part,
-                                                  uint32_t rank = 0, uint32_t peer_delta = 0) {
+                                                  uint32_t rank = 0, uint32_t peer_delta = 0,
+                                                  uint32_t peer_bar = 0) {
   using R = Raw<F, kPair>;
   const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
   auto put = [&](uint32_t offset, uint4 v) {
     *reinterpret_cast<uint4*>(stage + offset) = v;
-    if constexpr (kPair) st_shared_cluster(stage_addr + offset + peer_delta, v);
+    if constexpr (kPair && kAsyncPeer) st_async_peer(stage_addr + offset + peer_delta, v, peer_bar);
+    else if constexpr (kPair) st_shared_cluster(stage_addr + offset + peer_delta, v);
   };
   // Each chunk group's scale; then one check for the whole token, so that the common case runs
   // its chunks without a branch between them (the compiler interleaves their conversions).

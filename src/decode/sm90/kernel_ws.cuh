@@ -16,6 +16,15 @@
 // 0 240 (O half 128, S 32, P 16, the row's 64-bit indices; 216 spilled), warpgroup 1 keeps 168 (O
 // half 128), producer 96 (one token's raw record at a time, 44; the 16-bit path's 18 copies per
 // token spilled at 72).
+//
+// CTA pairs (kPair, quantized keys, opt-in with LKV_SM90_PAIR=1 beside LKV_SM90_WS=1): the two head
+// blocks of a query row run as a cluster of two CTAs, and each producer loads and dequantizes only
+// its half of every token's chunk groups (and its RoPE unit), storing it into its own stage and, by
+// st.async, into the peer's. The peer's bytes complete on this CTA's full[s] (the producer's thread
+// 0 announces them with its arrival), and a stage is free when both CTAs' consumers have released
+// it (empty[s] counts 8 local and 8 remote arrivals). This is the design FlashMLA's write-up
+// describes for its Hopper kernel (a producer warpgroup and the cross-CTA exchange). Prepared and
+// compiled without spills; not yet run on a GPU (bench/NOTES.md).
 #pragma once
 
 #include "decode/sm90/kernel.cuh"
@@ -82,13 +91,14 @@ __device__ __forceinline__ void regs_decrease() {
 inline constexpr int kWsRegsConsumer0 = 240, kWsRegsConsumer1 = 168, kWsRegsProducer = 96;
 static_assert(kWsRegsConsumer0 + kWsRegsConsumer1 + kWsRegsProducer <= 3 * 168, "register pool");
 
-template <class Source>
+template <class Source, bool kPair = false>
 __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelParams<typename Source::Args> p) {
 #if defined(LKV_SM90_WGMMA)
   static_assert(!Source::kF16, "the sm90 kernel multiplies bf16; f16 queries run the portable kernel");
   constexpr int kDqk = Source::kDqk;
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
+  static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
   using L = WsLayout<kDqk>;
   constexpr int kQkSteps = kDqk / 16;
@@ -105,6 +115,18 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
   float* sAlpha = reinterpret_cast<float*>(smem + L::alpha_off);
   float* sRowMax = reinterpret_cast<float*>(smem + L::stat_off);
   float* sRowSum = sRowMax + kHeads;
+  // A pair: this CTA's rank, where its shared memory sits in the peer's, and the barriers'
+  // shared::cta addresses (the peer's are these plus peer_delta).
+  const uint32_t rank = kPair ? cluster_ctarank() : 0u;
+  const uint32_t peer_delta = kPair ? map_shared_rank(base_addr, rank ^ 1u) - base_addr : 0u;
+  const uint32_t full_addr = static_cast<uint32_t>(__cvta_generic_to_shared(full));
+  const uint32_t empty_addr = static_cast<uint32_t>(__cvta_generic_to_shared(empty));
+  // Waits on this CTA's barrier; a pair's phases also complete by the peer's operations (st.async
+  // bytes, remote arrivals), so the wait acquires at cluster scope.
+  auto bar_wait = [&](uint64_t* bar, uint32_t parity) {
+    if constexpr (kPair) pair_bar_wait(static_cast<uint32_t>(__cvta_generic_to_shared(bar)), parity);
+    else mbar_wait(bar, parity);
+  };
 
   const cuda::Geometry& g = p.g;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -119,11 +141,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
   if (tid == 0) {
     mbar_init(&full[0], 128);
     mbar_init(&full[1], 128);
-    mbar_init(&empty[0], 8);
-    mbar_init(&empty[1], 8);
+    mbar_init(&empty[0], kPair ? 16 : 8);
+    mbar_init(&empty[1], kPair ? 16 : 8);
+    if constexpr (kPair) pair_bar_init_fence();
   }
   fence_proxy_async();
-  __syncthreads();
+  // A pair: both CTAs' barriers exist (and the peer runs) before either sends to the other.
+  if constexpr (kPair) cluster_sync();
+  else __syncthreads();
 
   const Source src(p.src, r1, r2, kv_head);
   const int64_t k_begin = split * g.keys_per_split;
@@ -138,6 +163,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     // Lane l of producer warp q: tokens 8 q + l % 8 and 32 + 8 q + l % 8, chunk column l / 8.
     const int tok_l = 8 * wq + lane % 8, part = lane / 8;
     Raw<kRawStorage> raw;
+    Raw<kRawStorage, true> half;  // a pair: this CTA's half of a token's record
     const uint8_t* data[2];
     const uint8_t* scale[2];
     // The eight part-0 lanes resolve their tokens (index loads, 32-bit divisions) and pass the
@@ -164,8 +190,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       const int s = static_cast<int>(n & 1);
       const uint32_t phase = static_cast<uint32_t>((n >> 1) & 1);
       uint8_t* stage = sK + s * L::k_stage;
-      // The stage is free once the consumers finished block n - 2 (the first use passes at once).
-      mbar_wait(&empty[s], phase ^ 1);
+      // The stage is free once the consumers (a pair: both CTAs') finished block n - 2 (the first
+      // use passes at once).
+      bar_wait(&empty[s], phase ^ 1);
       resolve(n, s);
       if constexpr (kDirect) {
         constexpr int kChunks = kDqk * 2 / 16;
@@ -185,6 +212,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
         }
         cuda::cp_async_commit();
         cuda::cp_async_wait<0>();
+      } else if constexpr (kPair) {
+        // Not unrolled: unrolled, the compiler hoists both tokens' local and remote addresses out
+        // of the block loop and spills them at 96 registers (so does loading both tokens first).
+#pragma unroll 1
+        for (int h = 0; h < 2; ++h) {
+          load_raw<kRawStorage, true>(half, h ? data[1] : data[0], h ? scale[1] : scale[0], part, rank);
+          store_dequantized<kRawStorage, true, false, true>(half, stage, 32 * h + tok_l, part, rank, peer_delta,
+                                                            full_addr + 8u * s + peer_delta);
+        }
       } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -193,7 +229,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
         }
       }
       fence_proxy_async();
-      mbar_arrive(&full[s]);
+      // A pair: producer thread 0's arrival also announces the peer's bytes of this block. They
+      // cannot belong to the previous phase: the peer writes block n only after this CTA's
+      // consumers, who waited for that phase, released the stage.
+      if (kPair && tid == 256) pair_bar_expect(full_addr + 8u * s, Raw<kRawStorage, true>::pair_bytes(rank ^ 1u));
+      else mbar_arrive(&full[s]);
     }
   } else if (wg == 0) {
     // ===================== consumer 0: scores, softmax, O[:, 0:256] =====================
@@ -209,7 +249,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     for (int64_t n = 0; n < nb; ++n) {
       const int st_i = static_cast<int>(n & 1);
       uint8_t* kcur = sK + st_i * L::k_stage;
-      mbar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
+      bar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
+      if constexpr (kPair) fence_proxy_async();  // the peer's st.async bytes, for wgmma
       issue_scores<kQkSteps>(s, sQ, kcur);
       wgmma_commit();
       wgmma_wait<0>();
@@ -229,7 +270,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       wgmma_wait<0>();
       fence_operands(o);
       fence_p(pa);
-      if (lane == 0) mbar_arrive(&empty[st_i]);
+      if (lane == 0) {
+        mbar_arrive(&empty[st_i]);
+        if constexpr (kPair) pair_bar_arrive_peer(empty_addr + 8u * st_i + peer_delta);
+      }
     }
     publish_row_stats(row_max, row_sum, sRowMax, sRowSum, r0, t4);
     named_barrier_sync(3);
@@ -243,18 +287,24 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     for (int64_t n = 0; n < nb; ++n) {
       const int st_i = static_cast<int>(n & 1);
       uint8_t* kcur = sK + st_i * L::k_stage;
-      mbar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
+      bar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
+      if constexpr (kPair) fence_proxy_async();  // the peer's st.async bytes, for wgmma
       named_barrier_sync(1);  // P and alpha of block n
       issue_values_from_smem(o, sAlpha, sP, kcur, r0);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);
       if (n + 1 < nb) named_barrier_arrive(2);  // P may be overwritten
-      if (lane == 0) mbar_arrive(&empty[st_i]);
+      if (lane == 0) {
+        mbar_arrive(&empty[st_i]);
+        if constexpr (kPair) pair_bar_arrive_peer(empty_addr + 8u * st_i + peer_delta);
+      }
     }
     named_barrier_sync(3);
     write_rows(p, o, sRowMax, sRowSum, r0, t4, 1, heads_here, h0, row, r1, r2, split);
   }
+  // A pair leaves together: nothing may arrive at or be stored into a CTA that has exited.
+  if constexpr (kPair) cluster_sync();
 #else
   (void)p;
   __trap();

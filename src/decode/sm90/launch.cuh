@@ -11,15 +11,15 @@
 
 namespace latentkv::decode::sm90 {
 
-template <class Source, bool kPair>
-void launch_two_warpgroups(const cuda::KernelParams<typename Source::Args>& p, dim3 grid, cudaStream_t stream) {
-  constexpr int kSmem = Layout<Source::kDqk>::total;
-  LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source, kPair>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+// One launch of `kernel` (threads per CTA, dynamic shared memory), pairs of neighbouring CTAs in x
+// as clusters of two when kPair.
+template <bool kPair, class Kernel, class Params>
+void launch_kernel(Kernel kernel, const Params& p, dim3 grid, int threads, int smem, cudaStream_t stream) {
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmem;
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attr[1];
   if constexpr (kPair) {
@@ -30,7 +30,16 @@ void launch_two_warpgroups(const cuda::KernelParams<typename Source::Args>& p, d
     config.attrs = attr;
     config.numAttrs = 1;
   }
-  LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, attend_kernel<Source, kPair>, p));
+  LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+}
+
+template <class Source, bool kPair>
+void launch_two_warpgroups(const cuda::KernelParams<typename Source::Args>& p, dim3 grid, cudaStream_t stream) {
+  launch_kernel<kPair>(attend_kernel<Source, kPair>, p, grid, kThreads, Layout<Source::kDqk>::total, stream);
+}
+template <class Source, bool kPair>
+void launch_warp_specialised(const cuda::KernelParams<typename Source::Args>& p, dim3 grid, cudaStream_t stream) {
+  launch_kernel<kPair>(attend_kernel_ws<Source, kPair>, p, grid, kWsThreads, WsLayout<Source::kDqk>::total, stream);
 }
 
 // The main kernel only; the caller runs the combine when p.g.num_splits > 1. No host
@@ -46,10 +55,13 @@ void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream st
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.g.num_splits));
   const auto s = static_cast<cudaStream_t>(stream);
   if (ws) {
-    constexpr int kSmem = WsLayout<Source::kDqk>::total;
-    LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel_ws<Source>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    attend_kernel_ws<Source><<<grid, kWsThreads, kSmem, s>>>(p);
+    // Pairs: head blocks 2 k and 2 k + 1 of a row are neighbours in x (head block fastest).
+    if constexpr (Source::kStorage != cuda::KeyStorage::kDirect16) {
+      if (cta_pairs() && p.g.head_blocks_per_kv % 2 == 0) launch_warp_specialised<Source, true>(p, grid, s);
+      else launch_warp_specialised<Source, false>(p, grid, s);
+    } else {
+      launch_warp_specialised<Source, false>(p, grid, s);
+    }
   } else if constexpr (Source::kStorage != cuda::KeyStorage::kDirect16) {
     // Pairs: head blocks 2 k and 2 k + 1 of a row are neighbours in x (head block fastest).
     if (cta_pairs() && p.g.head_blocks_per_kv % 2 == 0) launch_two_warpgroups<Source, true>(p, grid, s);

@@ -92,6 +92,61 @@ __device__ __forceinline__ void st_shared_cluster(uint32_t addr, uint4 v) {
                : "memory");
 #endif
 }
+// ---- mbarriers of a CTA pair (shared::cta addresses unless named `peer`). A pair exchanges
+// dequantized halves with st.async, whose bytes complete on the receiver's mbarrier, so neither CTA
+// waits for the other at a cluster barrier per block.
+__device__ __forceinline__ void pair_bar_init(uint32_t bar, uint32_t count) {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+// Makes the initialised mbarriers visible to the peer's operations on them (before a cluster
+// barrier).
+__device__ __forceinline__ void pair_bar_init_fence() {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+// This CTA's arrival on its own mbarrier, announcing `bytes` of st.async to come in this phase.
+__device__ __forceinline__ void pair_bar_expect(uint32_t bar, uint32_t bytes) {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.release.cta.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+// An arrival on the peer's mbarrier (shared::cluster address), ordered after this thread's earlier
+// reads and waits.
+__device__ __forceinline__ void pair_bar_arrive_peer(uint32_t peer_bar) {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(peer_bar) : "memory");
+#endif
+}
+// Waits until the phase of parity `parity` of this CTA's mbarrier has completed; what the peer
+// wrote before completing it (its st.async bytes, or its reads before arriving) is then ordered
+// before this thread's later accesses.
+__device__ __forceinline__ void pair_bar_wait(uint32_t bar, uint32_t parity) {
+#if defined(LKV_SM90_WGMMA)
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+#endif
+}
+// 16 bytes to the peer's shared memory (shared::cluster address), completing on the peer's
+// mbarrier `peer_bar` (shared::cluster address).
+__device__ __forceinline__ void st_async_peer(uint32_t addr, uint4 v, uint32_t peer_bar) {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(addr),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(peer_bar)
+               : "memory");
+#endif
+}
+
 // Every thread of every CTA of the cluster: writes before arrive are visible after wait.
 __device__ __forceinline__ void cluster_sync() {
 #if defined(LKV_SM90_WGMMA)
