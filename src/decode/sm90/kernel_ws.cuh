@@ -8,7 +8,8 @@
 // same warps' critical path. Here warpgroup 2 resolves, gathers and dequantizes block n + 1 while the
 // consumers work on block n, decoupled by mbarriers:
 //   full[s]  (128 arrivals: every producer thread, after its stores and fence.proxy.async)
-//   empty[s] (8 arrivals: lane 0 of every consumer warp, after its products of the block completed)
+//   empty[s] (8 arrivals: lane 0 of every consumer warp, after its products of the block completed;
+//             a CTA pair: 16, the peer's consumer warps as well)
 // and the consumers meet at named barriers: 1 (P of the block is in shared memory), 2 (warpgroup 1 no
 // longer reads P), 3 (row statistics for the epilogue). The attended-token mask of a stage is
 // written by the producer before its full arrival and read by warpgroup 0 before its empty arrival.
@@ -168,8 +169,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     const uint8_t* scale[2];
     // The eight part-0 lanes resolve their tokens (index loads, 32-bit divisions) and pass the
     // pointers to the other three lanes of the token; lane 0 stores the warp's attended bits as byte
-    // q of the block's word h (every byte is rewritten each block, so no clearing is needed).
-    auto resolve = [&](int64_t blk, int stage) {
+    // q of the block's word h (every byte is rewritten each block, so no clearing is needed). The
+    // pointers are computed before the stage is free (their index loads overlap the wait); the bits
+    // are stored after it, since the consumers read the stage's bits of block n - 2 until then.
+    auto resolve = [&](int64_t blk) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint8_t* d = nullptr;
@@ -182,6 +185,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
             __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(d), lane % 8));
         scale[h] = reinterpret_cast<const uint8_t*>(
             __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(sc), lane % 8));
+      }
+    };
+    auto store_valid = [&](int stage) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
         const uint32_t bits = __ballot_sync(0xffffffffu, data[h] != nullptr) & 0xffu;  // lanes 0-7
         if (lane == 0) reinterpret_cast<uint8_t*>(sValid)[stage * 8 + 4 * h + wq] = static_cast<uint8_t>(bits);
       }
@@ -192,8 +200,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       uint8_t* stage = sK + s * L::k_stage;
       // The stage is free once the consumers (a pair: both CTAs') finished block n - 2 (the first
       // use passes at once).
+      resolve(n);
       bar_wait(&empty[s], phase ^ 1);
-      resolve(n, s);
+      store_valid(s);
       if constexpr (kDirect) {
         constexpr int kChunks = kDqk * 2 / 16;
 #pragma unroll
@@ -250,7 +259,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       const int st_i = static_cast<int>(n & 1);
       uint8_t* kcur = sK + st_i * L::k_stage;
       bar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
-      if constexpr (kPair) fence_proxy_async();  // the peer's st.async bytes, for wgmma
+      if constexpr (kPair) fence_proxy_async_cluster();  // the peer's st.async bytes, for wgmma
       issue_scores<kQkSteps>(s, sQ, kcur);
       wgmma_commit();
       wgmma_wait<0>();
@@ -288,7 +297,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       const int st_i = static_cast<int>(n & 1);
       uint8_t* kcur = sK + st_i * L::k_stage;
       bar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
-      if constexpr (kPair) fence_proxy_async();  // the peer's st.async bytes, for wgmma
+      if constexpr (kPair) fence_proxy_async_cluster();  // the peer's st.async bytes, for wgmma
       named_barrier_sync(1);  // P and alpha of block n
       issue_values_from_smem(o, sAlpha, sP, kcur, r0);
       wgmma_commit();

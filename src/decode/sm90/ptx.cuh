@@ -95,11 +95,6 @@ __device__ __forceinline__ void st_shared_cluster(uint32_t addr, uint4 v) {
 // ---- mbarriers of a CTA pair (shared::cta addresses unless named `peer`). A pair exchanges
 // dequantized halves with st.async, whose bytes complete on the receiver's mbarrier, so neither CTA
 // waits for the other at a cluster barrier per block.
-__device__ __forceinline__ void pair_bar_init(uint32_t bar, uint32_t count) {
-#if defined(LKV_SM90_WGMMA)
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-#endif
-}
 // Makes the initialised mbarriers visible to the peer's operations on them (before a cluster
 // barrier).
 __device__ __forceinline__ void pair_bar_init_fence() {
