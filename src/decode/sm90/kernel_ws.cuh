@@ -91,6 +91,11 @@ __device__ __forceinline__ void regs_decrease() {
 // three must fit what the launch allocated (168 per thread at 384 threads).
 inline constexpr int kWsRegsConsumer0 = 240, kWsRegsConsumer1 = 168, kWsRegsProducer = 96;
 static_assert(kWsRegsConsumer0 + kWsRegsConsumer1 + kWsRegsProducer <= 3 * 168, "register pool");
+// CTA pairs: the producer holds both tokens' halves at once (2 x 24 registers), so that their loads
+// overlap, and the peer's addresses; at 96 it spilled, at 112 it does not, and consumer 0 gives the
+// 16 (224 compiles without spills for v32_fp8, v4_fp8 and dense v32_fp8 pages).
+inline constexpr int kWsPairRegsConsumer0 = 224, kWsPairRegsProducer = 112;
+static_assert(kWsPairRegsConsumer0 + kWsRegsConsumer1 + kWsPairRegsProducer <= 3 * 168, "register pool");
 
 template <class Source, bool kPair = false>
 __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelParams<typename Source::Args> p) {
@@ -160,11 +165,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
 
   if (wg == 2) {
     // ===================== producer =====================
-    regs_decrease<kWsRegsProducer>();
+    regs_decrease<kPair ? kWsPairRegsProducer : kWsRegsProducer>();
     // Lane l of producer warp q: tokens 8 q + l % 8 and 32 + 8 q + l % 8, chunk column l / 8.
     const int tok_l = 8 * wq + lane % 8, part = lane / 8;
     Raw<kRawStorage> raw;
-    Raw<kRawStorage, true> half;  // a pair: this CTA's half of a token's record
+    Raw<kRawStorage, true> half, half2;  // a pair: this CTA's half of each token's record
     const uint8_t* data[2];
     const uint8_t* scale[2];
     // The eight part-0 lanes resolve their tokens (index loads, 32-bit divisions) and pass the
@@ -222,14 +227,17 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
         cuda::cp_async_commit();
         cuda::cp_async_wait<0>();
       } else if constexpr (kPair) {
-        // Not unrolled: unrolled, the compiler hoists both tokens' local and remote addresses out
-        // of the block loop and spills them at 96 registers (so does loading both tokens first).
-#pragma unroll 1
-        for (int h = 0; h < 2; ++h) {
-          load_raw<kRawStorage, true>(half, h ? data[1] : data[0], h ? scale[1] : scale[0], part, rank);
-          store_dequantized<kRawStorage, true, false, true>(half, stage, 32 * h + tok_l, part, rank, peer_delta,
-                                                            full_addr + 8u * s + peer_delta);
-        }
+        // Both tokens' loads first, so that their latencies overlap. The token index is made opaque
+        // to the compiler each block: otherwise it hoists both tokens' store offsets out of the
+        // block loop and spills them at 96 registers.
+        int tok = tok_l;
+        asm volatile("" : "+r"(tok));
+        load_raw<kRawStorage, true>(half, data[0], scale[0], part, rank);
+        load_raw<kRawStorage, true>(half2, data[1], scale[1], part, rank);
+        store_dequantized<kRawStorage, true, false, true>(half, stage, tok, part, rank, peer_delta,
+                                                          full_addr + 8u * s + peer_delta);
+        store_dequantized<kRawStorage, true, false, true>(half2, stage, 32 + tok, part, rank, peer_delta,
+                                                          full_addr + 8u * s + peer_delta);
       } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -246,7 +254,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     }
   } else if (wg == 0) {
     // ===================== consumer 0: scores, softmax, O[:, 0:256] =====================
-    regs_increase<kWsRegsConsumer0>();
+    regs_increase<kPair ? kWsPairRegsConsumer0 : kWsRegsConsumer0>();
     float o[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
