@@ -118,6 +118,23 @@ __device__ __forceinline__ float2 e4m3x2_to_f32(uint16_t two) {
 #endif
 }
 
+// 16 e4m3 bytes times fp32 scale s to 16 bf16 (dims in order: lo then hi): each value to fp32, times
+// s, rounded once to bf16. The portable kernel's dequantization, and the Hopper kernel's wherever
+// its fast form is not exact (decode/sm90/dequant.cuh), so both give the same bytes.
+__device__ __forceinline__ void dequant16_f32(const uint4 raw, float s, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float2 a = e4m3x2_to_f32(static_cast<uint16_t>(w[q] & 0xffffu));
+    const float2 b = e4m3x2_to_f32(static_cast<uint16_t>(w[q] >> 16));
+    out[2 * q] = pack_bf16(a.x * s, a.y * s);
+    out[2 * q + 1] = pack_bf16(b.x * s, b.y * s);
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
 // ---- key storage ----------------------------------------------------------------------------------
 // How a Source stores its keys: quantized records (dequantized through a staging buffer) or 16-bit
 // rows copied as they are.
@@ -200,18 +217,10 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
       float s;
       if constexpr (S == KeyStorage::kV32Fp8) s = reinterpret_cast<const float*>(data + 512)[group];
       else s = num::ue8m0_to_f32(data[576 + group]);
-      const uint4 rawv = *reinterpret_cast<const uint4*>(data + part * 16);
-      const uint32_t w[4] = {rawv.x, rawv.y, rawv.z, rawv.w};
-      uint32_t packed[8];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float2 lo = e4m3x2_to_f32(static_cast<uint16_t>(w[q] & 0xffffu));
-        const float2 hi = e4m3x2_to_f32(static_cast<uint16_t>(w[q] >> 16));
-        packed[2 * q] = pack_bf16(lo.x * s, lo.y * s);
-        packed[2 * q + 1] = pack_bf16(hi.x * s, hi.y * s);
-      }
-      *reinterpret_cast<uint4*>(dst + part * 16) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-      *reinterpret_cast<uint4*>(dst + part * 16 + 8) = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+      uint4 lo, hi;
+      dequant16_f32(*reinterpret_cast<const uint4*>(data + part * 16), s, lo, hi);
+      *reinterpret_cast<uint4*>(dst + part * 16) = lo;
+      *reinterpret_cast<uint4*>(dst + part * 16 + 8) = hi;
     } else {
       const int r = part - kChunksNope;
       *reinterpret_cast<uint4*>(dst + T::kNope + r * 8) =

@@ -82,23 +82,10 @@ __device__ __forceinline__ void dequant16_fast(const uint4 raw, uint32_t f2, uin
 }
 
 // The same for any bytes and scale: the fast path where it is exact, else the portable kernel's
-// (to fp32, multiply, round), so results never depend on which path ran.
+// (cuda::dequant16_f32: to fp32, multiply, round), so results never depend on which path ran.
 __device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, uint4& hi) {
-  if (dequant16_fast_ok(raw, s)) {
-    dequant16_fast(raw, fast_multiplier(s), lo, hi);
-  } else {
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    uint32_t out[8];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float2 a = cuda::e4m3x2_to_f32(static_cast<uint16_t>(w[q] & 0xffffu));
-      const float2 b = cuda::e4m3x2_to_f32(static_cast<uint16_t>(w[q] >> 16));
-      out[2 * q] = cuda::pack_bf16(a.x * s, a.y * s);
-      out[2 * q + 1] = cuda::pack_bf16(b.x * s, b.y * s);
-    }
-    lo = make_uint4(out[0], out[1], out[2], out[3]);
-    hi = make_uint4(out[4], out[5], out[6], out[7]);
-  }
+  if (dequant16_fast_ok(raw, s)) dequant16_fast(raw, fast_multiplier(s), lo, hi);
+  else cuda::dequant16_f32(raw, s, lo, hi);
 }
 
 }  // namespace latentkv::decode::sm90
