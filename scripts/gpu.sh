@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
-#   [racecheck] [bench_cluster] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
+#   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -108,6 +108,16 @@ if has bench_cluster; then
   LKV_COMPRESS_CLUSTER=1 ./build-gpu/latentkv bench compress --device cuda --format v4_int8 \
     --json "$OUT/compress-v4_int8-cluster-h200.json" 2>&1 | tee "$OUT/bench-v4_int8-cluster.log"
   note "bench v4_int8 (cluster merge): $(tail -1 "$OUT/bench-v4_int8-cluster.log")"
+fi
+
+# bench_slices: the int8 compressor bench with phase traces, with dimension slices (the default) and
+# with window splits only (LKV_COMPRESS_MAX_SLICES=1), side by side.
+if has bench_slices; then
+  for ms in 1 8; do
+    LKV_COMPRESS_MAX_SLICES=$ms ./build-gpu/latentkv bench compress --device cuda --format v4_int8 --trace \
+      --json "$OUT/compress-v4_int8-slices$ms-h200.json" 2>&1 | tee "$OUT/bench-slices$ms.log"
+    note "bench v4_int8 max slices $ms: $(tail -1 "$OUT/bench-slices$ms.log")"
+  done
 fi
 
 if has decode; then
