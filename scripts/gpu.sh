@@ -110,16 +110,13 @@ if has bench_cluster; then
   note "bench v4_int8 (cluster merge): $(tail -1 "$OUT/bench-v4_int8-cluster.log")"
 fi
 
-# bench_slices: the int8 compressor bench with phase traces (--trace), in three configurations side
-# by side: dimension slices and the index prefetch on (the default), slices on and the prefetch off
-# (LKV_COMPRESS_PREFETCH=0), and window splits only (LKV_COMPRESS_MAX_SLICES=1).
+# bench_slices: the int8 compressor bench with phase traces (--trace), with dimension slices (the
+# default) and with window splits only (LKV_COMPRESS_MAX_SLICES=1), side by side.
 if has bench_slices; then
-  for cfg in 8:1 8:0 1:1; do
-    ms=${cfg%:*} pf=${cfg#*:}
-    LKV_COMPRESS_MAX_SLICES=$ms LKV_COMPRESS_PREFETCH=$pf ./build-gpu/latentkv bench compress --device cuda \
-      --format v4_int8 --trace --json "$OUT/compress-v4_int8-slices$ms-prefetch$pf-h200.json" 2>&1 |
-      tee "$OUT/bench-slices$ms-prefetch$pf.log"
-    note "bench v4_int8 max slices $ms prefetch $pf: $(grep -E '^r1_t8192' "$OUT/bench-slices$ms-prefetch$pf.log" | awk '{printf "%s %s us; ", $1, $2}')$(tail -1 "$OUT/bench-slices$ms-prefetch$pf.log")"
+  for ms in 8 1; do
+    LKV_COMPRESS_MAX_SLICES=$ms ./build-gpu/latentkv bench compress --device cuda --format v4_int8 --trace \
+      --json "$OUT/compress-v4_int8-slices$ms-h200.json" 2>&1 | tee "$OUT/bench-slices$ms.log"
+    note "bench v4_int8 max slices $ms: $(grep -E '^r1_t8192' "$OUT/bench-slices$ms.log" | awk '{printf "%s %s us; ", $1, $2}')$(tail -1 "$OUT/bench-slices$ms.log")"
   done
 fi
 

@@ -28,11 +28,6 @@ struct SplitPlan {
   int64_t num_splits = 1;      // window splits per output
   int64_t rows_per_split = 1;  // window rows per split (the last split may have fewer)
   int64_t dim_slices = 1;      // CTAs per split, each streaming kDim / dim_slices dims (1, 2, 4, 8)
-  // Launch option set by the backend, not by plan_splits: the CTAs first prefetch the index arrays
-  // (positions, slots, requests, block table) into L2, so that the prologue's second and third
-  // dependent loads hit L2 instead of HBM. Worth it only when those arrays are small beside the
-  // state rows read.
-  bool prefetch_indices = false;
   LKV_HD int64_t ctas_per_output() const { return num_splits * dim_slices; }
   LKV_HD bool merged() const { return ctas_per_output() > 1; }
 };

@@ -58,21 +58,8 @@ void set_compress_max_slices(int64_t max_slices) {
 }
 
 SplitPlan plan_for(const Params& p, int device) {
-  SplitPlan plan = plan_splits(p.num_outputs, p.compress_ratio,
-                               int64_t{kCtasPerSm} * cuda_common::sm_count(device), compress_max_slices());
-  // Prefetch the index arrays when they are at most 1/16 of the state bytes the call reads (a
-  // decode step with few outputs over many tokens would otherwise pay for lines it never needs).
-  // LKV_COMPRESS_PREFETCH=0 turns it off (for measuring it).
-  static const bool allowed = [] {
-    const char* e = std::getenv("LKV_COMPRESS_PREFETCH");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  const double index_bytes =
-      20.0 * static_cast<double>(p.num_tokens) +
-      4.0 * static_cast<double>(p.num_reqs > 0 ? (p.num_reqs - 1) * p.stride_table_req + p.blocks_per_req : 0);
-  const double state_bytes = static_cast<double>(p.num_outputs) * static_cast<double>(p.compress_ratio) * 4096.0;
-  plan.prefetch_indices = allowed && index_bytes * 16.0 <= state_bytes;
-  return plan;
+  return plan_splits(p.num_outputs, p.compress_ratio, int64_t{kCtasPerSm} * cuda_common::sm_count(device),
+                     compress_max_slices());
 }
 
 void set_compress_trace(bool on) {

@@ -86,35 +86,6 @@ __device__ __forceinline__ float4 ld_peer(uint32_t addr, uint32_t rank) {
   return v;
 }
 
-// Asks L2 for the line holding `ptr` (no register waits for it).
-__device__ __forceinline__ void prefetch_l2(const void* ptr) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
-}
-
-// Prefetches every 128-byte line of the index arrays the prologue reads after the boundary
-// (positions, slot mapping, token-to-request, the block table's used extent), spread over the
-// grid: thread `first` of `stride` takes lines first, first + stride, ... of their concatenation.
-// A line holding any byte of an array lies inside that array's allocation, so nothing outside is
-// touched.
-__device__ __forceinline__ void prefetch_index_lines(const Params& p, int64_t first, int64_t stride) {
-  const void* const base[4] = {p.positions, p.slot_mapping, p.token_to_req, p.block_table};
-  const int64_t table_elems =
-      p.num_reqs > 0 ? (p.num_reqs - 1) * p.stride_table_req + p.blocks_per_req : 0;
-  const int64_t bytes[4] = {p.num_tokens * 8, p.num_tokens * 8, p.num_tokens * 4, table_elems * 4};
-  int64_t offset = 0;  // lines of the arrays before array k
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    if (bytes[k] <= 0) continue;
-    const uintptr_t b0 = reinterpret_cast<uintptr_t>(base[k]) & ~uintptr_t{127};
-    const int64_t lines = static_cast<int64_t>((reinterpret_cast<uintptr_t>(base[k]) + bytes[k] - b0 + 127) / 128);
-    int64_t l = first;
-    if (l < offset) l += (offset - l + stride - 1) / stride * stride;
-    for (; l < offset + lines; l += stride)
-      prefetch_l2(reinterpret_cast<const void*>(b0 + static_cast<uintptr_t>(l - offset) * 128));
-    offset += lines;
-  }
-}
-
 // Streams 16-byte loads that are read exactly once: keep them out of L1.
 __device__ __forceinline__ float4 load_stream(const float* p) {
   return __ldcs(reinterpret_cast<const float4*>(p));
@@ -158,10 +129,6 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     }
   };
   stamp(0);
-  if (plan.prefetch_indices) {
-    const int64_t cta = static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y;
-    prefetch_index_lines(p, cta * kThreads + tid, static_cast<int64_t>(gridDim.x) * gridDim.y * kThreads);
-  }
 
   // ---- 1. The output. Every CTA of an output reaches the same verdict, so none waits in vain.
   const int64_t b = p.boundary[out];

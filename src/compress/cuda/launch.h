@@ -60,8 +60,7 @@ void set_compress_clusters(bool on);
 // ask to know that they exercised that path).
 bool merges_in_clusters(const Params& p, int device);
 
-// The plan compress() uses for these parameters on `device` (with its L2 prefetch of the index
-// arrays on unless LKV_COMPRESS_PREFETCH=0 or the arrays are large beside the state read).
+// The plan compress() uses for these parameters on `device`.
 SplitPlan plan_for(const Params& p, int device);
 // The largest dimension slicing the planner may choose: kMaxDimSlices by default,
 // LKV_COMPRESS_MAX_SLICES=1 (or set_compress_max_slices(1)) restores window splits only.
