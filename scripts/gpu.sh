@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
-#   [racecheck] [bench_cluster] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
+#   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 #   [test_ws_pairs] [decode_ws_pairs]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
@@ -123,6 +123,16 @@ if has bench_cluster; then
   LKV_COMPRESS_CLUSTER=1 ./build-gpu/latentkv bench compress --device cuda --format v4_int8 \
     --json "$OUT/compress-v4_int8-cluster-h200.json" 2>&1 | tee "$OUT/bench-v4_int8-cluster.log"
   note "bench v4_int8 (cluster merge): $(tail -1 "$OUT/bench-v4_int8-cluster.log")"
+fi
+
+# bench_slices: the int8 compressor bench with phase traces (--trace), with dimension slices (the
+# default) and with window splits only (LKV_COMPRESS_MAX_SLICES=1), side by side.
+if has bench_slices; then
+  for ms in 8 1; do
+    LKV_COMPRESS_MAX_SLICES=$ms ./build-gpu/latentkv bench compress --device cuda --format v4_int8 --trace \
+      --json "$OUT/compress-v4_int8-slices$ms-h200.json" 2>&1 | tee "$OUT/bench-slices$ms.log"
+    note "bench v4_int8 max slices $ms: $(grep -E '^r1_t8192' "$OUT/bench-slices$ms.log" | awk '{printf "%s %s us; ", $1, $2}')$(tail -1 "$OUT/bench-slices$ms.log")"
+  done
 fi
 
 if has decode; then

@@ -1,53 +1,90 @@
 // compress/plan.h: how compress_kv's window work is split across CTAs (a pure function, tested on
-// the CPU). Few outputs with long windows must still fill every SM, so a window can be cut into
-// splits whose partial (max, sum, weighted sum) triples are merged by the last CTA of each output.
+// the CPU). Few outputs with long windows must still fill every SM. Two cuts are available:
+//  - window splits: an output's C rows are cut into splits whose partial (max, sum, weighted sum)
+//    triples are merged by the last CTA of the output;
+//  - dimension slices: the 512 dims are cut into 1, 2, 4 or 8 slices, each streamed by its own CTA
+//    (the per-dimension softmax is independent across dims; only the RMSNorm and the record's
+//    quantization need all of them, and the last CTA does those).
+// Either way the last CTA reads every partial triple of its output back from L2; it reads them in
+// rounds of 4 splits (2 row groups x 2 loads in flight), so many window splits cost one L2 round trip
+// per 4 splits, while dimension slices of one split cost a single round. Slicing is what keeps the
+// merge short when C is large and outputs are few.
 //
-// The choice is a small cost model: a CTA costs its rows plus a fixed overhead (the dependent loads
-// of its prologue, and for splits the publish-and-merge of a triple), and the grid runs in waves of
-// `resident_ctas`; the plan maximises useful rows per unit of (waves x CTA time).
+// The choice is a small cost model in row-equivalents (one full-width row streamed by one CTA at its
+// share of HBM bandwidth): a CTA costs its rows x its width fraction plus a fixed overhead (the
+// dependent loads of its prologue), the grid runs in waves of `resident_ctas`, and a merged output
+// adds the publish-and-ticket latency plus one L2 round per 4 splits. Lowest cost wins; ties go to
+// fewer slices, then fewer splits.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
+#include "latentkv/numerics.h"  // LKV_HD
+
 namespace latentkv::compress {
 
 struct SplitPlan {
-  int64_t num_splits = 1;      // CTAs per output
-  int64_t rows_per_split = 1;  // window rows per CTA (the last split may have fewer)
+  int64_t num_splits = 1;      // window splits per output
+  int64_t rows_per_split = 1;  // window rows per split (the last split may have fewer)
+  int64_t dim_slices = 1;      // CTAs per split, each streaming kDim / dim_slices dims (1, 2, 4, 8)
+  LKV_HD int64_t ctas_per_output() const { return num_splits * dim_slices; }
+  LKV_HD bool merged() const { return ctas_per_output() > 1; }
 };
 
 inline constexpr int64_t kMaxRowsPerSplit = 256;  // bounds the prologue's row-offset table in smem
 inline constexpr int64_t kMinRowsPerSplit = 16;   // below this the merge costs more than it saves
-inline constexpr int64_t kRowAlign = 8;           // 2 row groups x 4 rows unrolled per step
+inline constexpr int64_t kMaxDimSlices = 8;       // 64 dims (256 contiguous bytes of a row) per CTA
+// A CTA streams with 2 x dim_slices row groups of 4 unrolled rows: a step of 8 x dim_slices rows.
+inline constexpr int64_t kRowAlign = 8;
 // A CTA's fixed cost in row-equivalents: ~4 dependent memory latencies before its first row load
 // and after its last, each worth about 1.5 rows of streaming at a CTA's share of bandwidth.
 inline constexpr double kCtaOverheadRows = 6.0;
+// A merged output's publish, fence and ticket (~2 dependent latencies), and each L2 round of the
+// final merge (one latency).
+inline constexpr double kMergeTicketRows = 3.0;
+inline constexpr double kMergeRoundRows = 1.5;
+inline constexpr int64_t kMergeSplitsPerRound = 4;
 
-// resident_ctas: CTAs the GPU runs at once (SMs x CTAs per SM).
-inline SplitPlan plan_splits(int64_t num_outputs, int64_t C, int64_t resident_ctas) {
+// resident_ctas: CTAs the GPU runs at once (SMs x CTAs per SM). max_slices: the largest dimension
+// slicing allowed (a power of two <= kMaxDimSlices; 1 turns slicing off).
+inline SplitPlan plan_splits(int64_t num_outputs, int64_t C, int64_t resident_ctas,
+                             int64_t max_slices = kMaxDimSlices) {
   num_outputs = std::max<int64_t>(num_outputs, 1);
+  C = std::max<int64_t>(C, 1);
   resident_ctas = std::max<int64_t>(resident_ctas, 1);
+  max_slices = std::clamp<int64_t>(max_slices, 1, kMaxDimSlices);
   SplitPlan best;
   double best_cost = 0;
   bool have = false;
-  const int64_t min_rows = std::min(kMinRowsPerSplit, (C + kRowAlign - 1) / kRowAlign * kRowAlign);
-  for (int64_t rows = min_rows; rows <= kMaxRowsPerSplit; rows += kRowAlign) {
-    const int64_t splits = (C + rows - 1) / rows;
-    const int64_t real_rows = (C + splits - 1) / splits;  // balanced split
-    const int64_t ctas = num_outputs * splits;
-    const int64_t waves = (ctas + resident_ctas - 1) / resident_ctas;
-    const double merge = splits > 1 ? kCtaOverheadRows / 2 : 0.0;
-    // Time ~ waves x (rows + overhead) of one CTA; ties go to fewer splits.
-    const double cost = static_cast<double>(waves) * (static_cast<double>(real_rows) + kCtaOverheadRows + merge);
-    if (!have || cost < best_cost - 1e-9) {
-      best_cost = cost;
-      best.num_splits = splits;
-      best.rows_per_split = (real_rows + kRowAlign - 1) / kRowAlign * kRowAlign;
-      have = true;
+  for (int64_t slices = 1; slices <= max_slices; slices *= 2) {
+    const int64_t align = kRowAlign * slices;
+    const int64_t min_rows = std::min(kMinRowsPerSplit, (C + kRowAlign - 1) / kRowAlign * kRowAlign);
+    for (int64_t rows = min_rows; rows <= kMaxRowsPerSplit; rows += kRowAlign) {
+      const int64_t splits = (C + rows - 1) / rows;
+      const int64_t real_rows = (C + splits - 1) / splits;  // balanced split
+      const int64_t ctas = num_outputs * splits * slices;
+      const int64_t waves = (ctas + resident_ctas - 1) / resident_ctas;
+      const double width = 1.0 / static_cast<double>(slices);
+      // A sliced CTA walks its rows in steps of `align`: a partial step costs a whole one.
+      const double steps_rows = static_cast<double>((real_rows + align - 1) / align * align);
+      const double merge = splits * slices > 1
+                               ? kMergeTicketRows +
+                                     kMergeRoundRows * static_cast<double>(
+                                         (splits + kMergeSplitsPerRound - 1) / kMergeSplitsPerRound)
+                               : 0.0;
+      const double cost = static_cast<double>(waves) * (steps_rows * width + kCtaOverheadRows) + merge;
+      if (!have || cost < best_cost - 1e-9) {
+        best_cost = cost;
+        best.num_splits = splits;
+        best.rows_per_split = (real_rows + kRowAlign - 1) / kRowAlign * kRowAlign;
+        best.dim_slices = slices;
+        have = true;
+      }
+      if (rows >= C) break;
     }
-    if (rows >= C) break;
   }
+  best.rows_per_split = std::min(best.rows_per_split, kMaxRowsPerSplit);
   best.num_splits = (C + best.rows_per_split - 1) / best.rows_per_split;
   return best;
 }

@@ -60,14 +60,23 @@ compress::CheckReport run_and_check(CompressWorkload& w, CompressImpl impl) {
 TEST(CompressPlan, FillsTheGpuAndCoversTheWindow) {
   for (int64_t outputs : {1, 16, 64, 256, 1024, 100000})
     for (int64_t C : {1, 4, 7, 128, 256, 512, 1000, 4096}) {
-      const compress::SplitPlan p = compress::plan_splits(outputs, C, 528);
-      EXPECT_GE(p.num_splits * p.rows_per_split, C);
-      EXPECT_LT((p.num_splits - 1) * p.rows_per_split, C) << "an empty split";
-      EXPECT_LE(p.rows_per_split, compress::kMaxRowsPerSplit);
-      EXPECT_GE(p.num_splits, 1);
+      for (int64_t max_slices : {1, 2, 4, 8}) {
+        const compress::SplitPlan p = compress::plan_splits(outputs, C, 528, max_slices);
+        EXPECT_GE(p.num_splits * p.rows_per_split, C);
+        EXPECT_LT((p.num_splits - 1) * p.rows_per_split, C) << "an empty split";
+        EXPECT_LE(p.rows_per_split, compress::kMaxRowsPerSplit);
+        EXPECT_GE(p.num_splits, 1);
+        EXPECT_GE(p.dim_slices, 1);
+        EXPECT_LE(p.dim_slices, max_slices);
+        EXPECT_EQ(p.dim_slices & (p.dim_slices - 1), 0) << "slices must be a power of two";
+      }
     }
-  // 16 outputs of C = 512 (the 8192-token contest case) must spread over many CTAs.
-  EXPECT_GE(compress::plan_splits(16, 512, 528).num_splits * 16, 256);
+  // 16 outputs of C = 512 (the 8192-token contest case) must spread over many CTAs, and with
+  // slicing allowed the final merge reads at most one round of 4 splits.
+  for (int64_t max_slices : {1, 8})
+    EXPECT_GE(compress::plan_splits(16, 512, 528, max_slices).ctas_per_output() * 16, 256);
+  EXPECT_LE(compress::plan_splits(16, 512, 528).num_splits, compress::kMergeSplitsPerRound);
+  EXPECT_EQ(compress::plan_splits(16, 512, 528, 1).dim_slices, 1);
   // Enough outputs to fill the GPU: no splits (no merge traffic).
   EXPECT_EQ(compress::plan_splits(100000, 128, 528).num_splits, 1);
   EXPECT_EQ(compress::plan_splits(1024, 128, 528).num_splits, 1);

@@ -26,6 +26,7 @@
 #include "testing/decode_workload.h"
 #include "latentkv/decode.h"
 #ifdef LKV_WITH_CUDA
+#include "compress/cuda/config.h"  // kTracePhases
 #include "compress/cuda/launch.h"
 #include "cuda_common/bench.h"
 #endif
@@ -103,6 +104,47 @@ CacheFormat compressor_format(const std::string& s) {
 }
 
 
+#ifdef LKV_WITH_CUDA
+// One flushed call with phase stamps: for each phase, the median and the latest CTA to reach it, in
+// microseconds after the first CTA started. Printed, and kept in the case's numbers.
+void trace_case(const std::string& name, const CompressArgs& a, BenchCase& bc) {
+  namespace cc = compress::cuda;
+  bench_cuda::flush_l2();
+  cc::set_compress_trace(true);
+  compress_kv(a);
+  cc::set_compress_trace(false);
+  const cc::CompressTrace t = cc::last_compress_trace();
+  const int64_t ctas = t.num_outputs * t.ctas_per_output;
+  if (ctas == 0) return;
+  unsigned long long t0 = ~0ull;
+  for (int64_t c = 0; c < ctas; ++c) {
+    const unsigned long long s = t.stamps[static_cast<size_t>(c) * cc::kTracePhases];
+    if (s != 0) t0 = std::min(t0, s);
+  }
+  static const char* const kNames[cc::kTracePhases] = {"entry", "header", "rows", "streamed",
+                                                       "groups", "ticket", "merged", "written"};
+  std::printf("  trace %s: %lld outputs x %lld splits x %lld slices; phase median/max us:", name.c_str(),
+              static_cast<long long>(t.num_outputs), static_cast<long long>(t.plan.num_splits),
+              static_cast<long long>(t.plan.dim_slices));
+  bc.numbers["plan_splits"] = static_cast<double>(t.plan.num_splits);
+  bc.numbers["plan_dim_slices"] = static_cast<double>(t.plan.dim_slices);
+  for (int k = 0; k < cc::kTracePhases; ++k) {
+    std::vector<double> v;
+    for (int64_t c = 0; c < ctas; ++c) {
+      const unsigned long long s = t.stamps[static_cast<size_t>(c) * cc::kTracePhases + k];
+      if (s != 0) v.push_back(static_cast<double>(s - t0) * 1e-3);
+    }
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    const double med = v[v.size() / 2], mx = v.back();
+    std::printf(" %s %.2f/%.2f", kNames[k], med, mx);
+    bc.numbers[std::string("trace_") + kNames[k] + "_median_us"] = med;
+    bc.numbers[std::string("trace_") + kNames[k] + "_max_us"] = mx;
+  }
+  std::printf("\n");
+}
+#endif
+
 }  // namespace
 
 int cmd_bench_compress(const Args& args) {
@@ -113,6 +155,9 @@ int cmd_bench_compress(const Args& args) {
   const std::string json = args.get("json", "");
   const std::string ref_path = args.get("reference", "");
   const std::string plot = args.get("plot", "");
+  // --trace (CUDA): one more flushed call per case with per-CTA phase stamps (%globaltimer).
+  const bool trace = args.flag("trace");
+  LKV_CHECK(!trace || cuda, "bench compress: --trace needs --device cuda");
   // CPU: 11 calls, as single calls on a shared 2-core machine swing by 2x (bench/NOTES.md).
   const int reps = args.get_int("reps", cuda ? 50 : 11);
   args.check_all_used();
@@ -139,6 +184,7 @@ int cmd_bench_compress(const Args& args) {
     res.notes["split_merge"] = compress::cuda::compress_clusters()
                                    ? "in thread-block clusters where a plan has 2-16 splits (LKV_COMPRESS_CLUSTER=1, sm_90)"
                                    : "global";
+    res.notes["max_dim_slices"] = std::to_string(compress::cuda::compress_max_slices());
   }
 #endif
   // On the CPU the ceiling is a memcpy with as many threads, timed in the same run (the issue's
@@ -193,6 +239,7 @@ int cmd_bench_compress(const Args& args) {
         bc.time_us = bench_cuda::time_us([&] { compress_kv(a); }, reps);
         // Warm: the same call repeated without a flush (inputs that fit in L2 stay there).
         bc.numbers["warm_time_us"] = bench_cuda::time_us([&] { compress_kv(a); }, reps, 3, false);
+        if (trace) trace_case(name, a, bc);
 #endif
       } else {
         CompressArgs a = w.args(CompressMode::kInPlace);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "compress/cuda/config.h"
 #include "compress/cuda/launch.h"
@@ -28,16 +29,64 @@ struct Layout {
   size_t total = 0;
 };
 
-SplitPlan plan_for(const Params& p, int device) {
-  return plan_splits(p.num_outputs, p.compress_ratio, int64_t{kCtasPerSm} * cuda_common::sm_count(device));
+std::atomic<int64_t>& max_slices_value() {
+  static std::atomic<int64_t> v{[] {
+    const char* e = std::getenv("LKV_COMPRESS_MAX_SLICES");
+    return e ? std::clamp<int64_t>(std::atoll(e), 1, kMaxDimSlices) : kMaxDimSlices;
+  }()};
+  return v;
 }
+
+// The trace buffer and the grid of the launch that last wrote it.
+struct TraceState {
+  std::mutex mu;
+  bool on = false;
+  unsigned long long* buf = nullptr;
+  size_t capacity = 0;  // stamps
+  CompressTrace last;
+};
+TraceState& trace_state() {
+  static TraceState t;
+  return t;
+}
+
+}  // namespace
+
+int64_t compress_max_slices() { return max_slices_value().load(std::memory_order_relaxed); }
+void set_compress_max_slices(int64_t max_slices) {
+  max_slices_value().store(std::clamp<int64_t>(max_slices, 1, kMaxDimSlices), std::memory_order_relaxed);
+}
+
+SplitPlan plan_for(const Params& p, int device) {
+  return plan_splits(p.num_outputs, p.compress_ratio, int64_t{kCtasPerSm} * cuda_common::sm_count(device),
+                     compress_max_slices());
+}
+
+void set_compress_trace(bool on) {
+  TraceState& t = trace_state();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.on = on;
+}
+
+CompressTrace last_compress_trace() {
+  TraceState& t = trace_state();
+  std::lock_guard<std::mutex> lock(t.mu);
+  CompressTrace r = t.last;
+  if (t.buf == nullptr || r.stamps.empty()) return r;
+  LKV_CUDA_CHECK(cudaDeviceSynchronize());
+  LKV_CUDA_CHECK(cudaMemcpy(r.stamps.data(), t.buf, r.stamps.size() * sizeof(unsigned long long),
+                            cudaMemcpyDeviceToHost));
+  return r;
+}
+
+namespace {
 
 Layout layout_for(const Params& p, int device) {
   const SplitPlan plan = plan_for(p, device);
   Layout l;
   l.partials = 0;
   const size_t partial_bytes =
-      plan.num_splits > 1 ? sizeof(float) * p.num_outputs * plan.num_splits * 3 * kDim : 0;
+      plan.merged() ? sizeof(float) * p.num_outputs * plan.num_splits * 3 * kDim : 0;
   l.owners = l.partials + align_up(partial_bytes);
   l.first_bad = l.owners + align_up(sizeof(int32_t) * p.num_slots);
   l.total = l.first_bad + align_up(4 * sizeof(int64_t));
@@ -124,7 +173,7 @@ bool merges_in_clusters(const Params& p, int device) {
   // Compute capability 9.0 exactly: the cluster merge exists in the sm_90a code; newer GPUs run the
   // compute_80 PTX, whose kernel merges globally.
   if (!compress_clusters() || cuda_common::compute_capability(device) != 90 || plan.num_splits < 2 ||
-      plan.num_splits > kMaxClusterSplits)
+      plan.num_splits > kMaxClusterSplits || plan.dim_slices != 1)
     return false;
   return p.fp8 ? cluster_launch_fits<true>(p, plan, device) : cluster_launch_fits<false>(p, plan, device);
 }
@@ -170,8 +219,8 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
   LKV_CUDA_CHECK(cudaGetDevice(&device));  // the dispatcher's DeviceGuard made it the tensors' device
   const SplitPlan plan = plan_for(p, device);
   // Launch limits, checked before anything is written: outputs run on grid x, splits on grid y.
-  LKV_CHECK(p.num_outputs <= 0x7fffffff && plan.num_splits <= 65535, "compress_kv on CUDA: ",
-            p.num_outputs, " outputs in ", plan.num_splits, " splits exceed the launch limits");
+  LKV_CHECK(p.num_outputs <= 0x7fffffff && plan.ctas_per_output() <= 65535, "compress_kv on CUDA: ",
+            p.num_outputs, " outputs of ", plan.ctas_per_output(), " CTAs exceed the launch limits");
   const int64_t num_pages = p.num_slots / p.page_size;
   if (functional && num_pages == 1)
     LKV_CUDA_CHECK(cudaMemsetAsync(p.kv, 0, page_extent, s));  // one page: its stride is no pitch
@@ -181,11 +230,30 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
   const Layout l = layout_for(p, device);
   auto* base = static_cast<uint8_t*>(workspace);
   float* partials = reinterpret_cast<float*>(base + l.partials);
-  if (zero_counters && plan.num_splits > 1)
+  if (zero_counters && plan.merged())
     LKV_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(int) * p.num_outputs, s));
   const bool cluster = merges_in_clusters(p, device);
-  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, stream);
-  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, stream);
+  unsigned long long* trace = nullptr;
+  {
+    TraceState& t = trace_state();
+    std::lock_guard<std::mutex> lock(t.mu);
+    if (t.on) {
+      const size_t n = static_cast<size_t>(p.num_outputs * plan.ctas_per_output()) * kTracePhases;
+      if (n > t.capacity) {
+        if (t.buf) LKV_CUDA_CHECK(cudaFree(t.buf));
+        LKV_CUDA_CHECK(cudaMalloc(&t.buf, n * sizeof(unsigned long long)));
+        t.capacity = n;
+      }
+      LKV_CUDA_CHECK(cudaMemsetAsync(t.buf, 0, n * sizeof(unsigned long long), s));
+      t.last.num_outputs = p.num_outputs;
+      t.last.ctas_per_output = plan.ctas_per_output();
+      t.last.plan = plan;
+      t.last.stamps.assign(n, 0);
+      trace = t.buf;
+    }
+  }
+  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, trace, stream);
+  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, trace, stream);
 }
 
 }  // namespace latentkv::compress::cuda

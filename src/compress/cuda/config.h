@@ -9,8 +9,10 @@ namespace latentkv::compress::cuda {
 // A row of 512 values (then 512 scores) is covered by 128 threads with one 16-byte load each
 // (4 floats): 2 KB contiguous per warp-quad, fully coalesced.
 inline constexpr int kLanesPerRow = kDim / 4;  // 128
-// Two row groups per CTA: 256 threads, so a CTA keeps 2 rows x 4 unrolled x 2 loads x 16 B x 128
-// = 32 KB in flight, and 4 resident CTAs per SM cover the HBM latency-bandwidth product.
+// Two row groups per CTA at full width: 256 threads, so a CTA keeps 2 rows x 4 unrolled x 2 loads x
+// 16 B x 128 = 32 KB in flight, and 4 resident CTAs per SM cover the HBM latency-bandwidth product.
+// A CTA streaming a slice of 512 / S dims has 2S row groups of 128 / S lanes: the same 32 KB.
+// (The merge and the finalisation always use the full-width mapping: 2 groups of 128 lanes.)
 inline constexpr int kRowGroups = 2;
 inline constexpr int kThreads = kLanesPerRow * kRowGroups;  // 256
 // Rows each group loads before it consumes them: 8 independent 16-byte loads per thread in flight,
@@ -23,5 +25,8 @@ inline constexpr int kCtasPerSm = 4;
 // The most splits one output's cluster may hold: 16, the largest (non-portable) cluster an
 // H100/H200 runs; a plan with more splits merges through global memory.
 inline constexpr int64_t kMaxClusterSplits = 16;
+// Timestamps a traced launch records per CTA (bench compress --trace): entry, header resolved, row
+// table ready, rows streamed, row groups merged, ticket taken, splits merged, record written.
+inline constexpr int kTracePhases = 8;
 
 }  // namespace latentkv::compress::cuda

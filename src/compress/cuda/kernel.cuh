@@ -1,16 +1,18 @@
 // compress/cuda/kernel.cuh: the single-launch compress_kv kernel.
 //
-// Grid: (num_outputs, num_splits); 256 threads = 2 row groups x 128 lanes; lane l owns dims
-// 4l..4l+3 (one float4 of values, one of scores per row). A CTA:
+// Grid: (num_outputs, num_splits x dim_slices); 256 threads. While streaming, a CTA covers one
+// slice of 512 / S dims (S = dim_slices): 128 / S lanes per row, lane l owning 4 dims (one float4 of
+// values, one of scores per row), and 2S row groups. A CTA:
 //   1. resolves its output (skips it when its indices are invalid or its slot is < 0),
 //   2. resolves the addresses of its window rows once, one block-table read per logical block,
 //   3. streams its rows with a per-dimension online softmax (max, sum, weighted sum),
-//   4. merges its two row groups through shared memory,
-//   5. with several splits, publishes its triple and lets the last CTA of the output merge all
-//      triples in a fixed order (row group 0 takes splits 0, 2, 4, ..., row group 1 takes 1, 3,
-//      5, ..., then group 1's result is merged into group 0's), so results are bitwise
-//      deterministic whichever CTA finishes last,
-//   6. normalises, quantizes, rotates and writes the 584-byte record.
+//   4. merges its row groups through shared memory (a fixed tree: g += g + step),
+//   5. when its output has several CTAs (splits or slices), publishes its triple and lets the last
+//      CTA of the output merge all triples in a fixed order, now with all 512 dims on 128 lanes
+//      (row group 0 takes splits 0, 2, 4, ..., row group 1 takes 1, 3, 5, ..., then group 1's
+//      result is merged into group 0's), so results are bitwise deterministic whichever CTA
+//      finishes last,
+//   6. normalises, quantizes, rotates and writes the 584-byte record (128 lanes x 4 dims).
 // Invalid indices are never followed: a bad block skips its rows (a window whose blocks are all bad
 // still writes a record, of NaN or zero payload: only possible with the index checks off), and an
 // output whose own indices are bad writes nothing.
@@ -96,17 +98,37 @@ __device__ __forceinline__ float4 load_stream(const float* p) {
 template <bool kFp8, bool kCluster = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
-                int* __restrict__ counters) {
+                int* __restrict__ counters, unsigned long long* __restrict__ trace) {
   __shared__ int64_t s_row[kMaxRowsPerSplit];  // element offset of each row, -1 when invalid
   __shared__ float s_merge[3][kDim];           // row group 1's triple
   __shared__ float s_red[kLanesPerRow / 32];
   __shared__ int s_last;
 
   const int tid = threadIdx.x;
-  const int group = tid / kLanesPerRow;
-  const int lane = tid % kLanesPerRow;
+  // Streaming mapping: this CTA's slice of dims, 128 / S lanes per row, 2S row groups.
+  const int log_slices = __ffs(static_cast<int>(plan.dim_slices)) - 1;  // S is a power of two
+  const int lanes = kLanesPerRow >> log_slices;
+  const int groups = kThreads / lanes;
+  const int group = tid / lanes;
+  const int lane = tid % lanes;
   const int64_t out = blockIdx.x;  // x: up to 2^31 - 1 outputs (y and z stop at 65535)
-  const int64_t split = blockIdx.y;
+  const int64_t split = blockIdx.y >> log_slices;
+  const int slice = static_cast<int>(blockIdx.y) & ((1 << log_slices) - 1);
+  const int dim0 = (slice << (9 - log_slices)) + lane * 4;  // 9: log2(kDim)
+  // Merge and finalisation mapping: all 512 dims on 128 lanes, 2 row groups.
+  const int fgroup = tid / kLanesPerRow;
+  const int flane = tid % kLanesPerRow;
+  const int fdim0 = flane * 4;
+  static_assert(kDim == 1 << 9, "dim0 above shifts by log2(kDim)");
+  // Phase timestamps for `bench compress --trace` (trace is null otherwise).
+  auto stamp = [&](int phase) {
+    if (trace != nullptr && tid == 0) {
+      unsigned long long t;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      trace[(static_cast<uint64_t>(blockIdx.x) * gridDim.y + blockIdx.y) * kTracePhases + phase] = t;
+    }
+  };
+  stamp(0);
 
   // ---- 1. The output. Every CTA of an output reaches the same verdict, so none waits in vain.
   const int64_t b = p.boundary[out];
@@ -120,15 +142,15 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       pos / p.block_size >= p.blocks_per_req || (pos / C) * C >= p.max_pos)
     return;
   const int64_t first = pos - C + 1;
+  stamp(1);
 
   // The finishing CTA needs its lanes' RMSNorm weights and RoPE cos/sin; loading them now keeps
   // two dependent memory latencies off the end of the kernel.
-  const int dim0 = lane * 4;
-  const uint2 w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + dim0);
+  const uint2 w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + fdim0);
   float2 cs_cos = make_float2(0.f, 0.f), cs_sin = make_float2(0.f, 0.f);
-  if (dim0 >= kNope && group == 0) {
+  if (fdim0 >= kNope && fgroup == 0) {
     const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
-    const int j = (dim0 - kNope) / 2;
+    const int j = (fdim0 - kNope) / 2;
     cs_cos = make_float2(cs[j], cs[j + 1]);
     cs_sin = make_float2(cs[kRope / 2 + j], cs[kRope / 2 + j + 1]);
   }
@@ -150,8 +172,9 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     }
   }
   __syncthreads();
+  stamp(2);
 
-  // ---- 3. Stream the rows: group g takes rows g, g+2, ... in steps of kUnroll.
+  // ---- 3. Stream the rows: group g takes rows g, g + 2S, ... in steps of kUnroll.
   Triple t;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -160,11 +183,11 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     t.acc[k] = 0.0f;
   }
   const int n_rows = static_cast<int>(r1 - r0);
-  for (int base = group; base < n_rows; base += kRowGroups * kUnroll) {
+  for (int base = group; base < n_rows; base += groups * kUnroll) {
     float4 v[kUnroll], sc[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int r = base + u * kRowGroups;
+      const int r = base + u * groups;
       const int64_t off = r < n_rows ? s_row[r] : -1;
       if (off >= 0) {
         v[u] = load_stream(p.state + off + dim0);
@@ -194,10 +217,18 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     }
   }
 
-  // ---- 4. Merge row group 1 into row group 0.
-  if (group == 1) store_triple(s_merge, dim0, t);
-  __syncthreads();
-  if (group == 0) merge_triple(t, s_merge, dim0);
+  stamp(3);
+
+  // ---- 4. Merge the row groups into group 0 by halves: groups [step, 2 step) store, groups
+  // [0, step) merge the one `step` above them (s_merge holds step x 512 / S <= 512 dims per array).
+  for (int step = groups / 2; step >= 1; step >>= 1) {
+    const int at = ((group & (step - 1)) << (9 - log_slices)) + lane * 4;
+    if (group >= step && group < 2 * step) store_triple(s_merge, at, t);
+    __syncthreads();
+    if (group < step) merge_triple(t, s_merge, at);
+    if (step > 1) __syncthreads();  // before the next step's stores
+  }
+  stamp(4);
 
   // ---- 5. Across splits, merged in a fixed order: row group g merges splits g, g + 2, g + 4, ...
   // (loads of kMergeBatch splits issued before any is merged, so a latency is paid once per batch,
@@ -212,7 +243,8 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       t.acc[k] = 0.0f;
     }
     constexpr int kMergeBatch = 2;
-    for (int64_t j0 = group; j0 < plan.num_splits; j0 += kRowGroups * kMergeBatch) {
+    static_assert(kRowGroups * kMergeBatch == kMergeSplitsPerRound, "the planner's merge round");
+    for (int64_t j0 = fgroup; j0 < plan.num_splits; j0 += kRowGroups * kMergeBatch) {
       float4 m[kMergeBatch], s[kMergeBatch], a[kMergeBatch];
 #pragma unroll
       for (int q = 0; q < kMergeBatch; ++q) {
@@ -232,25 +264,25 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
         merge_one(t.m[3], t.s[3], t.acc[3], m[q].w, s[q].w, a[q].w);
       }
     }
-    if (group == 1) store_triple(s_merge, dim0, t);
+    if (fgroup == 1) store_triple(s_merge, fdim0, t);
     __syncthreads();
-    if (group == 0) merge_triple(t, s_merge, dim0);
+    if (fgroup == 0) merge_triple(t, s_merge, fdim0);
   };
   bool merged_in_cluster = false;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kCluster) {
-    if (plan.num_splits > 1) {
+    if (plan.num_splits > 1 && plan.dim_slices == 1) {  // the launch makes one cluster per output's splits
       __shared__ __align__(16) float s_part[3][kDim];  // this split's triple, read by split 0
       // Publish in shared memory; split 0 (cluster rank 0) reads every split's triple from its
       // CTA's shared memory; the second barrier keeps the peers' shared memory alive until then.
-      if (group == 0) {
-        reinterpret_cast<float4*>(s_part[0])[lane] = make_float4(t.m[0], t.m[1], t.m[2], t.m[3]);
-        reinterpret_cast<float4*>(s_part[1])[lane] = make_float4(t.s[0], t.s[1], t.s[2], t.s[3]);
-        reinterpret_cast<float4*>(s_part[2])[lane] = make_float4(t.acc[0], t.acc[1], t.acc[2], t.acc[3]);
+      if (fgroup == 0) {
+        reinterpret_cast<float4*>(s_part[0])[flane] = make_float4(t.m[0], t.m[1], t.m[2], t.m[3]);
+        reinterpret_cast<float4*>(s_part[1])[flane] = make_float4(t.s[0], t.s[1], t.s[2], t.s[3]);
+        reinterpret_cast<float4*>(s_part[2])[flane] = make_float4(t.acc[0], t.acc[1], t.acc[2], t.acc[3]);
       }
       cluster_sync_all();
       if (split == 0) {
-        const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(&s_part[0][0])) + 16u * lane;
+        const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(&s_part[0][0])) + 16u * flane;
         merge_all([&](int64_t j, float4& m, float4& s, float4& a) {
           const uint32_t r = static_cast<uint32_t>(j);
           m = ld_peer(base, r);
@@ -264,33 +296,41 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     }
   }
 #endif
-  // Global path: publish, count, and let the last CTA merge.
-  if (plan.num_splits > 1 && !merged_in_cluster) {
+  // Global path: publish (each slice its own dims of the split's triple), count, and let the last
+  // CTA of the output merge.
+  if (plan.merged() && !merged_in_cluster) {
+    // Cooperative-groups-style handshake: the CTA's stores, a CTA barrier, then one thread's
+    // gpu-scope fence and ticket (the fence is cumulative: it orders the other threads' stores that
+    // the barrier made visible to it); the last CTA's thread 0 fences again before the barrier that
+    // releases its threads to read the partials (from L2: __ldcg never sees a stale L1 line).
     if (group == 0) {
-      float* mine = partials + (out * plan.num_splits + split) * 3 * kDim;
-      reinterpret_cast<float4*>(mine)[lane] = make_float4(t.m[0], t.m[1], t.m[2], t.m[3]);
-      reinterpret_cast<float4*>(mine + kDim)[lane] = make_float4(t.s[0], t.s[1], t.s[2], t.s[3]);
-      reinterpret_cast<float4*>(mine + 2 * kDim)[lane] =
-          make_float4(t.acc[0], t.acc[1], t.acc[2], t.acc[3]);
-      __threadfence();
+      float* mine = partials + (out * plan.num_splits + split) * 3 * kDim + dim0;
+      *reinterpret_cast<float4*>(mine) = make_float4(t.m[0], t.m[1], t.m[2], t.m[3]);
+      *reinterpret_cast<float4*>(mine + kDim) = make_float4(t.s[0], t.s[1], t.s[2], t.s[3]);
+      *reinterpret_cast<float4*>(mine + 2 * kDim) = make_float4(t.acc[0], t.acc[1], t.acc[2], t.acc[3]);
     }
     __syncthreads();
     if (tid == 0) {
+      __threadfence();
       const int ticket = atomicAdd(&counters[out], 1);
-      s_last = ticket == plan.num_splits - 1;
-      if (s_last) counters[out] = 0;  // every split has arrived: ready for the next call
+      s_last = ticket == plan.ctas_per_output() - 1;
+      if (s_last) {
+        counters[out] = 0;  // every CTA has arrived: ready for the next call
+        __threadfence();
+      }
     }
     __syncthreads();
+    stamp(5);
     if (!s_last) return;
-    __threadfence();
     merge_all([&](int64_t j, float4& m, float4& s, float4& a) {
       const float* src = partials + (out * plan.num_splits + j) * 3 * kDim;
-      m = __ldcg(reinterpret_cast<const float4*>(src) + lane);
-      s = __ldcg(reinterpret_cast<const float4*>(src + kDim) + lane);
-      a = __ldcg(reinterpret_cast<const float4*>(src + 2 * kDim) + lane);
+      m = __ldcg(reinterpret_cast<const float4*>(src) + flane);
+      s = __ldcg(reinterpret_cast<const float4*>(src + kDim) + flane);
+      a = __ldcg(reinterpret_cast<const float4*>(src + 2 * kDim) + flane);
     });
+    stamp(6);
   }
-  if (group == 1) return;  // no barrier below involves row group 1
+  if (fgroup == 1) return;  // no barrier below involves row group 1
 
   // ---- 6. Finalise: RMSNorm, NoPE quantization, RoPE, and the record's bytes.
   float c[4], y[4];
@@ -302,7 +342,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-  if ((lane & 31) == 0) s_red[lane / 32] = sq;
+  if ((flane & 31) == 0) s_red[flane / 32] = sq;
   asm volatile("bar.sync 1, %0;" ::"n"(kLanesPerRow));
   const float total = ((s_red[0] + s_red[1]) + s_red[2]) + s_red[3];
   const float rstd = 1.0f / sqrtf(total / static_cast<float>(kDim) + p.eps);
@@ -323,18 +363,18 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   }
 #pragma unroll
   for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, 16));
-  if (dim0 < kNope) {
+  if (fdim0 < kNope) {
     const int e = num::compressor_scale_exp(amax, kFp8 ? 1.0f / 448.0f : 1.0f / 127.0f);
     const float inv_scale = num::exp2i(-e);
     uint32_t word = 0;
 #pragma unroll
     for (int k = 0; k < 4; ++k)
       word |= static_cast<uint32_t>(encode_payload(z[k] * inv_scale, kFp8)) << (8 * k);
-    *reinterpret_cast<uint32_t*>(data + dim0) = word;
-    if ((lane & 15) == 0) scales[lane / 16] = num::ue8m0_from_exp(e);
+    *reinterpret_cast<uint32_t*>(data + fdim0) = word;
+    if ((flane & 15) == 0) scales[flane / 16] = num::ue8m0_from_exp(e);
   } else {
-    if (dim0 == kNope) scales[kNumGroups] = 0;
-    // This lane's two pairs are j and j + 1, j = (dim0 - 448) / 2; their cos/sin were prefetched.
+    if (fdim0 == kNope) scales[kNumGroups] = 0;
+    // This lane's two pairs are j and j + 1, j = (fdim0 - 448) / 2; their cos/sin were prefetched.
     uint32_t h[4];
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
@@ -343,9 +383,10 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       h[2 * q] = num::f32_to_bf16(u * co - w * si);
       h[2 * q + 1] = num::f32_to_bf16(w * co + u * si);
     }
-    *reinterpret_cast<uint2*>(data + kNope + 2 * (dim0 - kNope)) =
+    *reinterpret_cast<uint2*>(data + kNope + 2 * (fdim0 - kNope)) =
         make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
   }
+  stamp(7);
 }
 
 // A launch of (num_outputs, splits) CTAs in which each output's splits form one cluster; `attr` is
@@ -392,14 +433,15 @@ inline bool cluster_fits(Kernel kernel, int device, int64_t num_outputs, int64_t
 // instantiation file specialises with its payload kind.
 template <bool kFp8>
 inline void launch_compress(const Params& p, const SplitPlan& plan, float* partials, int* counters,
-                            bool cluster, cudaStream_t stream) {
+                            bool cluster, unsigned long long* trace, cudaStream_t stream) {
   if (cluster) {
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t config = cluster_config(attr, p.num_outputs, plan.num_splits, stream);
-    LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, compress_kernel<kFp8, true>, p, plan, partials, counters));
+    LKV_CUDA_CHECK(
+        cudaLaunchKernelEx(&config, compress_kernel<kFp8, true>, p, plan, partials, counters, trace));
   } else {
-    const dim3 grid(static_cast<unsigned>(p.num_outputs), static_cast<unsigned>(plan.num_splits));
-    compress_kernel<kFp8><<<grid, kThreads, 0, stream>>>(p, plan, partials, counters);
+    const dim3 grid(static_cast<unsigned>(p.num_outputs), static_cast<unsigned>(plan.ctas_per_output()));
+    compress_kernel<kFp8><<<grid, kThreads, 0, stream>>>(p, plan, partials, counters, trace);
   }
   LKV_CUDA_CHECK_LAUNCH();
 }

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "compress/params.h"
 #include "compress/plan.h"
@@ -39,9 +40,10 @@ namespace latentkv::compress::cuda {
 // One instantiation per payload kind (instantiations/*.cu).
 // cluster: the splits of each output form a thread-block cluster (sm_90; 2 <= num_splits <=
 // kMaxClusterSplits) and merge through distributed shared memory.
+// trace: null, or kTracePhases globaltimer stamps per CTA (see set_compress_trace).
 template <bool kFp8>
 void launch_compress_kernel(const Params& p, const SplitPlan& plan, float* partials, int* counters,
-                            bool cluster, Stream stream);
+                            bool cluster, unsigned long long* trace, Stream stream);
 
 // Whether clusters of the plan's size fit on `device` for this payload kind (asked once).
 template <bool kFp8>
@@ -57,4 +59,23 @@ void set_compress_clusters(bool on);
 // Whether compress() on `device` merges these parameters' splits inside clusters (what the tests
 // ask to know that they exercised that path).
 bool merges_in_clusters(const Params& p, int device);
+
+// The plan compress() uses for these parameters on `device`.
+SplitPlan plan_for(const Params& p, int device);
+// The largest dimension slicing the planner may choose: kMaxDimSlices by default,
+// LKV_COMPRESS_MAX_SLICES=1 (or set_compress_max_slices(1)) restores window splits only.
+int64_t compress_max_slices();
+void set_compress_max_slices(int64_t max_slices);
+
+// Phase tracing for the benchmark: while on, each compress() launch records kTracePhases
+// %globaltimer stamps (ns) per CTA in a library-owned buffer (zeroed before the launch; stamps a
+// CTA does not reach stay 0); last_compress_trace() waits for the device and returns the last
+// launch's stamps, CTA (output, split x slices) major, with the grid it ran.
+void set_compress_trace(bool on);
+struct CompressTrace {
+  int64_t num_outputs = 0, ctas_per_output = 0;
+  SplitPlan plan;
+  std::vector<unsigned long long> stamps;
+};
+CompressTrace last_compress_trace();
 }  // namespace latentkv::compress::cuda
