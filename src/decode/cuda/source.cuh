@@ -32,6 +32,22 @@ struct SparseSource {
   // Candidate positions: every index slot of both caches (lengths are applied per candidate).
   __device__ int64_t candidates() const { return total; }
 
+  // Asks L2 for the index lines of candidates [k0, k1) of both caches (thread t of nt takes every
+  // nt-th line), so that the resolves that follow hit L2. Only lines holding indices in range are
+  // touched.
+  __device__ void prefetch_indices(const Args& a, int64_t k0, int64_t k1, int t, int nt) const {
+    auto span = [&](const CacheRef& c, int64_t b0, int64_t b1) {  // candidates [b0, b1) of cache c
+      if (b1 <= b0) return;
+      const int32_t* row = c.indices + i * c.stride_idx_b + j * c.stride_idx_s;
+      const uintptr_t first = reinterpret_cast<uintptr_t>(row + b0) & ~uintptr_t{127};
+      const uintptr_t last = reinterpret_cast<uintptr_t>(row + b1 - 1);
+      for (uintptr_t l = first + static_cast<uintptr_t>(t) * 128; l <= last; l += static_cast<uintptr_t>(nt) * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(l));
+    };
+    span(a.main, k0, min(k1, a.main.topk));
+    if (a.extra.topk > 0) span(a.extra, max(k0, a.main.topk) - a.main.topk, k1 - a.main.topk);
+  }
+
   __device__ const uint8_t* locate(const Args& a, int64_t k, const uint8_t** scale) const {
     const bool extra = k >= a.main.topk;
     const CacheRef& c = extra ? a.extra : a.main;

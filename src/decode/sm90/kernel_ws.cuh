@@ -14,9 +14,9 @@
 // longer reads P), 3 (row statistics for the epilogue). The attended-token mask of a stage is
 // written by the producer before its full arrival and read by warpgroup 0 before its empty arrival.
 // Registers (setmaxnreg; entry cap 168 = 65536 / 384, the three must sum to at most 504): warpgroup
-// 0 240 (O half 128, S 32, P 16, the row's 64-bit indices; 216 spilled), warpgroup 1 keeps 168 (O
-// half 128), producer 96 (one token's raw record at a time, 44; the 16-bit path's 18 copies per
-// token spilled at 72).
+// 0 224 (O half 128, S 32, P 16, the row's 64-bit indices), warpgroup 1 keeps 168 (O
+// half 128), producer 112 (one token's raw record at a time, 44, and two blocks' record pointers:
+// at 96 it spilled once it kept the next block's pointers for the L2 prefetch).
 //
 // CTA pairs (kPair, quantized keys, opt-in with LKV_SM90_PAIR=1 beside LKV_SM90_WS=1): the two head
 // blocks of a query row run as a cluster of two CTAs, and each producer loads and dequantizes only
@@ -89,7 +89,7 @@ __device__ __forceinline__ void regs_decrease() {
 
 // setmaxnreg budgets (see the header): the increase blocks until the pool has the registers, so the
 // three must fit what the launch allocated (168 per thread at 384 threads).
-inline constexpr int kWsRegsConsumer0 = 240, kWsRegsConsumer1 = 168, kWsRegsProducer = 96;
+inline constexpr int kWsRegsConsumer0 = 224, kWsRegsConsumer1 = 168, kWsRegsProducer = 112;
 static_assert(kWsRegsConsumer0 + kWsRegsConsumer1 + kWsRegsProducer <= 3 * 168, "register pool");
 // CTA pairs: the producer holds both tokens' halves at once (2 x 24 registers), so that their loads
 // overlap, and the peer's addresses; at 96 it spilled, at 112 it does not, and consumer 0 gives the
@@ -170,14 +170,20 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     const int tok_l = 8 * wq + lane % 8, part = lane / 8;
     Raw<kRawStorage> raw;
     Raw<kRawStorage, true> half, half2;  // a pair: this CTA's half of each token's record
+    // Block n's pointers (data, scale) and block n + 1's (ndata, nscale): a block is resolved an
+    // iteration before its records are loaded and its records are prefetched into L2 then, so that
+    // the loads after the empty wait hit L2 instead of HBM; the CTA's index lines are prefetched
+    // once at the start, so that the resolves hit L2 as well.
     const uint8_t* data[2];
     const uint8_t* scale[2];
+    const uint8_t* ndata[2] = {nullptr, nullptr};
+    const uint8_t* nscale[2] = {nullptr, nullptr};
+    if constexpr (requires { src.prefetch_indices(p.src, k_begin, k_end, 0, 1); })
+      src.prefetch_indices(p.src, k_begin, k_end, tid - 256, 128);
     // The eight part-0 lanes resolve their tokens (index loads, 32-bit divisions) and pass the
     // pointers to the other three lanes of the token; lane 0 stores the warp's attended bits as byte
-    // q of the block's word h (every byte is rewritten each block, so no clearing is needed). The
-    // pointers are computed before the stage is free (their index loads overlap the wait); the bits
-    // are stored after it, since the consumers read the stage's bits of block n - 2 until then.
-    auto resolve = [&](int64_t blk) {
+    // q of the block's word h (every byte is rewritten each block, so no clearing is needed).
+    auto resolve = [&](int64_t blk, const uint8_t* (&d_out)[2], const uint8_t* (&s_out)[2]) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint8_t* d = nullptr;
@@ -186,10 +192,24 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
           const int64_t k = k_begin + blk * kBlockTokens + 32 * h + tok_l;
           if (k < k_end) d = src.locate(p.src, k, &sc);
         }
-        data[h] = reinterpret_cast<const uint8_t*>(
+        d_out[h] = reinterpret_cast<const uint8_t*>(
             __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(d), lane % 8));
-        scale[h] = reinterpret_cast<const uint8_t*>(
+        s_out[h] = reinterpret_cast<const uint8_t*>(
             __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(sc), lane % 8));
+      }
+    };
+    // The 128-byte lines of the two tokens' records (the four lanes of a token share them out), and
+    // a v4 record's scale row.
+    constexpr int kRecBytes = kDirect ? kDqk * 2 : (kRawStorage == KeyStorage::kV32Fp8 ? 656 : 576);
+    auto prefetch_records = [&](const uint8_t* const (&d)[2], const uint8_t* const (&sc)[2]) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (!d[h]) continue;
+        for (int k = part; k * 128 < kRecBytes; k += 4)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(d[h] + 128 * k));
+        if (part == 3) asm volatile("prefetch.global.L2 [%0];" ::"l"(d[h] + kRecBytes - 1));
+        if (!kDirect && kRawStorage == KeyStorage::kV4Fp8 && part == 2)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(sc[h]));
       }
     };
     auto store_valid = [&](int stage) {
@@ -199,13 +219,17 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
         if (lane == 0) reinterpret_cast<uint8_t*>(sValid)[stage * 8 + 4 * h + wq] = static_cast<uint8_t>(bits);
       }
     };
+    resolve(0, data, scale);
+    if (nb > 1) {
+      resolve(1, ndata, nscale);
+      prefetch_records(ndata, nscale);
+    }
     for (int64_t n = 0; n < nb; ++n) {
       const int s = static_cast<int>(n & 1);
       const uint32_t phase = static_cast<uint32_t>((n >> 1) & 1);
       uint8_t* stage = sK + s * L::k_stage;
       // The stage is free once the consumers (a pair: both CTAs') finished block n - 2 (the first
       // use passes at once).
-      resolve(n);
       bar_wait(&empty[s], phase ^ 1);
       store_valid(s);
       if constexpr (kDirect) {
@@ -251,6 +275,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       // consumers, who waited for that phase, released the stage.
       if (kPair && tid == 256) pair_bar_expect(full_addr + 8u * s, Raw<kRawStorage, true>::pair_bytes(rank ^ 1u));
       else mbar_arrive(&full[s]);
+      // Block n + 1 becomes current; block n + 2 is resolved and its records asked for.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        data[h] = ndata[h];
+        scale[h] = nscale[h];
+      }
+      if (n + 2 < nb) {
+        resolve(n + 2, ndata, nscale);
+        prefetch_records(ndata, nscale);
+      }
     }
   } else if (wg == 0) {
     // ===================== consumer 0: scores, softmax, O[:, 0:256] =====================
