@@ -48,15 +48,22 @@ struct SparseSource {
     if (a.extra.topk > 0) span(a.extra, max(k0, a.main.topk) - a.main.topk, k1 - a.main.topk);
   }
 
-  __device__ const uint8_t* locate(const Args& a, int64_t k, const uint8_t** scale) const {
+  // locate() in two steps, so that a caller can issue the index load early and use it later:
+  // raw_index() is the one memory access (the int32 index of candidate k, or -1 when k is beyond its
+  // cache's valid count), locate_index() the rest (no memory access).
+  __device__ int32_t raw_index(const Args& a, int64_t k) const {
     const bool extra = k >= a.main.topk;
     const CacheRef& c = extra ? a.extra : a.main;
-    const int64_t slot = extra ? candidate_slot(a.extra, i, j, k - a.main.topk, extra_count)
-                               : candidate_slot(a.main, i, j, k, main_count);
-    if (slot < 0) return nullptr;
+    const int64_t kk = extra ? k - a.main.topk : k;
+    if (kk >= (extra ? extra_count : main_count)) return -1;
+    return c.indices[i * c.stride_idx_b + j * c.stride_idx_s + kk];
+  }
+  __device__ const uint8_t* locate_index(const Args& a, int64_t k, int32_t index, const uint8_t** scale) const {
+    const CacheRef& c = k >= a.main.topk ? a.extra : a.main;
+    if (index < 0 || index >= c.num_slots) return nullptr;
     // Slots come from int32 indices and the host checks that page sizes fit in 32 bits, so a
     // 32-bit division suffices (a 64-bit one costs several times more).
-    const uint32_t s = static_cast<uint32_t>(slot), P = static_cast<uint32_t>(c.page_size);
+    const uint32_t s = static_cast<uint32_t>(index), P = static_cast<uint32_t>(c.page_size);
     const uint32_t page = s / P, tok = s - page * P;
     const uint8_t* base = c.base + static_cast<int64_t>(page) * c.page_stride;
     if constexpr (F == CacheFormat::v4_fp8) {
@@ -67,6 +74,9 @@ struct SparseSource {
       *scale = data + 512;
       return data;
     }
+  }
+  __device__ const uint8_t* locate(const Args& a, int64_t k, const uint8_t** scale) const {
+    return locate_index(a, k, raw_index(a, k), scale);
   }
 };
 

@@ -174,8 +174,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     // iteration before its records are loaded and its records are prefetched into L2 then, so that
     // the loads after the empty wait hit L2 instead of HBM; the CTA's index lines are prefetched
     // once at the start, so that the resolves hit L2 as well.
-    const uint8_t* data[2];
-    const uint8_t* scale[2];
+    const uint8_t* data[2] = {nullptr, nullptr};
+    const uint8_t* scale[2] = {nullptr, nullptr};
     const uint8_t* ndata[2] = {nullptr, nullptr};
     const uint8_t* nscale[2] = {nullptr, nullptr};
     if constexpr (requires { src.prefetch_indices(p.src, k_begin, k_end, 0, 1); })
@@ -183,6 +183,20 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     // The eight part-0 lanes resolve their tokens (index loads, 32-bit divisions) and pass the
     // pointers to the other three lanes of the token; lane 0 stores the warp's attended bits as byte
     // q of the block's word h (every byte is rewritten each block, so no clearing is needed).
+    // Sources that split locate() (sparse decode) have their index loads issued a block earlier
+    // still: `idx` holds block n + 3's raw indices (part-0 lanes) while block n is dequantized, so
+    // that resolving block n + 2 waits on no memory.
+    constexpr bool kSplitLocate = requires { src.raw_index(p.src, k_begin); };
+    int32_t idx[2] = {-1, -1};
+    auto load_indices = [&](int64_t blk) {
+      if constexpr (kSplitLocate) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t k = k_begin + blk * kBlockTokens + 32 * h + tok_l;
+          idx[h] = (part == 0 && k < k_end) ? src.raw_index(p.src, k) : -1;
+        }
+      }
+    };
     auto resolve = [&](int64_t blk, const uint8_t* (&d_out)[2], const uint8_t* (&s_out)[2]) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -190,13 +204,26 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
         const uint8_t* sc = nullptr;
         if (part == 0) {
           const int64_t k = k_begin + blk * kBlockTokens + 32 * h + tok_l;
-          if (k < k_end) d = src.locate(p.src, k, &sc);
+          if constexpr (kSplitLocate) {
+            if (k < k_end) d = src.locate_index(p.src, k, idx[h], &sc);
+          } else {
+            if (k < k_end) d = src.locate(p.src, k, &sc);
+          }
         }
         d_out[h] = reinterpret_cast<const uint8_t*>(
             __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(d), lane % 8));
-        s_out[h] = reinterpret_cast<const uint8_t*>(
-            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(sc), lane % 8));
+        // Only a v4 record's scale row lies elsewhere; a v32 record carries its scales (scale_of).
+        if constexpr (kRawStorage == KeyStorage::kV4Fp8)
+          s_out[h] = reinterpret_cast<const uint8_t*>(
+              __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(sc), lane % 8));
+        else
+          s_out[h] = nullptr;
       }
+    };
+    // Token h's scale pointer: a v32 record's scales are its bytes 512.. (kept out of registers).
+    auto scale_of = [&](int h) -> const uint8_t* {
+      if constexpr (kRawStorage == KeyStorage::kV4Fp8) return scale[h];
+      else return data[h] ? data[h] + 512 : nullptr;
     };
     // The 128-byte lines of the two tokens' records (the four lanes of a token share them out), and
     // a v4 record's scale row.
@@ -219,11 +246,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
         if (lane == 0) reinterpret_cast<uint8_t*>(sValid)[stage * 8 + 4 * h + wq] = static_cast<uint8_t>(bits);
       }
     };
+    load_indices(0);
     resolve(0, data, scale);
     if (nb > 1) {
+      load_indices(1);
       resolve(1, ndata, nscale);
       prefetch_records(ndata, nscale);
     }
+    if (nb > 2) load_indices(2);
     for (int64_t n = 0; n < nb; ++n) {
       const int s = static_cast<int>(n & 1);
       const uint32_t phase = static_cast<uint32_t>((n >> 1) & 1);
@@ -256,8 +286,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
         // block loop and spills them at 96 registers.
         int tok = tok_l;
         asm volatile("" : "+r"(tok));
-        load_raw<kRawStorage, true>(half, data[0], scale[0], part, rank);
-        load_raw<kRawStorage, true>(half2, data[1], scale[1], part, rank);
+        load_raw<kRawStorage, true>(half, data[0], scale_of(0), part, rank);
+        load_raw<kRawStorage, true>(half2, data[1], scale_of(1), part, rank);
         store_dequantized<kRawStorage, true, false, true>(half, stage, tok, part, rank, peer_delta,
                                                           full_addr + 8u * s + peer_delta);
         store_dequantized<kRawStorage, true, false, true>(half2, stage, 32 + tok, part, rank, peer_delta,
@@ -265,7 +295,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          load_raw<kRawStorage>(raw, data[h], scale[h], part);
+          load_raw<kRawStorage>(raw, data[h], scale_of(h), part);
           store_dequantized<kRawStorage, false, false>(raw, stage, 32 * h + tok_l, part);
         }
       }
@@ -282,9 +312,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
         scale[h] = nscale[h];
       }
       if (n + 2 < nb) {
-        resolve(n + 2, ndata, nscale);
+        resolve(n + 2, ndata, nscale);  // split locate: from indices loaded an iteration ago
         prefetch_records(ndata, nscale);
       }
+      if (n + 3 < nb) load_indices(n + 3);
     }
   } else if (wg == 0) {
     // ===================== consumer 0: scores, softmax, O[:, 0:256] =====================
