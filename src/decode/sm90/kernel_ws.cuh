@@ -91,11 +91,12 @@ __device__ __forceinline__ void regs_decrease() {
 // three must fit what the launch allocated (168 per thread at 384 threads).
 inline constexpr int kWsRegsConsumer0 = 224, kWsRegsConsumer1 = 168, kWsRegsProducer = 112;
 static_assert(kWsRegsConsumer0 + kWsRegsConsumer1 + kWsRegsProducer <= 3 * 168, "register pool");
-// CTA pairs: the producer holds both tokens' halves at once (2 x 24 registers), so that their loads
-// overlap, and the peer's addresses; at 96 it spilled, at 112 it does not, and consumer 0 gives the
-// 16 (224 compiles without spills for v32_fp8, v4_fp8 and dense v32_fp8 pages).
-inline constexpr int kWsPairRegsConsumer0 = 224, kWsPairRegsProducer = 112;
-static_assert(kWsPairRegsConsumer0 + kWsRegsConsumer1 + kWsPairRegsProducer <= 3 * 168, "register pool");
+// CTA pairs: the producer holds both tokens' halves (2 x 24 registers) across the block loop (the
+// next block's records are loaded an iteration ahead), the peer's addresses and two blocks'
+// pointers: 112 spilled 4 bytes for v4_fp8, 120 does not; consumer 1 gives the 8 (160: its O half
+// and addresses) and consumer 0 keeps 224.
+inline constexpr int kWsPairRegsConsumer0 = 224, kWsPairRegsConsumer1 = 160, kWsPairRegsProducer = 120;
+static_assert(kWsPairRegsConsumer0 + kWsPairRegsConsumer1 + kWsPairRegsProducer <= 3 * 168, "register pool");
 
 template <class Source, bool kPair = false>
 __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelParams<typename Source::Args> p) {
@@ -220,10 +221,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
           s_out[h] = nullptr;
       }
     };
-    // Token h's scale pointer: a v32 record's scales are its bytes 512.. (kept out of registers).
+    // Token h's scale pointer (of block n, or of block n + 1 for nscale_of): a v32 record's scales
+    // are its bytes 512.. (kept out of registers).
     auto scale_of = [&](int h) -> const uint8_t* {
       if constexpr (kRawStorage == KeyStorage::kV4Fp8) return scale[h];
       else return data[h] ? data[h] + 512 : nullptr;
+    };
+    auto nscale_of = [&](int h) -> const uint8_t* {
+      if constexpr (kRawStorage == KeyStorage::kV4Fp8) return nscale[h];
+      else return ndata[h] ? ndata[h] + 512 : nullptr;
     };
     // The 128-byte lines of the two tokens' records (the four lanes of a token share them out), and
     // a v4 record's scale row.
@@ -254,6 +260,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       prefetch_records(ndata, nscale);
     }
     if (nb > 2) load_indices(2);
+    // A pair's producer holds a block's records in registers an iteration ahead: block 0's now,
+    // block n + 1's token h loaded as soon as block n's token h is dequantized (same registers).
+    if constexpr (kPair && !kDirect) {
+      load_raw<kRawStorage, true>(half, data[0], scale_of(0), part, rank);
+      load_raw<kRawStorage, true>(half2, data[1], scale_of(1), part, rank);
+    }
     for (int64_t n = 0; n < nb; ++n) {
       const int s = static_cast<int>(n & 1);
       const uint32_t phase = static_cast<uint32_t>((n >> 1) & 1);
@@ -281,17 +293,18 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
         cuda::cp_async_commit();
         cuda::cp_async_wait<0>();
       } else if constexpr (kPair) {
-        // Both tokens' loads first, so that their latencies overlap. The token index is made opaque
+        // Block n's records are in half / half2 (loaded an iteration ago); each token's registers
+        // take block n + 1's record as soon as they are dequantized. The token index is made opaque
         // to the compiler each block: otherwise it hoists both tokens' store offsets out of the
-        // block loop and spills them at 96 registers.
+        // block loop and spills them.
         int tok = tok_l;
         asm volatile("" : "+r"(tok));
-        load_raw<kRawStorage, true>(half, data[0], scale_of(0), part, rank);
-        load_raw<kRawStorage, true>(half2, data[1], scale_of(1), part, rank);
         store_dequantized<kRawStorage, true, false, true>(half, stage, tok, part, rank, peer_delta,
                                                           full_addr + 8u * s + peer_delta);
+        if (n + 1 < nb) load_raw<kRawStorage, true>(half, ndata[0], nscale_of(0), part, rank);
         store_dequantized<kRawStorage, true, false, true>(half2, stage, 32 + tok, part, rank, peer_delta,
                                                           full_addr + 8u * s + peer_delta);
+        if (n + 1 < nb) load_raw<kRawStorage, true>(half2, ndata[1], nscale_of(1), part, rank);
       } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -362,7 +375,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     write_rows(p, o, sRowMax, sRowSum, r0, t4, 0, heads_here, h0, row, r1, r2, split);
   } else {
     // ===================== consumer 1: O[:, 256:512] =====================
-    // Keeps the entry cap of 168 registers (no setmaxnreg).
+    // Keeps the entry cap of 168 registers (no setmaxnreg); a pair's gives 8 to the producer.
+    if constexpr (kPair) regs_decrease<kWsPairRegsConsumer1>();
     float o[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
