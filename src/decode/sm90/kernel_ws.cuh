@@ -16,7 +16,8 @@
 // Registers (setmaxnreg; entry cap 168 = 65536 / 384, the three must sum to at most 504): warpgroup
 // 0 224 (O half 128, S 32, P 16, the row's 64-bit indices), warpgroup 1 keeps 168 (O
 // half 128), producer 112 (one token's raw record at a time, 44, and two blocks' record pointers:
-// at 96 it spilled once it kept the next block's pointers for the L2 prefetch).
+// at 96 it spilled once it kept the next block's pointers for the L2 prefetch). CTA pairs: 216 /
+// 160 / 128 (kWsPair*: the producer keeps the next block's records in registers across the loop).
 //
 // CTA pairs (kPair, quantized keys, opt-in with LKV_SM90_PAIR=1 beside LKV_SM90_WS=1): the two head
 // blocks of a query row run as a cluster of two CTAs, and each producer loads and dequantizes only
@@ -92,10 +93,10 @@ __device__ __forceinline__ void regs_decrease() {
 inline constexpr int kWsRegsConsumer0 = 224, kWsRegsConsumer1 = 168, kWsRegsProducer = 112;
 static_assert(kWsRegsConsumer0 + kWsRegsConsumer1 + kWsRegsProducer <= 3 * 168, "register pool");
 // CTA pairs: the producer holds both tokens' halves (2 x 24 registers) across the block loop (the
-// next block's records are loaded an iteration ahead), the peer's addresses and two blocks'
-// pointers: 112 spilled 4 bytes for v4_fp8, 120 does not; consumer 1 gives the 8 (160: its O half
-// and addresses) and consumer 0 keeps 224.
-inline constexpr int kWsPairRegsConsumer0 = 224, kWsPairRegsConsumer1 = 160, kWsPairRegsProducer = 120;
+// next block's records are loaded an iteration ahead, after the block's arrive), the peer's
+// addresses and two blocks' pointers: 120 spilled 4-20 bytes, 128 does not; consumer 1 gives 8
+// (160: its O half and addresses, 151 used) and consumer 0 8 (216: 192 used at 224).
+inline constexpr int kWsPairRegsConsumer0 = 216, kWsPairRegsConsumer1 = 160, kWsPairRegsProducer = 128;
 static_assert(kWsPairRegsConsumer0 + kWsPairRegsConsumer1 + kWsPairRegsProducer <= 3 * 168, "register pool");
 
 template <class Source, bool kPair = false>
@@ -293,18 +294,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
         cuda::cp_async_commit();
         cuda::cp_async_wait<0>();
       } else if constexpr (kPair) {
-        // Block n's records are in half / half2 (loaded an iteration ago); each token's registers
-        // take block n + 1's record as soon as they are dequantized. The token index is made opaque
+        // Block n's records are in half / half2 (loaded an iteration ago, after the previous
+        // arrive); they take block n + 1's records after this block's arrive. The token index is made opaque
         // to the compiler each block: otherwise it hoists both tokens' store offsets out of the
         // block loop and spills them.
         int tok = tok_l;
         asm volatile("" : "+r"(tok));
         store_dequantized<kRawStorage, true, false, true>(half, stage, tok, part, rank, peer_delta,
                                                           full_addr + 8u * s + peer_delta);
-        if (n + 1 < nb) load_raw<kRawStorage, true>(half, ndata[0], nscale_of(0), part, rank);
         store_dequantized<kRawStorage, true, false, true>(half2, stage, 32 + tok, part, rank, peer_delta,
                                                           full_addr + 8u * s + peer_delta);
-        if (n + 1 < nb) load_raw<kRawStorage, true>(half2, ndata[1], nscale_of(1), part, rank);
       } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -318,6 +317,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       // consumers, who waited for that phase, released the stage.
       if (kPair && tid == 256) pair_bar_expect(full_addr + 8u * s, Raw<kRawStorage, true>::pair_bytes(rank ^ 1u));
       else mbar_arrive(&full[s]);
+      // A pair: block n + 1's records into the registers just dequantized, after the arrive (whose
+      // release could otherwise wait for these loads), in flight until the next iteration.
+      if constexpr (kPair && !kDirect) {
+        if (n + 1 < nb) {
+          load_raw<kRawStorage, true>(half, ndata[0], nscale_of(0), part, rank);
+          load_raw<kRawStorage, true>(half2, ndata[1], nscale_of(1), part, rank);
+        }
+      }
       // Block n + 1 becomes current; block n + 2 is resolved and its records asked for.
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
