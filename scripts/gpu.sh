@@ -2,7 +2,7 @@
 # The GPU workflow, run on the device machine (H200) in one call:
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
 #   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
-#   [test_ws_pairs] [decode_ws_pairs]
+#   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -85,6 +85,18 @@ if has test_ws_pairs; then
   [ $rc -eq 124 ] && { note "ws pair tests timed out: later stages skipped"; finish; exit 1; }
 fi
 
+# test_pairs: the decode and dense suites with the two-warpgroup kernel's CTA pairs
+# (LKV_SM90_PAIR=1), a hang caught by the one small case first.
+if has test_pairs; then
+  LKV_SM90_PAIR=1 timeout 60 ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda.Sm90PairsAgreeBitwiseWithSingleCtas' >"$OUT/cuda_tests_pairs_quick.log" 2>&1 &&
+  LKV_SM90_PAIR=1 timeout 420 ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda*:DenseCuda*' >"$OUT/cuda_tests_pairs.log" 2>&1
+  rc=$?
+  [ -f "$OUT/cuda_tests_pairs.log" ] || cp "$OUT/cuda_tests_pairs_quick.log" "$OUT/cuda_tests_pairs.log"
+  grep -E 'FAILED|Failure' "$OUT/cuda_tests_pairs.log" | head -40
+  note "cuda tests (CTA pairs) rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests_pairs.log" | tr '\n' ' ')"
+  [ $rc -eq 124 ] && { note "pair tests timed out: later stages skipped"; finish; exit 1; }
+fi
+
 if has sanitize; then
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
     --gtest_filter='*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism' >"$OUT/memcheck.log" 2>&1
@@ -138,6 +150,12 @@ fi
 if has decode; then
   ./build-gpu/latentkv bench decode --device cuda --json "$OUT/decode-h200.json" 2>&1 | tee "$OUT/bench-decode.log"
   note "bench decode: $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode.log" | tr -s ' ' | tr '\n' ';')"
+fi
+
+# decode_pairs: the decode bench with the two-warpgroup kernel's CTA pairs where h_q allows.
+if has decode_pairs; then
+  LKV_SM90_PAIR=1 ./build-gpu/latentkv bench decode --device cuda --json "$OUT/decode-pairs-h200.json" 2>&1 | tee "$OUT/bench-decode-pairs.log"
+  note "bench decode (pairs): $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode-pairs.log" | tr -s ' ' | tr '\n' ';')"
 fi
 
 # decode_ws_pairs: the decode bench with the warp-specialised variant and CTA pairs where h_q allows.

@@ -21,9 +21,9 @@
 //     wait for the products (16-bit keys: and for block n + 1's copies) -- barrier 2 --
 // The tensor pipe idles only during the softmax and the barriers; dequantization runs on the CUDA
 // cores while the score product runs.
-// CTA pairs (kPair, opt-in: launch.h): the two head blocks of a row form a cluster; each CTA
-// dequantizes half of every token's chunk groups into both CTAs' stages, and barrier 2 becomes the
-// cluster barrier.
+// CTA pairs (kPair, opt-in: launch.h): the two head blocks of a row form a cluster; warpgroup 1 of
+// each CTA dequantizes half of every block's tokens into both CTAs' stages (warpgroup 0 converts
+// nothing), and barrier 2 becomes the cluster barrier.
 //
 // Dequantization: decode/sm90/dequant.cuh.
 #pragma once
@@ -67,32 +67,25 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 // The raw bytes one lane holds for one token of a block. Lane l of warp w handles token 8 w + l % 8
 // and the 16-byte chunks c = l / 8 + 4 i: four lanes read 64 contiguous bytes of a record (whole
 // sectors), and the eight lanes of a quarter-warp store to eight rows of the swizzled tile, which
-// land in eight different bank groups. A CTA pair (kPair, the two head blocks of one query row in a
-// cluster) splits every token: the CTA of cluster rank r takes the chunk groups i = 2 j + r and
-// RoPE unit r, and writes what it dequantizes into both CTAs' stages.
-template <KeyStorage F, bool kPair = false>
+// land in eight different bank groups. A CTA pair (the two head blocks of one query row in a
+// cluster) splits every block by token: the CTA of cluster rank r dequantizes tokens 32 r .. 32 r +
+// 31 whole and writes them into both CTAs' stages, so the per-token work (scales, fast-path check,
+// addresses, RoPE) is done once per token, as without pairs.
+template <KeyStorage F>
 struct Raw {
-  static constexpr int kAllChunks = Rec<F>::kNope / 16 / 4;  // per lane and token: 8 (v32) or 7 (v4)
-  static constexpr int kNopeChunks = kPair ? (kAllChunks + 1) / 2 : kAllChunks;
-  static constexpr int kRopeUnits = kPair ? 1 : 2;
+  static constexpr int kNopeChunks = Rec<F>::kNope / 16 / 4;  // per lane and token: 8 (v32) or 7 (v4)
+  static constexpr int kRopeUnits = 2;
   uint4 nope[kNopeChunks];
   uint4 rope[kRopeUnits];
   uint4 scale;  // v32: 4 fp32 scales; v4: 8 ue8m0 bytes in .x, .y
-  // The chunk group (i above) of nope[j] and the RoPE unit of rope[u] in a CTA of cluster rank `rank`.
-  static __device__ __forceinline__ int group(int j, uint32_t rank) { return kPair ? 2 * j + static_cast<int>(rank) : j; }
-  static __device__ __forceinline__ int unit(int u, uint32_t rank) { return kPair ? static_cast<int>(rank) : u; }
-  // Bytes the CTA of cluster rank `rank` writes into its peer's stage per block: per token and lane
-  // its chunk groups (two 16-byte stores each) and one RoPE unit (v4: rank 1 has a group fewer).
-  static __device__ __forceinline__ uint32_t pair_bytes(uint32_t rank) {
-    const uint32_t groups = (kAllChunks - rank + 1) / 2;
-    return 64u * 4u * (32u * groups + 16u);
-  }
 };
+// Bytes a CTA of a pair writes into its peer's stage per block: 32 whole tokens of d_qk bf16 dims.
+template <int kDqk>
+inline constexpr uint32_t kPairPeerBytes = 32u * kDqk * 2u;
 
-template <KeyStorage F, bool kPair = false>
-__device__ __forceinline__ void load_raw(Raw<F, kPair>& r, const uint8_t* data, const uint8_t* scale, int part,
-                                         uint32_t rank = 0) {
-  using R = Raw<F, kPair>;
+template <KeyStorage F>
+__device__ __forceinline__ void load_raw(Raw<F>& r, const uint8_t* data, const uint8_t* scale, int part) {
+  using R = Raw<F>;
   if (!data) {
 #pragma unroll
     for (int i = 0; i < R::kNopeChunks; ++i) r.nope[i] = make_uint4(0, 0, 0, 0);
@@ -104,13 +97,11 @@ __device__ __forceinline__ void load_raw(Raw<F, kPair>& r, const uint8_t* data, 
     return;
   }
 #pragma unroll
-  for (int j = 0; j < R::kNopeChunks; ++j) {
-    const int i = R::group(j, rank);
-    if (i < R::kAllChunks) r.nope[j] = __ldg(reinterpret_cast<const uint4*>(data + 16 * (part + 4 * i)));
-  }
+  for (int i = 0; i < R::kNopeChunks; ++i)
+    r.nope[i] = __ldg(reinterpret_cast<const uint4*>(data + 16 * (part + 4 * i)));
 #pragma unroll
   for (int u = 0; u < R::kRopeUnits; ++u)
-    r.rope[u] = __ldg(reinterpret_cast<const uint4*>(data + Rec<F>::kRope + 16 * (part + 4 * R::unit(u, rank))));
+    r.rope[u] = __ldg(reinterpret_cast<const uint4*>(data + Rec<F>::kRope + 16 * (part + 4 * u)));
   if constexpr (F == KeyStorage::kV32Fp8) {
     r.scale = __ldg(reinterpret_cast<const uint4*>(scale));
   } else {
@@ -120,22 +111,21 @@ __device__ __forceinline__ void load_raw(Raw<F, kPair>& r, const uint8_t* data, 
 }
 
 // Writes one token's dequantized dims into a key stage ([chunks][64 rows][64 dims], swizzled). A CTA
-// pair also writes them at the same offsets of the peer's stage: `peer_delta` is the peer's
-// shared::cluster address of this CTA's shared-memory byte 0, minus that byte's own address.
+// pair (kMirror) also writes them at the same offsets of the peer's stage: `peer_delta` is the
+// peer's shared::cluster address of this CTA's shared-memory byte 0, minus that byte's own address.
 // kWholeToken: one fast-path check for all of the lane's chunks, then a branch-free run over them
 // (false: a check per chunk, fewer live registers). kAsyncPeer (the warp-specialised kernel's
 // pairs): the peer's copy goes by st.async and completes on the peer's mbarrier `peer_bar`
 // (shared::cluster address) instead of a plain remote store ordered by a cluster barrier.
-template <KeyStorage F, bool kPair = false, bool kWholeToken = true, bool kAsyncPeer = false>
-__device__ __forceinline__ void store_dequantized(const Raw<F, kPair>& r, uint8_t* stage, int tok, int part,
-                                                  uint32_t rank = 0, uint32_t peer_delta = 0,
-                                                  uint32_t peer_bar = 0) {
-  using R = Raw<F, kPair>;
+template <KeyStorage F, bool kMirror = false, bool kWholeToken = true, bool kAsyncPeer = false>
+__device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stage, int tok, int part,
+                                                  uint32_t peer_delta = 0, uint32_t peer_bar = 0) {
+  using R = Raw<F>;
   const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
   auto put = [&](uint32_t offset, uint4 v) {
     *reinterpret_cast<uint4*>(stage + offset) = v;
-    if constexpr (kPair && kAsyncPeer) st_async_peer(stage_addr + offset + peer_delta, v, peer_bar);
-    else if constexpr (kPair) st_shared_cluster(stage_addr + offset + peer_delta, v);
+    if constexpr (kMirror && kAsyncPeer) st_async_peer(stage_addr + offset + peer_delta, v, peer_bar);
+    else if constexpr (kMirror) st_shared_cluster(stage_addr + offset + peer_delta, v);
   };
   // Each chunk group's scale; then one check for the whole token, so that the common case runs
   // its chunks without a branch between them (the compiler interleaves their conversions).
@@ -143,48 +133,43 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kPair>& r, uint8_
   uint32_t e8[R::kNopeChunks];  // v4: the ue8m0 scale bytes
   bool fast = kWholeToken;
 #pragma unroll
-  for (int j = 0; j < R::kNopeChunks; ++j) {
+  for (int i = 0; i < R::kNopeChunks; ++i) {
     // Chunk c = part + 4 i holds dims 16 c..: swizzled chunk i, units 2 part and 2 part + 1.
-    const int i = R::group(j, rank);
     if constexpr (F == KeyStorage::kV32Fp8) {
-      // 128 dims per scale: groups 0-1 -> scale 0, ... (with pairs, group 2 j + r -> scale j).
+      // 128 dims per scale: groups 0-1 -> scale 0, ...
       const uint32_t sb[4] = {r.scale.x, r.scale.y, r.scale.z, r.scale.w};
-      sc[j] = __uint_as_float(sb[kPair ? j : j / 2]);
+      sc[i] = __uint_as_float(sb[i / 2]);
     } else {
       const uint32_t word = i < 4 ? r.scale.x : r.scale.y;  // 64 dims per scale: chunk group i
-      e8[j] = (word >> (8 * (i % 4))) & 0xffu;
-      sc[j] = num::ue8m0_to_f32(static_cast<uint8_t>(e8[j]));
+      e8[i] = (word >> (8 * (i % 4))) & 0xffu;
+      sc[i] = num::ue8m0_to_f32(static_cast<uint8_t>(e8[i]));
     }
-    if (kWholeToken && i < R::kAllChunks) {
-      if constexpr (F == KeyStorage::kV4Fp8) fast = fast && no_nan16(r.nope[j]) && ue8m0_fast(e8[j]);
-      else fast = fast && dequant16_fast_ok(r.nope[j], sc[j]);
+    if (kWholeToken) {
+      if constexpr (F == KeyStorage::kV4Fp8) fast = fast && no_nan16(r.nope[i]) && ue8m0_fast(e8[i]);
+      else fast = fast && dequant16_fast_ok(r.nope[i], sc[i]);
     }
   }
   if (fast) {
 #pragma unroll
-    for (int j = 0; j < R::kNopeChunks; ++j) {
-      const int i = R::group(j, rank);
-      if (i >= R::kAllChunks) continue;  // v4 pairs: rank 1 has one group fewer
+    for (int i = 0; i < R::kNopeChunks; ++i) {
       uint4 lo, hi;
-      if constexpr (F == KeyStorage::kV4Fp8) dequant16_fast(r.nope[j], ue8m0_multiplier(e8[j]), lo, hi);
-      else dequant16_fast(r.nope[j], fast_multiplier(sc[j]), lo, hi);
+      if constexpr (F == KeyStorage::kV4Fp8) dequant16_fast(r.nope[i], ue8m0_multiplier(e8[i]), lo, hi);
+      else dequant16_fast(r.nope[i], fast_multiplier(sc[i]), lo, hi);
       put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
       put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < R::kNopeChunks; ++j) {
-      const int i = R::group(j, rank);
-      if (i >= R::kAllChunks) continue;
+    for (int i = 0; i < R::kNopeChunks; ++i) {
       uint4 lo, hi;
-      dequant16(r.nope[j], sc[j], lo, hi);
+      dequant16(r.nope[i], sc[i], lo, hi);
       put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
       put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
     }
   }
 #pragma unroll
   for (int u = 0; u < R::kRopeUnits; ++u) {
-    const int dim = Rec<F>::kNope + 8 * (part + 4 * R::unit(u, rank));
+    const int dim = Rec<F>::kNope + 8 * (part + 4 * u);
     put((dim / 64) * kChunkBytes + sw128_offset(tok, dim % 64), r.rope[u]);
   }
 }
@@ -494,13 +479,20 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     resolve_compute(blk);
     resolve_store(blk);
   };
-  Raw<kRawStorage, kPair> raw;
+  Raw<kRawStorage> raw;
+  // The token this lane dequantizes. A pair: warpgroup 1 alone loads and dequantizes the CTA's 32
+  // tokens (32 rank ..) and mirrors them into the peer's stage; warpgroup 0 converts nothing, so its
+  // path per block is the score product, the softmax and its value product.
+  const int tok_d = kPair ? tok_l - 32 + 32 * static_cast<int>(rank) : tok_l;
   auto load = [&]() {
-    if constexpr (!kDirect) load_raw<kRawStorage, kPair>(raw, sData[tok_l], sScale[tok_l], part, rank);
+    if constexpr (!kDirect) {
+      if (kPair && wg == 0) return;
+      load_raw<kRawStorage>(raw, sData[tok_d], sScale[tok_d], part);
+    }
   };
   // Dequantized block to `stage` (and to the peer's), then visible to wgmma.
   auto store = [&](uint8_t* stage) {
-    store_dequantized<kRawStorage, kPair>(raw, stage, tok_l, part, rank, peer_delta);
+    if (!(kPair && wg == 0)) store_dequantized<kRawStorage, kPair>(raw, stage, tok_d, part, peer_delta);
     if constexpr (kPair) fence_proxy_async_cluster();
     else fence_proxy_async();
   };
@@ -587,8 +579,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // ---- S = Q K^T, asynchronous; meanwhile both warpgroups dequantize block n + 1.
       issue_scores<kQkSteps>(s, sQ, kcur);
       wgmma_commit();
-      if (n + 1 < nb) fill_next(n);
-      if (!kDirect && n + 2 < nb) load();  // block n + 2's records: in flight until iteration n + 1
+      if constexpr (!kPair) {
+        if (n + 1 < nb) fill_next(n);
+        if (!kDirect && n + 2 < nb) load();  // block n + 2's records: in flight until iteration n + 1
+      }
       wgmma_wait<0>();
       fence_operands(s);
       // ---- Online softmax; P to registers and shared memory.

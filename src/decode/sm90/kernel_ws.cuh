@@ -21,8 +21,8 @@
 //
 // CTA pairs (kPair, quantized keys, opt-in with LKV_SM90_PAIR=1 beside LKV_SM90_WS=1): the two head
 // blocks of a query row run as a cluster of two CTAs, and each producer loads and dequantizes only
-// its half of every token's chunk groups (and its RoPE unit), storing it into its own stage and, by
-// st.async, into the peer's. The peer's bytes complete on this CTA's full[s] (the producer's thread
+// its half of every block's tokens (whole tokens: 32 rank ..), storing them into its own stage and,
+// by st.async, into the peer's. The peer's bytes complete on this CTA's full[s] (the producer's thread
 // 0 announces them with its arrival), and a stage is free when both CTAs' consumers have released
 // it (empty[s] counts 8 local and 8 remote arrivals). This is the design FlashMLA's write-up
 // describes for its Hopper kernel (a producer warpgroup and the cross-CTA exchange). Prepared and
@@ -98,6 +98,9 @@ static_assert(kWsRegsConsumer0 + kWsRegsConsumer1 + kWsRegsProducer <= 3 * 168, 
 // (160: its O half and addresses, 151 used) and consumer 0 8 (216: 192 used at 224).
 inline constexpr int kWsPairRegsConsumer0 = 216, kWsPairRegsConsumer1 = 160, kWsPairRegsProducer = 128;
 static_assert(kWsPairRegsConsumer0 + kWsPairRegsConsumer1 + kWsPairRegsProducer <= 3 * 168, "register pool");
+// A pair's producer checks the fast path once per token (one check over all its chunks, then the
+// conversions without a branch between them), as the two-warpgroup kernel does.
+inline constexpr bool kWsPairWholeToken = true;
 
 template <class Source, bool kPair = false>
 __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelParams<typename Source::Args> p) {
@@ -171,7 +174,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     // Lane l of producer warp q: tokens 8 q + l % 8 and 32 + 8 q + l % 8, chunk column l / 8.
     const int tok_l = 8 * wq + lane % 8, part = lane / 8;
     Raw<kRawStorage> raw;
-    Raw<kRawStorage, true> half, half2;  // a pair: this CTA's half of each token's record
+    // A pair: lane l dequantizes token 32 rank + 8 q + l % 8 (its CTA's half of the block) whole.
     // Block n's pointers (data, scale) and block n + 1's (ndata, nscale): a block is resolved an
     // iteration before its records are loaded and its records are prefetched into L2 then, so that
     // the loads after the empty wait hit L2 instead of HBM; the CTA's index lines are prefetched
@@ -238,7 +241,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     auto prefetch_records = [&](const uint8_t* const (&d)[2], const uint8_t* const (&sc)[2]) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (!d[h]) continue;
+        if (!d[h] || (kPair && h != static_cast<int>(rank))) continue;  // a pair: its own half only
         for (int k = part; k * 128 < kRecBytes; k += 4)
           asm volatile("prefetch.global.L2 [%0];" ::"l"(d[h] + 128 * k));
         if (part == 3) asm volatile("prefetch.global.L2 [%0];" ::"l"(d[h] + kRecBytes - 1));
@@ -263,10 +266,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     if (nb > 2) load_indices(2);
     // A pair's producer holds a block's records in registers an iteration ahead: block 0's now,
     // block n + 1's token h loaded as soon as block n's token h is dequantized (same registers).
-    if constexpr (kPair && !kDirect) {
-      load_raw<kRawStorage, true>(half, data[0], scale_of(0), part, rank);
-      load_raw<kRawStorage, true>(half2, data[1], scale_of(1), part, rank);
-    }
+    if constexpr (kPair && !kDirect) load_raw<kRawStorage>(raw, rank ? data[1] : data[0], rank ? scale_of(1) : scale_of(0), part);
     for (int64_t n = 0; n < nb; ++n) {
       const int s = static_cast<int>(n & 1);
       const uint32_t phase = static_cast<uint32_t>((n >> 1) & 1);
@@ -298,12 +298,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
         // arrive); they take block n + 1's records after this block's arrive. The token index is made opaque
         // to the compiler each block: otherwise it hoists both tokens' store offsets out of the
         // block loop and spills them.
-        int tok = tok_l;
+        int tok = 32 * static_cast<int>(rank) + tok_l;
         asm volatile("" : "+r"(tok));
-        store_dequantized<kRawStorage, true, false, true>(half, stage, tok, part, rank, peer_delta,
-                                                          full_addr + 8u * s + peer_delta);
-        store_dequantized<kRawStorage, true, false, true>(half2, stage, 32 + tok, part, rank, peer_delta,
-                                                          full_addr + 8u * s + peer_delta);
+        store_dequantized<kRawStorage, true, kWsPairWholeToken, true>(raw, stage, tok, part, peer_delta,
+                                                                      full_addr + 8u * s + peer_delta);
       } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -315,15 +313,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       // A pair: producer thread 0's arrival also announces the peer's bytes of this block. They
       // cannot belong to the previous phase: the peer writes block n only after this CTA's
       // consumers, who waited for that phase, released the stage.
-      if (kPair && tid == 256) pair_bar_expect(full_addr + 8u * s, Raw<kRawStorage, true>::pair_bytes(rank ^ 1u));
+      if (kPair && tid == 256) pair_bar_expect(full_addr + 8u * s, kPairPeerBytes<kDqk>);
       else mbar_arrive(&full[s]);
       // A pair: block n + 1's records into the registers just dequantized, after the arrive (whose
       // release could otherwise wait for these loads), in flight until the next iteration.
       if constexpr (kPair && !kDirect) {
-        if (n + 1 < nb) {
-          load_raw<kRawStorage, true>(half, ndata[0], nscale_of(0), part, rank);
-          load_raw<kRawStorage, true>(half2, ndata[1], nscale_of(1), part, rank);
-        }
+        if (n + 1 < nb) load_raw<kRawStorage>(raw, rank ? ndata[1] : ndata[0], rank ? nscale_of(1) : nscale_of(0), part);
       }
       // Block n + 1 becomes current; block n + 2 is resolved and its records asked for.
 #pragma unroll
