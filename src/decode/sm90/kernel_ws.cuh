@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       const int st_i = static_cast<int>(n & 1);
       uint8_t* kcur = sK + st_i * L::k_stage;
       bar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
-      if constexpr (kPair) fence_proxy_async_cluster();  // the peer's st.async bytes, for wgmma
+      if constexpr (kPair) fence_proxy_async();  // the peer's st.async bytes (in this CTA's window), for wgmma
       issue_scores<kQkSteps>(s, sQ, kcur);
       wgmma_commit();
       wgmma_wait<0>();
@@ -386,7 +386,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       const int st_i = static_cast<int>(n & 1);
       uint8_t* kcur = sK + st_i * L::k_stage;
       bar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
-      if constexpr (kPair) fence_proxy_async_cluster();  // the peer's st.async bytes, for wgmma
+      if constexpr (kPair) fence_proxy_async();  // the peer's st.async bytes (in this CTA's window), for wgmma
       named_barrier_sync(1);  // P and alpha of block n
       issue_values_from_smem(o, sAlpha, sP, kcur, r0);
       wgmma_commit();

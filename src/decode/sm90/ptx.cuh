@@ -111,21 +111,26 @@ __device__ __forceinline__ void pair_bar_expect(uint32_t bar, uint32_t bytes) {
 #endif
 }
 // An arrival on the peer's mbarrier (shared::cluster address), ordered after this thread's earlier
-// reads and waits.
+// reads and waits. Release at CTA scope (the default, as CUTLASS's cluster pipelines release a
+// peer's buffer): what it orders are the wgmma reads of the stage, which wgmma.wait_group has
+// already completed. The cluster-scope release compiled to a GPU-scope memory barrier and an
+// error barrier per arrival, ~11 % of consumer 0's stall samples (bench/NOTES.md).
 __device__ __forceinline__ void pair_bar_arrive_peer(uint32_t peer_bar) {
 #if defined(LKV_SM90_WGMMA)
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(peer_bar) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(peer_bar) : "memory");
 #endif
 }
-// Waits until the phase of parity `parity` of this CTA's mbarrier has completed; what the peer
-// wrote before completing it (its st.async bytes, or its reads before arriving) is then ordered
-// before this thread's later accesses.
+// Waits until the phase of parity `parity` of this CTA's mbarrier has completed; the peer's st.async
+// bytes of the phase have then landed in this CTA's shared memory (they complete on this barrier),
+// and the peer's arrivals came after its reads. Acquire at CTA scope (the default, as CUTLASS's
+// cluster pipelines wait): the cluster-scope acquire added an L1 invalidation per wait, and nothing
+// after the wait reads global memory another CTA wrote.
 __device__ __forceinline__ void pair_bar_wait(uint32_t bar, uint32_t parity) {
 #if defined(LKV_SM90_WGMMA)
   uint32_t done = 0;
   do {
     asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
         : "r"(bar), "r"(parity)
         : "memory");
