@@ -40,7 +40,7 @@ std::atomic<int64_t>& max_slices_value() {
 // The trace buffer and the grid of the launch that last wrote it.
 struct TraceState {
   std::mutex mu;
-  bool on = false;
+  std::atomic<bool> on{false};  // read without the lock on every call
   unsigned long long* buf = nullptr;
   size_t capacity = 0;  // stamps
   CompressTrace last;
@@ -65,7 +65,7 @@ SplitPlan plan_for(const Params& p, int device) {
 void set_compress_trace(bool on) {
   TraceState& t = trace_state();
   std::lock_guard<std::mutex> lock(t.mu);
-  t.on = on;
+  t.on.store(on);
 }
 
 CompressTrace last_compress_trace() {
@@ -81,8 +81,7 @@ CompressTrace last_compress_trace() {
 
 namespace {
 
-Layout layout_for(const Params& p, int device) {
-  const SplitPlan plan = plan_for(p, device);
+Layout layout_for(const Params& p, const SplitPlan& plan) {
   Layout l;
   l.partials = 0;
   const size_t partial_bytes =
@@ -168,8 +167,8 @@ std::atomic<bool>& clusters_flag() {
 
 bool compress_clusters() { return clusters_flag().load(std::memory_order_relaxed); }
 
-bool merges_in_clusters(const Params& p, int device) {
-  const SplitPlan plan = plan_for(p, device);
+namespace {
+bool clusters_for(const Params& p, const SplitPlan& plan, int device) {
   // Compute capability 9.0 exactly: the cluster merge exists in the sm_90a code; newer GPUs run the
   // compute_80 PTX, whose kernel merges globally.
   if (!compress_clusters() || cuda_common::compute_capability(device) != 90 || plan.num_splits < 2 ||
@@ -177,14 +176,17 @@ bool merges_in_clusters(const Params& p, int device) {
     return false;
   return p.fp8 ? cluster_launch_fits<true>(p, plan, device) : cluster_launch_fits<false>(p, plan, device);
 }
+}  // namespace
+
+bool merges_in_clusters(const Params& p, int device) { return clusters_for(p, plan_for(p, device), device); }
 void set_compress_clusters(bool on) { clusters_flag().store(on, std::memory_order_relaxed); }
 
-size_t workspace_bytes(const Params& p, int device) { return layout_for(p, device).total; }
+size_t workspace_bytes(const Params& p, int device) { return layout_for(p, plan_for(p, device)).total; }
 
 ValidationFailure validate(const Params& p, void* workspace, Stream stream) {
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));  // the dispatcher's DeviceGuard made it the tensors' device
-  const Layout l = layout_for(p, device);
+  const Layout l = layout_for(p, plan_for(p, device));
   auto* base = static_cast<uint8_t*>(workspace);
   auto* owners = reinterpret_cast<int32_t*>(base + l.owners);
   auto* first_bad = reinterpret_cast<unsigned long long*>(base + l.first_bad);
@@ -227,30 +229,27 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
   else if (functional && num_pages > 1)
     LKV_CUDA_CHECK(cudaMemset2DAsync(p.kv, p.page_stride, 0, page_extent, num_pages, s));
   if (p.num_outputs == 0) return;
-  const Layout l = layout_for(p, device);
+  const Layout l = layout_for(p, plan);
   auto* base = static_cast<uint8_t*>(workspace);
   float* partials = reinterpret_cast<float*>(base + l.partials);
   if (zero_counters && plan.merged())
     LKV_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(int) * p.num_outputs, s));
-  const bool cluster = merges_in_clusters(p, device);
+  const bool cluster = clusters_for(p, plan, device);
   unsigned long long* trace = nullptr;
-  {
-    TraceState& t = trace_state();
+  if (TraceState& t = trace_state(); t.on.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(t.mu);
-    if (t.on) {
-      const size_t n = static_cast<size_t>(p.num_outputs * plan.ctas_per_output()) * kTracePhases;
-      if (n > t.capacity) {
-        if (t.buf) LKV_CUDA_CHECK(cudaFree(t.buf));
-        LKV_CUDA_CHECK(cudaMalloc(&t.buf, n * sizeof(unsigned long long)));
-        t.capacity = n;
-      }
-      LKV_CUDA_CHECK(cudaMemsetAsync(t.buf, 0, n * sizeof(unsigned long long), s));
-      t.last.num_outputs = p.num_outputs;
-      t.last.ctas_per_output = plan.ctas_per_output();
-      t.last.plan = plan;
-      t.last.stamps.assign(n, 0);
-      trace = t.buf;
+    const size_t n = static_cast<size_t>(p.num_outputs * plan.ctas_per_output()) * kTracePhases;
+    if (n > t.capacity) {
+      if (t.buf) LKV_CUDA_CHECK(cudaFree(t.buf));
+      LKV_CUDA_CHECK(cudaMalloc(&t.buf, n * sizeof(unsigned long long)));
+      t.capacity = n;
     }
+    LKV_CUDA_CHECK(cudaMemsetAsync(t.buf, 0, n * sizeof(unsigned long long), s));
+    t.last.num_outputs = p.num_outputs;
+    t.last.ctas_per_output = plan.ctas_per_output();
+    t.last.plan = plan;
+    t.last.stamps.assign(n, 0);
+    trace = t.buf;
   }
   if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, trace, stream);
   else launch_compress_kernel<false>(p, plan, partials, counters, cluster, trace, stream);

@@ -6,7 +6,8 @@
 //   1. resolves its output (skips it when its indices are invalid or its slot is < 0),
 //   2. resolves the addresses of its window rows once, one block-table read per logical block,
 //   3. streams its rows with a per-dimension online softmax (max, sum, weighted sum),
-//   4. merges its row groups through shared memory (a fixed tree: g += g + step),
+//   4. merges its row groups through shared memory in a fixed tree (group g takes group g + step,
+//      step halving from S down to 1),
 //   5. when its output has several CTAs (splits or slices), publishes its triple and lets the last
 //      CTA of the output merge all triples in a fixed order, now with all 512 dims on 128 lanes
 //      (row group 0 takes splits 0, 2, 4, ..., row group 1 takes 1, 3, 5, ..., then group 1's
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
                 int* __restrict__ counters, unsigned long long* __restrict__ trace) {
   __shared__ int64_t s_row[kMaxRowsPerSplit];  // element offset of each row, -1 when invalid
-  __shared__ float s_merge[3][kDim];           // row group 1's triple
+  __shared__ float s_merge[3][kDim];           // (m, s, acc) of the row groups being merged in
   __shared__ float s_red[kLanesPerRow / 32];
   __shared__ int s_last;
 
