@@ -13,12 +13,12 @@ bool usable(int device);
 bool warp_specialised();
 
 // Whether the two head blocks of a query row run as a CTA pair (a cluster of two CTAs, each
-// dequantizing half of every block into both CTAs' stages): used where the Source dequantizes and
-// the row has an even number of 64-head blocks, when turned on with LKV_SM90_PAIR=1 or
-// set_cta_pairs(true), for either kernel: the two-warpgroup one (a cluster barrier per block; 18 %
-// slower on V3.2 b 128 on the H200, 198.9 against 243.1 TFLOPS, bench/NOTES.md) and the
-// warp-specialised one (st.async completing on mbarriers; not yet measured). Off by default.
-// Results are bitwise identical either way.
+// dequantizing half of every block's tokens into both CTAs' stages): used where the Source
+// dequantizes and the row has an even number of 64-head blocks, when turned on with
+// LKV_SM90_PAIR=1 or set_cta_pairs(true), for either kernel: the two-warpgroup one (warpgroup 1
+// converts, a cluster barrier per block; 208.8 against 317.2 TFLOPS on V3.2 b 128 on the H200,
+// bench/NOTES.md) and the warp-specialised one (st.async completing on mbarriers; 281.0 against
+// 317.9). Off by default. Results are bitwise identical either way.
 bool cta_pairs();
 void set_cta_pairs(bool on);
 
