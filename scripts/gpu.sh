@@ -60,42 +60,32 @@ if has test; then
   note "verify rc=$? $(tail -1 "$OUT/verify.log")"
 fi
 
-# test_ws: the attention suites again with the warp-specialised sm90 variant (LKV_SM90_WS=1).
-if has test_ws; then
-  # One small case first: a hang costs one minute, not the stage's seven.
-  LKV_SM90_WS=1 timeout 60 ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda.Sm90AgreesWithPortable:PrefillCuda.SplitsAndDeterminism:DenseCuda.Errors' >"$OUT/cuda_tests_ws_quick.log" 2>&1 &&
-  # (The pairs case runs in test_ws_pairs, behind its own one-minute guard.)
-  LKV_SM90_WS=1 timeout 420 ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda*:PrefillCuda*:DenseCuda*:-DecodeCuda.Sm90PairsAgreeBitwiseWithSingleCtas' >"$OUT/cuda_tests_ws.log" 2>&1
-  rc=$?
-  grep -E 'FAILED|Failure' "$OUT/cuda_tests_ws.log" | head -40
-  note "cuda tests (sm90 warp-specialised) rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests_ws.log" | tr '\n' ' ')"
-  [ $rc -eq 124 ] && { note "ws tests timed out: later stages skipped"; finish; exit 1; }
-fi
+# guarded_suite LOG LABEL QUICK FILTER [VAR=VALUE...]: the CUDA tests matching FILTER with the given
+# environment, after the QUICK case alone (a hang costs one minute, not the stage's seven).
+guarded_suite() {
+  local log=$1 label=$2 quick=$3 filter=$4
+  shift 4
+  env "$@" timeout 60 ./build-gpu/lkv_cuda_tests --gtest_filter="$quick" >"$OUT/${log}_quick.log" 2>&1 &&
+    env "$@" timeout 420 ./build-gpu/lkv_cuda_tests --gtest_filter="$filter" >"$OUT/$log.log" 2>&1
+  local rc=$?
+  [ -f "$OUT/$log.log" ] || cp "$OUT/${log}_quick.log" "$OUT/$log.log"
+  grep -E 'FAILED|Failure' "$OUT/$log.log" | head -40
+  note "cuda tests ($label) rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$log.log" | tr '\n' ' ')"
+  [ $rc -eq 124 ] && { note "$label tests timed out: later stages skipped"; finish; exit 1; }
+}
 
-# test_ws_pairs: the decode and dense suites with the warp-specialised variant's CTA pairs
-# (LKV_SM90_WS=1 LKV_SM90_PAIR=1; every even number of 64-head blocks runs as pairs), a hang caught
-# by the one small case first.
-if has test_ws_pairs; then
-  LKV_SM90_WS=1 LKV_SM90_PAIR=1 timeout 60 ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda.Sm90PairsAgreeBitwiseWithSingleCtas' >"$OUT/cuda_tests_ws_pairs_quick.log" 2>&1 &&
-  LKV_SM90_WS=1 LKV_SM90_PAIR=1 timeout 420 ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda*:DenseCuda*' >"$OUT/cuda_tests_ws_pairs.log" 2>&1
-  rc=$?
-  [ -f "$OUT/cuda_tests_ws_pairs.log" ] || cp "$OUT/cuda_tests_ws_pairs_quick.log" "$OUT/cuda_tests_ws_pairs.log"
-  grep -E 'FAILED|Failure' "$OUT/cuda_tests_ws_pairs.log" | head -40
-  note "cuda tests (warp-specialised, CTA pairs) rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests_ws_pairs.log" | tr '\n' ' ')"
-  [ $rc -eq 124 ] && { note "ws pair tests timed out: later stages skipped"; finish; exit 1; }
-fi
-
-# test_pairs: the decode and dense suites with the two-warpgroup kernel's CTA pairs
-# (LKV_SM90_PAIR=1), a hang caught by the one small case first.
-if has test_pairs; then
-  LKV_SM90_PAIR=1 timeout 60 ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda.Sm90PairsAgreeBitwiseWithSingleCtas' >"$OUT/cuda_tests_pairs_quick.log" 2>&1 &&
-  LKV_SM90_PAIR=1 timeout 420 ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda*:DenseCuda*' >"$OUT/cuda_tests_pairs.log" 2>&1
-  rc=$?
-  [ -f "$OUT/cuda_tests_pairs.log" ] || cp "$OUT/cuda_tests_pairs_quick.log" "$OUT/cuda_tests_pairs.log"
-  grep -E 'FAILED|Failure' "$OUT/cuda_tests_pairs.log" | head -40
-  note "cuda tests (CTA pairs) rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests_pairs.log" | tr '\n' ' ')"
-  [ $rc -eq 124 ] && { note "pair tests timed out: later stages skipped"; finish; exit 1; }
-fi
+# test_ws: the attention suites again with the warp-specialised sm90 variant (LKV_SM90_WS=1); the
+# pairs case runs in test_ws_pairs.
+has test_ws && guarded_suite cuda_tests_ws "sm90 warp-specialised" \
+  'DecodeCuda.Sm90AgreesWithPortable:PrefillCuda.SplitsAndDeterminism:DenseCuda.Errors' \
+  'DecodeCuda*:PrefillCuda*:DenseCuda*:-DecodeCuda.Sm90PairsAgreeBitwiseWithSingleCtas' LKV_SM90_WS=1
+# test_ws_pairs: the decode and dense suites with the warp-specialised variant's CTA pairs (every
+# even number of 64-head blocks runs as pairs).
+has test_ws_pairs && guarded_suite cuda_tests_ws_pairs "warp-specialised, CTA pairs" \
+  'DecodeCuda.Sm90PairsAgreeBitwiseWithSingleCtas' 'DecodeCuda*:DenseCuda*' LKV_SM90_WS=1 LKV_SM90_PAIR=1
+# test_pairs: the same with the two-warpgroup kernel's CTA pairs.
+has test_pairs && guarded_suite cuda_tests_pairs "CTA pairs" \
+  'DecodeCuda.Sm90PairsAgreeBitwiseWithSingleCtas' 'DecodeCuda*:DenseCuda*' LKV_SM90_PAIR=1
 
 if has sanitize; then
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
