@@ -2,7 +2,7 @@
 # The GPU workflow, run on the device machine (H200) in one call:
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
 #   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
-#   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs]
+#   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -206,15 +206,18 @@ if has decode_portable; then
   note "bench decode (portable): $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode-portable.log" | tr -s ' ' | tr '\n' ';')"
 fi
 
-for op in prefill dense prefill_portable dense_portable decode_ws prefill_ws dense_ws; do
+# *_nopack: dense decode with one query token per CTA (LKV_DENSE_PACK=0), to compare with packing.
+for op in prefill dense prefill_portable dense_portable decode_ws prefill_ws dense_ws dense_nopack dense_portable_nopack; do
   if has $op; then
-    kernel=auto ws=0
-    [[ $op == *_portable ]] && kernel=portable
-    [[ $op == *_ws ]] && ws=1
-    base=${op%_portable}
+    kernel=auto ws=0 pack=1
+    [[ $op == *_nopack ]] && pack=0
+    base=${op%_nopack}
+    [[ $base == *_portable ]] && kernel=portable
+    [[ $base == *_ws ]] && ws=1
+    base=${base%_portable}
     base=${base%_ws}
-    LKV_SM90_WS=$ws ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
-    note "bench $op: $(grep -E '_h128_d576_len$|^sq4096_skv65536_topk2048_h128_d576 |_h128_sq2|v32_b128_h128|peak' "$OUT/bench-$op.log" | tr -s ' ' | tr '\n' ';')"
+    LKV_SM90_WS=$ws LKV_DENSE_PACK=$pack ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
+    note "bench $op: $(grep -E '_h128_d576_len$|^sq4096_skv65536_topk2048_h128_d576 |_h16_sq[12]|_h128_sq2|v32_b128_h128|peak' "$OUT/bench-$op.log" | tr -s ' ' | tr '\n' ';')"
   fi
 done
 

@@ -15,6 +15,7 @@
 #include "cuda/device_buffer.h"
 #include "decode/cuda/launch.h"
 #include "decode/sm90/launch.h"
+#include "dense/cuda/launch.h"
 #include "latentkv/dense.h"
 #include "latentkv/error.h"
 #include "latentkv/prefill.h"
@@ -342,6 +343,57 @@ TEST(DenseCuda, CornerCasesAndDeterminism) {
       }
     }
   }
+  }
+}
+
+// Dense decode runs up to 64 / heads_per_kv query tokens of a request in one CTA (they share every
+// key; packed causal rows keep their own limits). Shapes that pack, with lengths around s_q (so
+// that early causal rows see fewer keys, or none), one with splits; each checked against the
+// oracle packed and unpacked, and the packed run repeated bitwise.
+TEST(DenseCuda, PackedQueryTokens) {
+  REQUIRE_GPU();
+  struct RestorePack {
+    ~RestorePack() { latentkv::dense::cuda::set_pack_allowed(true); }
+  } restore;
+  struct Shape { int64_t b, s_q, h_q, h_kv, max_len; };
+  const Shape shapes[] = {{6, 2, 16, 1, 300}, {6, 3, 8, 1, 200}, {6, 5, 3, 1, 100}, {6, 4, 32, 2, 250},
+                          {1, 2, 16, 1, 6000}};
+  for (KernelChoice kernel : kernels()) {
+    UseKernel use(kernel);
+    int n = 0;
+    for (const Shape& sh : shapes)
+      for (int variant = 0; variant < 3; ++variant) {
+        if (variant == 2 && sh.h_kv != 1) continue;
+        for (bool causal : {true, false}) {
+          DenseWorkloadOptions o;
+          o.b = sh.b;
+          o.s_q = sh.s_q;
+          o.h_q = sh.h_q;
+          o.h_kv = sh.h_kv;
+          o.d_qk = 576;
+          o.page_size = 53;
+          o.max_len = sh.max_len;
+          if (sh.b == 6) o.lengths = {0, 1, static_cast<int32_t>(sh.s_q - 1), static_cast<int32_t>(sh.s_q),
+                                      static_cast<int32_t>(sh.s_q + 1), static_cast<int32_t>(sh.max_len)};
+          o.f16 = variant == 1;
+          o.fp8 = variant == 2;
+          o.causal = causal;
+          o.seed = 1700 + n++;
+          const std::string label = std::string(variant == 0 ? "bf16" : variant == 1 ? "f16" : "v32_fp8") +
+                                    " b" + std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" +
+                                    std::to_string(sh.h_q) + "/" + std::to_string(sh.h_kv) +
+                                    (causal ? " causal" : "");
+          latentkv::dense::cuda::set_pack_allowed(false);
+          check_dense(o, label + " unpacked");
+          latentkv::dense::cuda::set_pack_allowed(true);
+          const DenseResult first = check_dense(o, label + " packed");
+          DenseWorkload w = latentkv::testing::make_dense_workload(o);
+          w.poison_outputs();
+          const DenseResult again = run_dense_gpu(w);
+          ASSERT_EQ(again.out, first.out) << label;
+          ASSERT_EQ(0, std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * 4)) << label;
+        }
+      }
   }
 }
 

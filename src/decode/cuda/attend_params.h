@@ -14,6 +14,13 @@ struct Geometry {
   int64_t stride_q_r1, stride_q_r2, stride_q_h;  // elements
   int64_t n1, n2;                               // rows = n1 * n2
   int64_t h_q, heads_per_kv, head_blocks_per_kv;  // head_blocks_per_kv = ceil(heads_per_kv / 64)
+  // Query tokens per CTA (dense decode, whose query tokens of a request share every key): a CTA
+  // takes `pack` consecutive r2 of one r1, and its row lr is query r2_0 + lr / heads_per_kv, head
+  // lr % heads_per_kv (pack x heads_per_kv <= 64, one head block). 1: one query token per CTA.
+  // pack_causal: the packed rows' causal limits differ by their query's position (see
+  // PackedRows in decode/cuda/kernel.cuh).
+  int64_t pack = 1;
+  bool pack_causal = false;
   int64_t kv_heads;
   float scale;                                  // softmax scale (natural-log domain)
   // Split-KV: candidate positions [0, candidates) in splits of keys_per_split.
@@ -68,6 +75,9 @@ void set_decode_rows(const P& p, Geometry& g, OutRef& o) {
   o.stride_lse_r2 = 1;
   o.stride_lse_h = p.stride_lse_h;
 }
+
+// CTA row groups of a launch: n1 x ceil(n2 / pack).
+inline int64_t row_groups(const Geometry& g) { return g.n1 * ((g.n2 + g.pack - 1) / g.pack); }
 
 // Scratch of a split launch: partial outputs, then LSEs, then (with max_logits) maxima, each
 // 256-byte aligned.

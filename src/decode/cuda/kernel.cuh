@@ -4,9 +4,11 @@
 // prefill/cuda/source.cuh, dense/cuda/source.cuh); the tiles, the online softmax, the MMAs, the
 // split-KV partials and the output writes are one code path.
 //
-// Grid: (rows, kv_heads * head blocks per kv head, num_splits); 256 threads. A row is one query
-// token (sparse and dense decode: request i, query j; prefill: query token t). A CTA takes one row,
-// 64 query heads of one kv head, and one split of the row's candidates:
+// Grid: (row groups, kv_heads * head blocks per kv head, num_splits); 256 threads. A row is one
+// query token (sparse and dense decode: request i, query j; prefill: query token t), and a row
+// group one row, or for dense decode up to 64 / heads_per_kv query tokens of one request, which
+// share every key (Geometry::pack, PackedRows). A CTA takes one row group, 64 query rows (heads of
+// one kv head, times the group's query tokens), and one split of the candidates:
 //   1. Q (64 heads x d_qk, zero rows past the kv head's group) goes to shared memory once.
 //   2. Per tile of 32 candidates: resolve the keys (invalid or beyond the row's count: null, never
 //      read) and bring them to shared memory as bf16 / f16. Quantized records (v32_fp8, v4_fp8) land
@@ -229,6 +231,31 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
   }
 }
 
+// A CTA's query rows under Geometry::pack. Row group `group` (the grid's row index) is r1 with the
+// queries r2_0 .. r2_0 + count - 1; CTA row lr (lr < count x heads, heads being the CTA's heads per
+// query: all of its kv head's when packing) is query r2_0 + lr / heads and head lr % heads of the
+// CTA's first. The Source is built for the last query, which sees the most keys; with pack_causal
+// query r2 sees `visible - (r2_last - r2)` of them (one per position it is earlier).
+struct PackedRows {
+  int64_t r1, r2_0, count;
+  __device__ PackedRows(const Geometry& g, int64_t group) {
+    const int64_t groups = (g.n2 + g.pack - 1) / g.pack;
+    r1 = group / groups;
+    r2_0 = (group % groups) * g.pack;
+    count = min(g.pack, g.n2 - r2_0);
+  }
+  __device__ int64_t r2_last() const { return r2_0 + count - 1; }
+  // (32-bit: lr < 64 and 1 <= heads <= 64.)
+  __device__ int64_t r2(int lr, int64_t heads) const { return r2_0 + lr / static_cast<int>(heads); }
+  __device__ int64_t head(int lr, int64_t heads) const { return lr % static_cast<int>(heads); }
+  // Keys visible to CTA row lr, given `visible` for the last query.
+  __device__ int64_t limit(const Geometry& g, int lr, int64_t heads, int64_t visible) const {
+    if (!g.pack_causal) return visible;
+    const int64_t v = visible - (r2_last() - r2(lr, heads));
+    return v < 0 ? 0 : v;
+  }
+};
+
 // ---- the kernel -----------------------------------------------------------------------------------
 // Source requirements (see the three source.cuh files):
 //   typename Args;                            the op's key-side arguments
@@ -278,30 +305,43 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const int mt = warp / 2, nh = warp % 2;
   const int gr = lane / 4, t4 = lane % 4;  // MMA fragment row group and column pair
   const int64_t split = blockIdx.z;
-  const int64_t row = blockIdx.x;
-  const int64_t r1 = row / g.n2, r2 = row % g.n2;
+  const PackedRows pr(g, blockIdx.x);  // the CTA's request r1 and queries (one unless packing)
+  const int64_t r1 = pr.r1;
   const int64_t kv_head = blockIdx.y / g.head_blocks_per_kv;
   const int64_t hb0 = static_cast<int64_t>(blockIdx.y % g.head_blocks_per_kv) * kHeadsPerCta;
   const int64_t heads_here = min(static_cast<int64_t>(kHeadsPerCta), g.heads_per_kv - hb0);
   const int64_t h0 = kv_head * g.heads_per_kv + hb0;  // first query head of the CTA
-  // A warp whose 16 head rows are all padding (h_q < 64 in this CTA) skips its products: their
+  const int64_t rows_here = pr.count * heads_here;    // CTA rows holding a (query, head)
+  // A warp whose 16 rows are all padding (fewer than 64 in this CTA) skips its products: their
   // results are never written, and the other warps then share the SM among fewer.
-  const bool active = mt * 16 < heads_here;
+  const bool active = mt * 16 < rows_here;
 
-  // ---- 1. Q to shared memory (16-byte loads), zero rows past the CTA's heads.
-  const uint16_t* q_row = g.q + r1 * g.stride_q_r1 + r2 * g.stride_q_r2;
+  // ---- 1. Q to shared memory (16-byte loads), zero rows past the CTA's.
+  const uint16_t* q_req = g.q + r1 * g.stride_q_r1;
   for (int c = tid; c < kHeadsPerCta * (kDqk / 8); c += kThreads) {
     const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (hr < heads_here) v = *reinterpret_cast<const uint4*>(q_row + (h0 + hr) * g.stride_q_h + col);
+    if (hr < rows_here)
+      v = *reinterpret_cast<const uint4*>(q_req + pr.r2(hr, heads_here) * g.stride_q_r2 +
+                                          (h0 + pr.head(hr, heads_here)) * g.stride_q_h + col);
     *reinterpret_cast<uint4*>(sQ + hr * L::q_stride + col) = v;
   }
 
-  const Source src(p.src, r1, r2, kv_head);
+  const Source src(p.src, r1, pr.r2_last(), kv_head);
   const int64_t k_begin = split * g.keys_per_split;
   const int64_t k_end = min(src.candidates(), k_begin + g.keys_per_split);
   const int64_t num_tiles = k_end > k_begin ? (k_end - k_begin + kTileTokens - 1) / kTileTokens : 0;
   const float scale_log2 = g.scale * kLog2e;
+  // Packed causal rows: this thread's two rows see the candidates below row_lim[r] (relative to
+  // k_begin); otherwise every row sees all of them.
+  int64_t row_lim[2] = {INT64_MAX, INT64_MAX};
+  if (g.pack_causal) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int lr = mt * 16 + gr + 8 * r;
+      row_lim[r] = lr < rows_here ? pr.limit(g, lr, heads_here, src.candidates()) - k_begin : 0;
+    }
+  }
 
   // Running state per fragment row: rows gr and gr + 8 of this warp's head tile.
   float row_max[2] = {-INFINITY, -INFINITY};
@@ -432,7 +472,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int tok = nh * 16 + nt * 8 + 2 * t4 + (e % 2);
-        const float v = tile_data[tok] ? sc[nt][e] * scale_log2 : -INFINITY;
+        const bool seen = tile_data[tok] && tile * kTileTokens + tok < row_lim[e / 2];
+        const float v = seen ? sc[nt][e] * scale_log2 : -INFINITY;
         sc[nt][e] = v;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
       }
@@ -519,8 +560,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int hr = mt * 16 + gr + 8 * r;
-    if (hr >= heads_here) continue;
-    const int64_t h = h0 + hr;
+    if (hr >= rows_here) continue;
+    const int64_t h = h0 + pr.head(hr, heads_here), r2 = pr.r2(hr, heads_here);
     const float sum = sSum[hr] + sSum[kHeadsPerCta + hr];
     // Lonely means no valid key (sum exactly 0: the best key alone contributes exp2(0) = 1). A NaN
     // sum is not lonely: NaN then reaches out and lse, as on the CPU.
@@ -546,7 +587,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           o.max_logits[r1 * o.stride_max_r1 + r2 * o.stride_max_r2 + h * o.stride_max_h] = max_logit;
       }
     } else {
-      const int64_t prow = (row * g.h_q + h) * g.num_splits + split;
+      const int64_t prow = ((r1 * g.n2 + r2) * g.h_q + h) * g.num_splits + split;
       float* out = g.partial_out + prow * kDimV + nh * 256;
 #pragma unroll
       for (int n = 0; n < 32; ++n)

@@ -174,35 +174,59 @@ __device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stag
   }
 }
 
-// What a CTA works on, from its grid position (x: row, kv head and head block, head block fastest;
-// y: split): one query row (r1, r2), up to 64 heads h0.. of one kv head, one split of the row's
-// candidates.
+// What a CTA works on, from its grid position (x: row group, kv head and head block, head block
+// fastest; y: split): the query rows of one row group (one query (r1, r2), or with Geometry::pack
+// several of one r1: cuda::PackedRows), up to 64 heads h0.. of one kv head per query, one split of
+// the candidates. CTA row lr < rows_here is query pr.r2(lr, heads_here), head h0 +
+// pr.head(lr, heads_here).
 struct CtaWork {
-  int64_t row, kv_head, heads_here, h0, r1, r2, split;
-  __device__ __forceinline__ explicit CtaWork(const cuda::Geometry& g) {
-    const int64_t head_blocks = g.kv_heads * g.head_blocks_per_kv;
-    row = blockIdx.x / head_blocks;
-    const int64_t hb = blockIdx.x % head_blocks;
+  cuda::PackedRows pr;
+  int64_t kv_head, heads_here, h0, rows_here, r1, split;
+  __device__ __forceinline__ explicit CtaWork(const cuda::Geometry& g)
+      : pr(g, blockIdx.x / (g.kv_heads * g.head_blocks_per_kv)) {
+    const int64_t hb = blockIdx.x % (g.kv_heads * g.head_blocks_per_kv);
     kv_head = hb / g.head_blocks_per_kv;
     const int64_t hb0 = (hb % g.head_blocks_per_kv) * kHeads;  // first head of the CTA in its group
     heads_here = min(static_cast<int64_t>(kHeads), g.heads_per_kv - hb0);
     h0 = kv_head * g.heads_per_kv + hb0;  // first query head of the CTA
-    r1 = row / g.n2;
-    r2 = row % g.n2;
+    rows_here = pr.count * heads_here;
+    r1 = pr.r1;
     split = blockIdx.y;
   }
+  __device__ __forceinline__ int64_t r2(int lr) const { return pr.r2(lr, heads_here); }
+  __device__ __forceinline__ int64_t head(int lr) const { return h0 + pr.head(lr, heads_here); }
 };
 
-// Q of the CTA's heads to shared memory (swizzled chunks), zero rows past them; kNumThreads threads.
+// Q of the CTA's rows to shared memory (swizzled chunks), zero rows past them; kNumThreads threads.
 template <int kDqk, int kNumThreads>
 __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, const CtaWork& w, int tid) {
-  const uint16_t* q_row = g.q + w.r1 * g.stride_q_r1 + w.r2 * g.stride_q_r2;
+  const uint16_t* q_req = g.q + w.r1 * g.stride_q_r1;
   for (int c = tid; c < kHeads * (kDqk / 8); c += kNumThreads) {
     const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (hr < w.heads_here) v = *reinterpret_cast<const uint4*>(q_row + (w.h0 + hr) * g.stride_q_h + col);
+    if (hr < w.rows_here)
+      v = *reinterpret_cast<const uint4*>(q_req + w.r2(hr) * g.stride_q_r2 + w.head(hr) * g.stride_q_h + col);
     *reinterpret_cast<uint4*>(sQ + (col / 64) * kChunkBytes + sw128_offset(hr, col % 64)) = v;
   }
+}
+
+// Packed causal rows (Geometry::pack_causal): the candidates, relative to k_begin, that this
+// thread's rows r0 and r0 + 8 see (`visible` is the Source's count, for the CTA's last query);
+// INT64_MAX (all) otherwise.
+__device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWork& w, int r0, int64_t visible,
+                                           int64_t k_begin, int64_t (&lim)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int lr = r0 + 8 * r;
+    lim[r] = !g.pack_causal ? INT64_MAX
+             : lr < w.rows_here ? w.pr.limit(g, lr, w.heads_here, visible) - k_begin : 0;
+  }
+}
+// The attended mask of a block starting at candidate `base` (relative to k_begin) for a row that
+// sees the candidates below `lim`.
+__device__ __forceinline__ uint64_t row_mask(uint64_t valid, int64_t lim, int64_t base) {
+  const int64_t n = lim - base;
+  return n >= 64 ? valid : n <= 0 ? 0ull : valid & ((1ull << n) - 1ull);
 }
 
 // S = Q K^T for one key stage, issued (asynchronous; the caller commits and waits). Descriptors
@@ -222,19 +246,20 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, 
 // token 8 j + 2 t4 + (e % 2); tokens whose bit in `valid` is clear score -inf. Leaves the
 // probabilities in s, the per-row rescale of the previous blocks in alpha, and updates the
 // running row maxima and (per-thread partial) sums.
-__device__ __forceinline__ void online_softmax(float (&s)[32], uint64_t valid, float scale_log2, int t4,
+__device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&valid)[2], float scale_log2, int t4,
                                                float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2]) {
   // Scores stay unscaled until the exponent: the scale is positive (every op checks it) and
   // rounding is monotonic, so the largest scaled score is the scaled largest raw score, and
   // exp2(score x scale - max) is one fma (one rounding instead of two).
   float tile_max[2] = {-INFINITY, -INFINITY};
   // This thread's tokens are 2 t4 + (8 j + e % 2): one variable shift, then constant bit tests.
-  const uint64_t mine = valid >> (2 * t4);
+  // valid[r]: the attended tokens of row r0 + 8 r (the same for both unless packed causal rows).
+  const uint64_t mine[2] = {valid[0] >> (2 * t4), valid[1] >> (2 * t4)};
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float v = ((mine >> (8 * j + e % 2)) & 1) ? s[4 * j + e] : -INFINITY;
+      const float v = ((mine[e / 2] >> (8 * j + e % 2)) & 1) ? s[4 * j + e] : -INFINITY;
       s[4 * j + e] = v;
       tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
     }
@@ -349,15 +374,15 @@ __device__ __forceinline__ void issue_values_from_smem(float (&o)[128], const fl
 template <class Args>
 __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const float (&o)[128],
                                            const float* sRowMax, const float* sRowSum, int r0, int t4,
-                                           int wg, int64_t heads_here, int64_t h0, int64_t row,
-                                           int64_t r1, int64_t r2, int64_t split) {
+                                           int wg, const CtaWork& w) {
   const cuda::Geometry& g = p.g;
   const cuda::OutRef& out_ref = p.o;
+  const int64_t r1 = w.r1, split = w.split;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int hr = r0 + 8 * r;
-    if (hr >= heads_here) continue;
-    const int64_t h = h0 + hr;
+    if (hr >= w.rows_here) continue;
+    const int64_t h = w.head(hr), r2 = w.r2(hr);
     const float m = sRowMax[hr], sum = sRowSum[hr];
     const bool lonely = sum == 0.0f;
     const float lse_split = lonely ? -INFINITY : (m + __log2f(sum)) * cuda::kLn2;
@@ -382,7 +407,7 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
               max_logit;
       }
     } else {
-      const int64_t prow = (row * g.h_q + h) * g.num_splits + split;
+      const int64_t prow = ((r1 * g.n2 + r2) * g.h_q + h) * g.num_splits + split;
       float* out = g.partial_out + prow * kDimV + 256 * wg;
 #pragma unroll
       for (int j = 0; j < 32; ++j)
@@ -435,13 +460,12 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const int gr = lane / 4, t4 = lane % 4;
   const int tok_l = 8 * warp + lane % 8, part = lane / 8;  // this lane's token and chunk column
   const CtaWork w(g);
-  const int64_t row = w.row, kv_head = w.kv_head, heads_here = w.heads_here, h0 = w.h0;
-  const int64_t r1 = w.r1, r2 = w.r2, split = w.split;
+  const int64_t kv_head = w.kv_head, r1 = w.r1, split = w.split;
 
   // ---- Q to shared memory, zero rows past the CTA's heads.
   load_q<kDqk, kThreads>(sQ, g, w, tid);
 
-  const Source src(p.src, r1, r2, kv_head);
+  const Source src(p.src, r1, w.pr.r2_last(), kv_head);
   const int64_t k_begin = split * g.keys_per_split;
   const int64_t k_end = min(src.candidates(), k_begin + g.keys_per_split);
   const int64_t nb = k_end > k_begin ? (k_end - k_begin + kBlockTokens - 1) / kBlockTokens : 0;
@@ -565,6 +589,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
   const int r0 = 16 * wq + gr;  // this thread's rows r0 and r0 + 8
+  int64_t row_lim[2];            // the candidates those rows see (packed causal rows)
+  row_limits(g, w, r0, src.candidates(), k_begin, row_lim);
 
   // Each warpgroup's loop is one branch (wgmma in code the compiler sees as divergent would be
   // serialized); the two meet at named barriers 1 (P ready) and 2 (block done).
@@ -588,8 +614,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // ---- Online softmax; P to registers and shared memory.
       const uint64_t valid = static_cast<uint64_t>(sValid[(n & 3) * 2]) |
                              (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
+      // Packed causal rows mask their own later candidates (row_lim: all of them otherwise).
+      const int64_t base = n * kBlockTokens;
+      const uint64_t valid_rows[2] = {row_mask(valid, row_lim[0], base), row_mask(valid, row_lim[1], base)};
       float alpha[2];
-      online_softmax(s, valid, scale_log2, t4, row_max, row_sum, alpha);
+      online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, alpha);
       uint32_t pa[4][4];  // P as the value product's A fragments (k-steps of 16 tokens)
       store_p(s, pa, alpha, sP, sAlpha, r0, t4);
       fence_proxy_async();
@@ -633,7 +662,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
 
   // ---- The end: each warpgroup writes its 256 dims.
   __syncthreads();
-  write_rows(p, o, sRowMax, sRowSum, r0, t4, wg, heads_here, h0, row, r1, r2, split);
+  write_rows(p, o, sRowMax, sRowSum, r0, t4, wg, w);
 #else
   (void)p;
   __trap();

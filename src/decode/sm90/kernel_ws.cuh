@@ -145,8 +145,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;
   const int gr = lane / 4, t4 = lane % 4;
   const CtaWork w(g);
-  const int64_t row = w.row, kv_head = w.kv_head, heads_here = w.heads_here, h0 = w.h0;
-  const int64_t r1 = w.r1, r2 = w.r2, split = w.split;
+  const int64_t kv_head = w.kv_head, r1 = w.r1, split = w.split;
 
   // ---- Q to shared memory (every thread), barriers initialised (thread 0).
   load_q<kDqk, kWsThreads>(sQ, g, w, tid);
@@ -162,7 +161,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
   if constexpr (kPair) cluster_sync();
   else __syncthreads();
 
-  const Source src(p.src, r1, r2, kv_head);
+  const Source src(p.src, r1, w.pr.r2_last(), kv_head);
   const int64_t k_begin = split * g.keys_per_split;
   const int64_t k_end = min(src.candidates(), k_begin + g.keys_per_split);
   const int64_t nb = k_end > k_begin ? (k_end - k_begin + kBlockTokens - 1) / kBlockTokens : 0;
@@ -336,6 +335,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
   } else if (wg == 0) {
     // ===================== consumer 0: scores, softmax, O[:, 0:256] =====================
     regs_increase<kPair ? kWsPairRegsConsumer0 : kWsRegsConsumer0>();
+    int64_t row_lim[2];  // the candidates rows r0 and r0 + 8 see (packed causal rows)
+    row_limits(g, w, r0, src.candidates(), k_begin, row_lim);
     float o[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
@@ -355,8 +356,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       fence_operands(s);
       const uint64_t valid = static_cast<uint64_t>(sValid[st_i * 2]) |
                              (static_cast<uint64_t>(sValid[st_i * 2 + 1]) << 32);
+      // Packed causal rows mask their own later candidates (row_lim: all of them otherwise).
+      const int64_t base = n * kBlockTokens;
+      const uint64_t valid_rows[2] = {row_mask(valid, row_lim[0], base), row_mask(valid, row_lim[1], base)};
       float alpha[2];
-      online_softmax(s, valid, scale_log2, t4, row_max, row_sum, alpha);
+      online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, alpha);
       uint32_t pa[4][4];
       // Warpgroup 1 must be done reading the previous block's P before it is overwritten.
       if (n > 0) named_barrier_sync(2);
@@ -375,7 +379,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     }
     publish_row_stats(row_max, row_sum, sRowMax, sRowSum, r0, t4);
     named_barrier_sync(3);
-    write_rows(p, o, sRowMax, sRowSum, r0, t4, 0, heads_here, h0, row, r1, r2, split);
+    write_rows(p, o, sRowMax, sRowSum, r0, t4, 0, w);
   } else {
     // ===================== consumer 1: O[:, 256:512] =====================
     // Keeps the entry cap of 168 registers (no setmaxnreg); a pair's gives 8 to the producer.
@@ -400,7 +404,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       }
     }
     named_barrier_sync(3);
-    write_rows(p, o, sRowMax, sRowSum, r0, t4, 1, heads_here, h0, row, r1, r2, split);
+    write_rows(p, o, sRowMax, sRowSum, r0, t4, 1, w);
   }
   // A pair leaves together: nothing may arrive at or be stored into a CTA that has exited.
   if constexpr (kPair) cluster_sync();

@@ -47,7 +47,7 @@ void launch_warp_specialised(const cuda::KernelParams<typename Source::Args>& p,
 template <class Source>
 void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream stream) {
   const bool ws = warp_specialised();
-  const int64_t rows = p.g.n1 * p.g.n2, blocks = rows * p.g.kv_heads * p.g.head_blocks_per_kv;
+  const int64_t rows = cuda::row_groups(p.g), blocks = rows * p.g.kv_heads * p.g.head_blocks_per_kv;
   LKV_CHECK(blocks <= 0x7fffffff && p.g.num_splits <= 65535,
             "the sm_90 attention kernel's grid takes at most 2^31 - 1 (row, head block) pairs and "
             "65535 splits, got ", rows, " rows x ", p.g.kv_heads * p.g.head_blocks_per_kv,

@@ -1,5 +1,10 @@
 // dense/cuda/dense.cu: dense decode's CUDA host side: splits from the shared planner, the
 // parameters mapped onto the attention kernel's geometry and output addressing, the launch.
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "dense/cuda/launch.h"
 #include "dense/cuda/source.cuh"
 #include "latentkv/decode.h"
@@ -14,7 +19,24 @@ namespace {
 int64_t head_blocks_per_kv(const Params& p) {
   return (p.h_q / p.h_kv + kHeadsPerCta - 1) / kHeadsPerCta;
 }
+std::atomic<bool>& pack_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LKV_DENSE_PACK");
+    return !(e && std::strcmp(e, "0") == 0);
+  }()};
+  return flag;
+}
+// Query tokens per CTA: a request's s_q query tokens share every key, so up to 64 / heads_per_kv of
+// them run in one CTA, which reads the request's pages once for all of them (Geometry::pack).
+int64_t pack_of(const Params& p) {
+  const int64_t heads = p.h_q / p.h_kv;
+  if (!pack_allowed() || p.s_q <= 1 || heads > kHeadsPerCta / 2) return 1;
+  return std::min<int64_t>(p.s_q, kHeadsPerCta / heads);
+}
 }  // namespace
+
+bool pack_allowed() { return pack_flag().load(std::memory_order_relaxed); }
+void set_pack_allowed(bool allowed) { pack_flag().store(allowed, std::memory_order_relaxed); }
 
 SplitPlan plan_splits(const Params& p, int num_sms) {
   // No page to read (max_pages 0): one split that attends nothing (out 0, lse +inf).
@@ -22,7 +44,8 @@ SplitPlan plan_splits(const Params& p, int num_sms) {
   // The decode planner's rule; the candidates are every token a request could hold (lengths live
   // on the device, and reading them would synchronise). Splits past a request's length end at once.
   // f16 queries always run the portable kernel; bf16 the one the current device picks.
-  const DecodePlan d = plan_decode(p.b, p.s_q, p.h_kv * head_blocks_per_kv(p) * kHeadsPerCta,
+  const int64_t pack = pack_of(p);
+  const DecodePlan d = plan_decode(p.b, (p.s_q + pack - 1) / pack, p.h_kv * head_blocks_per_kv(p) * kHeadsPerCta,
                                    p.max_pages * p.page_size, 0, num_sms,
                                    p.dtype == Half::f16 ? DecodePlanKernel::kPortable : DecodePlanKernel::kAuto);
   return {d.num_splits, d.keys_per_split};
@@ -57,6 +80,8 @@ void dense_decode(const Params& p, const SplitPlan& plan, void* ws, Stream strea
   Geometry& g = k.g;
   decode::cuda::set_decode_rows(p, g, k.o);
   g.heads_per_kv = p.h_q / p.h_kv;
+  g.pack = pack_of(p);
+  g.pack_causal = p.causal && g.pack > 1;
   g.head_blocks_per_kv = head_blocks_per_kv(p);
   g.kv_heads = p.h_kv;
   g.num_splits = plan.num_splits;

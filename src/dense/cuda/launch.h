@@ -18,6 +18,12 @@ size_t workspace_bytes(const Params& p, const SplitPlan& plan);
 // workspace_bytes(p, plan) bytes. No host synchronisation.
 void dense_decode(const Params& p, const SplitPlan& plan, void* ws, Stream stream);
 
+// Whether a request's query tokens share CTAs (up to 64 / heads_per_kv of them, reading the
+// request's pages once; dense.cu): on unless LKV_DENSE_PACK=0 (read once per process) or
+// set_pack_allowed(false). Results agree either way within the split plan's rounding.
+bool pack_allowed();
+void set_pack_allowed(bool allowed);
+
 // Instantiations (instantiations/*.cu): 16-bit caches of d_qk 512 or 576 in bf16 or f16, and
 // v32_fp8 records.
 template <int kDqk, bool kF16>
