@@ -348,16 +348,24 @@ TEST(DenseCuda, CornerCasesAndDeterminism) {
 
 // Dense decode runs up to 64 / heads_per_kv query tokens of a request in one CTA (they share every
 // key; packed causal rows keep their own limits). Shapes that pack, with lengths around s_q (so
-// that early causal rows see fewer keys, or none), one with splits; each checked against the
-// oracle packed and unpacked, and the packed run repeated bitwise.
+// that early causal rows see fewer keys, or none), some with splits; each checked against the
+// oracle packed and unpacked, and the packed run repeated bitwise. (Finite keys: with causal
+// packing a non-finite key reaches the earlier queries of its group through P V's 0 x NaN, see
+// docs/dense.md.)
 TEST(DenseCuda, PackedQueryTokens) {
   REQUIRE_GPU();
   struct RestorePack {
-    ~RestorePack() { latentkv::dense::cuda::set_pack_allowed(true); }
+    bool was = latentkv::dense::cuda::pack_allowed();
+    ~RestorePack() { latentkv::dense::cuda::set_pack_allowed(was); }
   } restore;
+  // pack = min(s_q, 64 / heads_per_kv): one group per request (2 x 16, 3 x 8, 5 x 3, 4 x 16 of
+  // h_kv 2), several with a partial last one (9 x 16: groups of 4, 4, 1; 3 x 32: 2, 1; 70 x 1:
+  // 64, 6), and long contexts that split, where a split can hold keys the last query of a group
+  // sees and its earlier queries do not (70 x 1 with 6000 tokens: limits 63 apart).
   struct Shape { int64_t b, s_q, h_q, h_kv, max_len; };
-  const Shape shapes[] = {{6, 2, 16, 1, 300}, {6, 3, 8, 1, 200}, {6, 5, 3, 1, 100}, {6, 4, 32, 2, 250},
-                          {1, 2, 16, 1, 6000}};
+  const Shape shapes[] = {{6, 2, 16, 1, 300},  {6, 3, 8, 1, 200},  {6, 5, 3, 1, 100},   {6, 4, 32, 2, 250},
+                          {6, 9, 16, 1, 300},  {6, 3, 32, 1, 200}, {6, 70, 1, 1, 400},  {1, 2, 16, 1, 6000},
+                          {2, 70, 1, 1, 6000}};
   for (KernelChoice kernel : kernels()) {
     UseKernel use(kernel);
     int n = 0;
