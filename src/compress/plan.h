@@ -57,9 +57,9 @@ inline SplitPlan plan_splits(int64_t num_outputs, int64_t C, int64_t resident_ct
   SplitPlan best;
   double best_cost = 0;
   bool have = false;
+  const int64_t min_rows = std::min(kMinRowsPerSplit, (C + kRowAlign - 1) / kRowAlign * kRowAlign);
   for (int64_t slices = 1; slices <= max_slices; slices *= 2) {
     const int64_t align = kRowAlign * slices;
-    const int64_t min_rows = std::min(kMinRowsPerSplit, (C + kRowAlign - 1) / kRowAlign * kRowAlign);
     for (int64_t rows = min_rows; rows <= kMaxRowsPerSplit; rows += kRowAlign) {
       const int64_t splits = (C + rows - 1) / rows;
       const int64_t real_rows = (C + splits - 1) / splits;  // balanced split

@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
   const uint32_t full_addr = static_cast<uint32_t>(__cvta_generic_to_shared(full));
   const uint32_t empty_addr = static_cast<uint32_t>(__cvta_generic_to_shared(empty));
   // Waits on this CTA's barrier; a pair's phases also complete by the peer's operations (st.async
-  // bytes, remote arrivals), so the wait acquires at cluster scope.
+  // bytes, remote arrivals): pair_bar_wait (ptx.cuh) says why CTA scope suffices.
   auto bar_wait = [&](uint64_t* bar, uint32_t parity) {
     if constexpr (kPair) pair_bar_wait(static_cast<uint32_t>(__cvta_generic_to_shared(bar)), parity);
     else mbar_wait(bar, parity);
@@ -144,6 +144,20 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;
   const int gr = lane / 4, t4 = lane % 4;
+  // Consumers: block n's stage is whole (this CTA's producer arrived; a pair: the peer's bytes
+  // landed, made visible to wgmma by the proxy fence).
+  auto wait_full = [&](int64_t n) {
+    bar_wait(&full[n & 1], static_cast<uint32_t>((n >> 1) & 1));
+    if constexpr (kPair) fence_proxy_async();
+  };
+  // Consumers: this warp's products of block n have completed; its stage may be refilled once
+  // every consumer warp (a pair: both CTAs') has said so.
+  auto release = [&](int64_t n) {
+    if (lane == 0) {
+      mbar_arrive(&empty[n & 1]);
+      if constexpr (kPair) pair_bar_arrive_peer(empty_addr + 8u * static_cast<uint32_t>(n & 1) + peer_delta);
+    }
+  };
   const CtaWork w(g);
   const int64_t kv_head = w.kv_head, r1 = w.r1, split = w.split;
 
@@ -264,9 +278,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       prefetch_records(ndata, nscale);
     }
     if (nb > 2) load_indices(2);
-    // A pair's producer holds a block's records in registers an iteration ahead: block 0's now,
-    // block n + 1's token h loaded as soon as block n's token h is dequantized (same registers).
-    if constexpr (kPair && !kDirect) load_raw<kRawStorage>(raw, rank ? data[1] : data[0], rank ? scale_of(1) : scale_of(0), part);
+    // A pair's producer holds its token's record in registers an iteration ahead: block 0's now,
+    // block n + 1's right after block n's arrive (the same registers). `next` picks ndata.
+    // (Selects, not data[rank]: a register array indexed at run time would live in local memory.)
+    auto load_own = [&](bool next) {
+      if (next) load_raw<kRawStorage>(raw, rank ? ndata[1] : ndata[0], rank ? nscale_of(1) : nscale_of(0), part);
+      else load_raw<kRawStorage>(raw, rank ? data[1] : data[0], rank ? scale_of(1) : scale_of(0), part);
+    };
+    if constexpr (kPair && !kDirect) load_own(false);
     for (int64_t n = 0; n < nb; ++n) {
       const int s = static_cast<int>(n & 1);
       const uint32_t phase = static_cast<uint32_t>((n >> 1) & 1);
@@ -294,10 +313,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
         cuda::cp_async_commit();
         cuda::cp_async_wait<0>();
       } else if constexpr (kPair) {
-        // Block n's records are in half / half2 (loaded an iteration ago, after the previous
-        // arrive); they take block n + 1's records after this block's arrive. The token index is made opaque
-        // to the compiler each block: otherwise it hoists both tokens' store offsets out of the
-        // block loop and spills them.
+        // Block n's record is in `raw` (loaded an iteration ago, after the previous arrive). The
+        // token index is made opaque to the compiler each block: otherwise it hoists the store
+        // offsets out of the block loop and spills them.
         int tok = 32 * static_cast<int>(rank) + tok_l;
         asm volatile("" : "+r"(tok));
         store_dequantized<kRawStorage, true, kWsPairWholeToken, true>(raw, stage, tok, part, peer_delta,
@@ -318,7 +336,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       // A pair: block n + 1's records into the registers just dequantized, after the arrive (whose
       // release could otherwise wait for these loads), in flight until the next iteration.
       if constexpr (kPair && !kDirect) {
-        if (n + 1 < nb) load_raw<kRawStorage>(raw, rank ? ndata[1] : ndata[0], rank ? nscale_of(1) : nscale_of(0), part);
+        if (n + 1 < nb) load_own(true);
       }
       // Block n + 1 becomes current; block n + 2 is resolved and its records asked for.
 #pragma unroll
@@ -348,8 +366,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     for (int64_t n = 0; n < nb; ++n) {
       const int st_i = static_cast<int>(n & 1);
       uint8_t* kcur = sK + st_i * L::k_stage;
-      bar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
-      if constexpr (kPair) fence_proxy_async();  // the peer's st.async bytes (in this CTA's window), for wgmma
+      wait_full(n);
       issue_scores<kQkSteps>(s, sQ, kcur);
       wgmma_commit();
       wgmma_wait<0>();
@@ -372,10 +389,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       wgmma_wait<0>();
       fence_operands(o);
       fence_p(pa);
-      if (lane == 0) {
-        mbar_arrive(&empty[st_i]);
-        if constexpr (kPair) pair_bar_arrive_peer(empty_addr + 8u * st_i + peer_delta);
-      }
+      release(n);
     }
     publish_row_stats(row_max, row_sum, sRowMax, sRowSum, r0, t4);
     named_barrier_sync(3);
@@ -390,18 +404,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     for (int64_t n = 0; n < nb; ++n) {
       const int st_i = static_cast<int>(n & 1);
       uint8_t* kcur = sK + st_i * L::k_stage;
-      bar_wait(&full[st_i], static_cast<uint32_t>((n >> 1) & 1));
-      if constexpr (kPair) fence_proxy_async();  // the peer's st.async bytes (in this CTA's window), for wgmma
+      wait_full(n);
       named_barrier_sync(1);  // P and alpha of block n
       issue_values_from_smem(o, sAlpha, sP, kcur, r0);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);
       if (n + 1 < nb) named_barrier_arrive(2);  // P may be overwritten
-      if (lane == 0) {
-        mbar_arrive(&empty[st_i]);
-        if constexpr (kPair) pair_bar_arrive_peer(empty_addr + 8u * st_i + peer_delta);
-      }
+      release(n);
     }
     named_barrier_sync(3);
     write_rows(p, o, sRowMax, sRowSum, r0, t4, 1, w);

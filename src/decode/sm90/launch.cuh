@@ -2,6 +2,8 @@
 // decode/cuda/attend_launch.cuh, so each op's instantiation file compiles both kernels for its Source).
 #pragma once
 
+#include <type_traits>
+
 #include "cuda_common/cuda_check.h"
 
 #include "decode/sm90/kernel.cuh"
@@ -54,21 +56,16 @@ void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream st
             " head blocks, ", p.g.num_splits, " splits");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.g.num_splits));
   const auto s = static_cast<cudaStream_t>(stream);
-  if (ws) {
-    // Pairs: head blocks 2 k and 2 k + 1 of a row are neighbours in x (head block fastest).
-    if constexpr (Source::kStorage != cuda::KeyStorage::kDirect16) {
-      if (cta_pairs() && p.g.head_blocks_per_kv % 2 == 0) launch_warp_specialised<Source, true>(p, grid, s);
-      else launch_warp_specialised<Source, false>(p, grid, s);
-    } else {
-      launch_warp_specialised<Source, false>(p, grid, s);
-    }
-  } else if constexpr (Source::kStorage != cuda::KeyStorage::kDirect16) {
-    // Pairs: head blocks 2 k and 2 k + 1 of a row are neighbours in x (head block fastest).
-    if (cta_pairs() && p.g.head_blocks_per_kv % 2 == 0) launch_two_warpgroups<Source, true>(p, grid, s);
-    else launch_two_warpgroups<Source, false>(p, grid, s);
-  } else {
-    launch_two_warpgroups<Source, false>(p, grid, s);
-  }
+  // Pairs: head blocks 2 k and 2 k + 1 of a row are neighbours in x (head block fastest); only
+  // quantized keys are shared (16-bit keys are copied, and have no pair instantiation).
+  constexpr bool kCanPair = Source::kStorage != cuda::KeyStorage::kDirect16;
+  auto run = [&](auto pair) {
+    constexpr bool kPair = decltype(pair)::value && kCanPair;
+    if (ws) launch_warp_specialised<Source, kPair>(p, grid, s);
+    else launch_two_warpgroups<Source, kPair>(p, grid, s);
+  };
+  if (kCanPair && cta_pairs() && p.g.head_blocks_per_kv % 2 == 0) run(std::true_type{});
+  else run(std::false_type{});
   LKV_CUDA_CHECK_LAUNCH();
 }
 
