@@ -236,21 +236,32 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
 // query: all of its kv head's when packing) is query r2_0 + lr / heads and head lr % heads of the
 // CTA's first. The Source is built for the last query, which sees the most keys; with pack_causal
 // query r2 sees `visible - (r2_last - r2)` of them (one per position it is earlier).
+// kPacks false (Sources whose ops never pack, Source::kPackedCausal false): one query per CTA,
+// known at compile time, so that sparse decode and prefill carry no packing arithmetic.
+template <bool kPacks>
 struct PackedRows {
   int64_t r1, r2_0, count;
   __device__ PackedRows(const Geometry& g, int64_t group) {
-    const int64_t groups = (g.n2 + g.pack - 1) / g.pack;
-    r1 = group / groups;
-    r2_0 = (group % groups) * g.pack;
-    count = min(g.pack, g.n2 - r2_0);
+    if constexpr (kPacks) {
+      const int64_t groups = (g.n2 + g.pack - 1) / g.pack;
+      r1 = group / groups;
+      r2_0 = (group % groups) * g.pack;
+      count = min(g.pack, g.n2 - r2_0);
+    } else {
+      r1 = group / g.n2;
+      r2_0 = group % g.n2;
+      count = 1;
+    }
   }
   __device__ int64_t r2_last() const { return r2_0 + count - 1; }
   // (32-bit: lr < 64 and 1 <= heads <= 64.)
-  __device__ int64_t r2(int lr, int64_t heads) const { return r2_0 + lr / static_cast<int>(heads); }
-  __device__ int64_t head(int lr, int64_t heads) const { return lr % static_cast<int>(heads); }
+  __device__ int64_t r2(int lr, int64_t heads) const {
+    return kPacks ? r2_0 + lr / static_cast<int>(heads) : r2_0;
+  }
+  __device__ int64_t head(int lr, int64_t heads) const { return kPacks ? lr % static_cast<int>(heads) : lr; }
   // Keys visible to CTA row lr, given `visible` for the last query.
   __device__ int64_t limit(const Geometry& g, int lr, int64_t heads, int64_t visible) const {
-    if (!g.pack_causal) return visible;
+    if (!kPacks || !g.pack_causal) return visible;
     const int64_t v = visible - (r2_last() - r2(lr, heads));
     return v < 0 ? 0 : v;
   }
@@ -262,6 +273,9 @@ struct PackedRows {
 //   static constexpr int kDqk;                512 or 576
 //   static constexpr bool kF16;               q, keys and out are f16 (else bf16)
 //   static constexpr KeyStorage kStorage;
+//   static constexpr bool kPackedCausal;      Geometry::pack_causal may be set: packed rows get
+//                                             their own causal limits (compiled out otherwise,
+//                                             as the per-row masks cost the softmax a few percent)
 //   __device__ Source(const Args&, int64_t r1, int64_t r2, int64_t kv_head);
 //   __device__ int64_t candidates() const;    candidate positions of this row (an upper bound
 //                                             the host planned for: keys_per_split * num_splits)
@@ -305,7 +319,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const int mt = warp / 2, nh = warp % 2;
   const int gr = lane / 4, t4 = lane % 4;  // MMA fragment row group and column pair
   const int64_t split = blockIdx.z;
-  const PackedRows pr(g, blockIdx.x);  // the CTA's request r1 and queries (one unless packing)
+  const PackedRows<Source::kPackedCausal> pr(g, blockIdx.x);  // the CTA's request r1 and queries (one unless packing)
   const int64_t r1 = pr.r1;
   const int64_t kv_head = blockIdx.y / g.head_blocks_per_kv;
   const int64_t hb0 = static_cast<int64_t>(blockIdx.y % g.head_blocks_per_kv) * kHeadsPerCta;
@@ -335,7 +349,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // Packed causal rows: this thread's two rows see the candidates below row_lim[r] (relative to
   // k_begin); otherwise every row sees all of them.
   int64_t row_lim[2] = {INT64_MAX, INT64_MAX};
-  if (g.pack_causal) {
+  if (Source::kPackedCausal && g.pack_causal) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int lr = mt * 16 + gr + 8 * r;
@@ -472,7 +486,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int tok = nh * 16 + nt * 8 + 2 * t4 + (e % 2);
-        const bool seen = tile_data[tok] && tile * kTileTokens + tok < row_lim[e / 2];
+        const bool seen = tile_data[tok] && (!Source::kPackedCausal || tile * kTileTokens + tok < row_lim[e / 2]);
         const float v = seen ? sc[nt][e] * scale_log2 : -INFINITY;
         sc[nt][e] = v;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], v);

@@ -179,8 +179,9 @@ __device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stag
 // several of one r1: cuda::PackedRows), up to 64 heads h0.. of one kv head per query, one split of
 // the candidates. CTA row lr < rows_here is query pr.r2(lr, heads_here), head h0 +
 // pr.head(lr, heads_here).
+template <bool kPacks>  // Source::kPackedCausal
 struct CtaWork {
-  cuda::PackedRows pr;
+  cuda::PackedRows<kPacks> pr;
   int64_t kv_head, heads_here, h0, rows_here, r1, split;
   __device__ __forceinline__ explicit CtaWork(const cuda::Geometry& g)
       : pr(g, blockIdx.x / (g.kv_heads * g.head_blocks_per_kv)) {
@@ -198,8 +199,8 @@ struct CtaWork {
 };
 
 // Q of the CTA's rows to shared memory (swizzled chunks), zero rows past them; kNumThreads threads.
-template <int kDqk, int kNumThreads>
-__device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, const CtaWork& w, int tid) {
+template <int kDqk, int kNumThreads, bool kPacks>
+__device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, const CtaWork<kPacks>& w, int tid) {
   const uint16_t* q_req = g.q + w.r1 * g.stride_q_r1;
   for (int c = tid; c < kHeads * (kDqk / 8); c += kNumThreads) {
     const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
@@ -213,7 +214,8 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
 // Packed causal rows (Geometry::pack_causal): the candidates, relative to k_begin, that this
 // thread's rows r0 and r0 + 8 see (`visible` is the Source's count, for the CTA's last query);
 // INT64_MAX (all) otherwise.
-__device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWork& w, int r0, int64_t visible,
+template <bool kPacks>
+__device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWork<kPacks>& w, int r0, int64_t visible,
                                            int64_t k_begin, int64_t (&lim)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -371,10 +373,10 @@ __device__ __forceinline__ void issue_values_from_smem(float (&o)[128], const fl
 // and sums in shared memory) and writes its 256 dims of out (or the split partials), and warpgroup
 // 0 writes lse and max_logits. The portable kernel's rules: a sum of exactly 0 is lonely (no
 // attended key; NaN is not), the sink applies only without splits.
-template <class Args>
+template <class Args, bool kPacks>
 __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const float (&o)[128],
                                            const float* sRowMax, const float* sRowSum, int r0, int t4,
-                                           int wg, const CtaWork& w) {
+                                           int wg, const CtaWork<kPacks>& w) {
   const cuda::Geometry& g = p.g;
   const cuda::OutRef& out_ref = p.o;
   const int64_t r1 = w.r1, split = w.split;
@@ -459,7 +461,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;  // warpgroup, warp within it (rows 16 wq..)
   const int gr = lane / 4, t4 = lane % 4;
   const int tok_l = 8 * warp + lane % 8, part = lane / 8;  // this lane's token and chunk column
-  const CtaWork w(g);
+  const CtaWork<Source::kPackedCausal> w(g);
   const int64_t kv_head = w.kv_head, r1 = w.r1, split = w.split;
 
   // ---- Q to shared memory, zero rows past the CTA's heads.
@@ -616,7 +618,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
                              (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
       // Packed causal rows mask their own later candidates (row_lim: all of them otherwise).
       const int64_t base = n * kBlockTokens;
-      const uint64_t valid_rows[2] = {row_mask(valid, row_lim[0], base), row_mask(valid, row_lim[1], base)};
+      const uint64_t valid_rows[2] = {Source::kPackedCausal ? row_mask(valid, row_lim[0], base) : valid,
+                                      Source::kPackedCausal ? row_mask(valid, row_lim[1], base) : valid};
       float alpha[2];
       online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, alpha);
       uint32_t pa[4][4];  // P as the value product's A fragments (k-steps of 16 tokens)

@@ -28,6 +28,7 @@ struct DenseSource {
   static constexpr int kDqk = kDim;
   static constexpr bool kF16 = kHalf;
   static constexpr decode::cuda::KeyStorage kStorage = kStore;
+  static constexpr bool kPackedCausal = true;  // Geometry::pack_causal may be set (dense.cu)
   static_assert(kStore == decode::cuda::KeyStorage::kDirect16 ||
                     (kStore == decode::cuda::KeyStorage::kV32Fp8 && kDim == 576 && !kHalf),
                 "fp8 dense decode: v32_fp8 records, bf16 queries");
