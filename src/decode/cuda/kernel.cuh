@@ -236,12 +236,12 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
 // query: all of its kv head's when packing) is query r2_0 + lr / heads and head lr % heads of the
 // CTA's first. The Source is built for the last query, which sees the most keys; with pack_causal
 // query r2 sees `visible - (r2_last - r2)` of them (one per position it is earlier).
-// kPacks false (Sources whose ops never pack, Source::kPackedCausal false): one query per CTA,
-// known at compile time, so that sparse decode and prefill carry no packing arithmetic.
+// kPacks false (Source::kPacksRows false: pack is 1): one query per CTA, known at compile time, so
+// that sparse decode, prefill and unpacked dense launches carry no packing arithmetic.
 template <bool kPacks>
 struct PackedRows {
-  int64_t r1, r2_0, count;
-  __device__ PackedRows(const Geometry& g, int64_t group) {
+  int64_t group, r1, r2_0, count;
+  __device__ PackedRows(const Geometry& g, int64_t grp) : group(grp) {
     if constexpr (kPacks) {
       const int64_t groups = (g.n2 + g.pack - 1) / g.pack;
       r1 = group / groups;
@@ -255,10 +255,14 @@ struct PackedRows {
   }
   __device__ int64_t r2_last() const { return r2_0 + count - 1; }
   // (32-bit: lr < 64 and 1 <= heads <= 64.)
-  __device__ int64_t r2(int lr, int64_t heads) const {
-    return kPacks ? r2_0 + lr / static_cast<int>(heads) : r2_0;
-  }
+  __device__ int64_t r2(int lr, int64_t heads) const { return r2_0 + query(lr, heads); }
+  // CTA row lr's query within the group (0 .. count - 1).
+  __device__ int64_t query(int lr, int64_t heads) const { return kPacks ? lr / static_cast<int>(heads) : 0; }
   __device__ int64_t head(int lr, int64_t heads) const { return kPacks ? lr % static_cast<int>(heads) : lr; }
+  // The query row (r1 n2 + r2) of CTA row lr: the split partials' row.
+  __device__ int64_t row(const Geometry& g, int lr, int64_t heads) const {
+    return kPacks ? r1 * g.n2 + r2(lr, heads) : group;
+  }
   // Keys visible to CTA row lr, given `visible` for the last query.
   __device__ int64_t limit(const Geometry& g, int lr, int64_t heads, int64_t visible) const {
     if (!kPacks || !g.pack_causal) return visible;
@@ -273,9 +277,10 @@ struct PackedRows {
 //   static constexpr int kDqk;                512 or 576
 //   static constexpr bool kF16;               q, keys and out are f16 (else bf16)
 //   static constexpr KeyStorage kStorage;
-//   static constexpr bool kPackedCausal;      Geometry::pack_causal may be set: packed rows get
-//                                             their own causal limits (compiled out otherwise,
-//                                             as the per-row masks cost the softmax a few percent)
+//   static constexpr bool kPacksRows;         Geometry::pack may exceed 1 (CTA rows of several query
+//                                             tokens, PackedRows, with per-row causal limits under
+//                                             pack_causal); compiled out otherwise, as the per-row
+//                                             masks cost the softmax a few percent
 //   __device__ Source(const Args&, int64_t r1, int64_t r2, int64_t kv_head);
 //   __device__ int64_t candidates() const;    candidate positions of this row (an upper bound
 //                                             the host planned for: keys_per_split * num_splits)
@@ -319,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const int mt = warp / 2, nh = warp % 2;
   const int gr = lane / 4, t4 = lane % 4;  // MMA fragment row group and column pair
   const int64_t split = blockIdx.z;
-  const PackedRows<Source::kPackedCausal> pr(g, blockIdx.x);  // the CTA's request r1 and queries (one unless packing)
+  const PackedRows<Source::kPacksRows> pr(g, blockIdx.x);  // the CTA's request r1 and queries (one unless packing)
   const int64_t r1 = pr.r1;
   const int64_t kv_head = blockIdx.y / g.head_blocks_per_kv;
   const int64_t hb0 = static_cast<int64_t>(blockIdx.y % g.head_blocks_per_kv) * kHeadsPerCta;
@@ -331,12 +336,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const bool active = mt * 16 < rows_here;
 
   // ---- 1. Q to shared memory (16-byte loads), zero rows past the CTA's.
-  const uint16_t* q_req = g.q + r1 * g.stride_q_r1;
+  const uint16_t* q_row = g.q + r1 * g.stride_q_r1 + pr.r2_0 * g.stride_q_r2;  // the group's first query
   for (int c = tid; c < kHeadsPerCta * (kDqk / 8); c += kThreads) {
     const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (hr < rows_here)
-      v = *reinterpret_cast<const uint4*>(q_req + pr.r2(hr, heads_here) * g.stride_q_r2 +
+      v = *reinterpret_cast<const uint4*>(q_row + pr.query(hr, heads_here) * g.stride_q_r2 +
                                           (h0 + pr.head(hr, heads_here)) * g.stride_q_h + col);
     *reinterpret_cast<uint4*>(sQ + hr * L::q_stride + col) = v;
   }
@@ -349,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // Packed causal rows: this thread's two rows see the candidates below row_lim[r] (relative to
   // k_begin); otherwise every row sees all of them.
   int64_t row_lim[2] = {INT64_MAX, INT64_MAX};
-  if (Source::kPackedCausal && g.pack_causal) {
+  if (Source::kPacksRows && g.pack_causal) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int lr = mt * 16 + gr + 8 * r;
@@ -486,7 +491,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int tok = nh * 16 + nt * 8 + 2 * t4 + (e % 2);
-        const bool seen = tile_data[tok] && (!Source::kPackedCausal || tile * kTileTokens + tok < row_lim[e / 2]);
+        const bool seen = tile_data[tok] && (!Source::kPacksRows || tile * kTileTokens + tok < row_lim[e / 2]);
         const float v = seen ? sc[nt][e] * scale_log2 : -INFINITY;
         sc[nt][e] = v;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
@@ -601,7 +606,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           o.max_logits[r1 * o.stride_max_r1 + r2 * o.stride_max_r2 + h * o.stride_max_h] = max_logit;
       }
     } else {
-      const int64_t prow = ((r1 * g.n2 + r2) * g.h_q + h) * g.num_splits + split;
+      const int64_t prow = (pr.row(g, hr, heads_here) * g.h_q + h) * g.num_splits + split;
       float* out = g.partial_out + prow * kDimV + nh * 256;
 #pragma unroll
       for (int n = 0; n < 32; ++n)

@@ -21,7 +21,7 @@ struct SparseSource {
   static constexpr int kDqk = F == CacheFormat::v32_fp8 ? 576 : 512;
   static constexpr bool kF16 = false;
   static constexpr KeyStorage kStorage = F == CacheFormat::v32_fp8 ? KeyStorage::kV32Fp8 : KeyStorage::kV4Fp8;
-  static constexpr bool kPackedCausal = false;  // never packs query tokens
+  static constexpr bool kPacksRows = false;  // one query token per CTA (Geometry::pack 1)
 
   int64_t i, j, main_count, extra_count, total;
 

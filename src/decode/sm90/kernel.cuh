@@ -179,7 +179,7 @@ __device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stag
 // several of one r1: cuda::PackedRows), up to 64 heads h0.. of one kv head per query, one split of
 // the candidates. CTA row lr < rows_here is query pr.r2(lr, heads_here), head h0 +
 // pr.head(lr, heads_here).
-template <bool kPacks>  // Source::kPackedCausal
+template <bool kPacks>  // Source::kPacksRows
 struct CtaWork {
   cuda::PackedRows<kPacks> pr;
   int64_t kv_head, heads_here, h0, rows_here, r1, split;
@@ -201,12 +201,13 @@ struct CtaWork {
 // Q of the CTA's rows to shared memory (swizzled chunks), zero rows past them; kNumThreads threads.
 template <int kDqk, int kNumThreads, bool kPacks>
 __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, const CtaWork<kPacks>& w, int tid) {
-  const uint16_t* q_req = g.q + w.r1 * g.stride_q_r1;
+  const uint16_t* q_row = g.q + w.r1 * g.stride_q_r1 + w.pr.r2_0 * g.stride_q_r2;  // the group's first query
   for (int c = tid; c < kHeads * (kDqk / 8); c += kNumThreads) {
     const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (hr < w.rows_here)
-      v = *reinterpret_cast<const uint4*>(q_req + w.r2(hr) * g.stride_q_r2 + w.head(hr) * g.stride_q_h + col);
+      v = *reinterpret_cast<const uint4*>(q_row + w.pr.query(hr, w.heads_here) * g.stride_q_r2 +
+                                          w.head(hr) * g.stride_q_h + col);
     *reinterpret_cast<uint4*>(sQ + (col / 64) * kChunkBytes + sw128_offset(hr, col % 64)) = v;
   }
 }
@@ -409,7 +410,7 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
               max_logit;
       }
     } else {
-      const int64_t prow = ((r1 * g.n2 + r2) * g.h_q + h) * g.num_splits + split;
+      const int64_t prow = (w.pr.row(g, hr, w.heads_here) * g.h_q + h) * g.num_splits + split;
       float* out = g.partial_out + prow * kDimV + 256 * wg;
 #pragma unroll
       for (int j = 0; j < 32; ++j)
@@ -461,7 +462,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;  // warpgroup, warp within it (rows 16 wq..)
   const int gr = lane / 4, t4 = lane % 4;
   const int tok_l = 8 * warp + lane % 8, part = lane / 8;  // this lane's token and chunk column
-  const CtaWork<Source::kPackedCausal> w(g);
+  const CtaWork<Source::kPacksRows> w(g);
   const int64_t kv_head = w.kv_head, r1 = w.r1, split = w.split;
 
   // ---- Q to shared memory, zero rows past the CTA's heads.
@@ -618,8 +619,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
                              (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
       // Packed causal rows mask their own later candidates (row_lim: all of them otherwise).
       const int64_t base = n * kBlockTokens;
-      const uint64_t valid_rows[2] = {Source::kPackedCausal ? row_mask(valid, row_lim[0], base) : valid,
-                                      Source::kPackedCausal ? row_mask(valid, row_lim[1], base) : valid};
+      const uint64_t valid_rows[2] = {Source::kPacksRows ? row_mask(valid, row_lim[0], base) : valid,
+                                      Source::kPacksRows ? row_mask(valid, row_lim[1], base) : valid};
       float alpha[2];
       online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, alpha);
       uint32_t pa[4][4];  // P as the value product's A fragments (k-steps of 16 tokens)

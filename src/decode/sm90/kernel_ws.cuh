@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       if constexpr (kPair) pair_bar_arrive_peer(empty_addr + 8u * static_cast<uint32_t>(n & 1) + peer_delta);
     }
   };
-  const CtaWork<Source::kPackedCausal> w(g);
+  const CtaWork<Source::kPacksRows> w(g);
   const int64_t kv_head = w.kv_head, r1 = w.r1, split = w.split;
 
   // ---- Q to shared memory (every thread), barriers initialised (thread 0).
@@ -375,8 +375,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
                              (static_cast<uint64_t>(sValid[st_i * 2 + 1]) << 32);
       // Packed causal rows mask their own later candidates (row_lim: all of them otherwise).
       const int64_t base = n * kBlockTokens;
-      const uint64_t valid_rows[2] = {Source::kPackedCausal ? row_mask(valid, row_lim[0], base) : valid,
-                                      Source::kPackedCausal ? row_mask(valid, row_lim[1], base) : valid};
+      const uint64_t valid_rows[2] = {Source::kPacksRows ? row_mask(valid, row_lim[0], base) : valid,
+                                      Source::kPacksRows ? row_mask(valid, row_lim[1], base) : valid};
       float alpha[2];
       online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, alpha);
       uint32_t pa[4][4];

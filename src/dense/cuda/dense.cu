@@ -55,6 +55,14 @@ size_t workspace_bytes(const Params& p, const SplitPlan& plan) {
   return decode::cuda::split_workspace_bytes(p.b * p.s_q, p.h_q, plan.num_splits, false);
 }
 
+// The instantiation for the cache's dtype and d_qk; kPack: the packed-rows kernel (pack > 1).
+template <bool kPack>
+void launch_instance(const Params& p, bool f16, const decode::cuda::KernelParams<DenseArgs>& k, Stream stream) {
+  if (p.fp8) launch_dense_fp8<kPack>(k, stream);
+  else if (p.d_qk == 576) f16 ? launch_dense16<576, true, kPack>(k, stream) : launch_dense16<576, false, kPack>(k, stream);
+  else f16 ? launch_dense16<512, true, kPack>(k, stream) : launch_dense16<512, false, kPack>(k, stream);
+}
+
 void dense_decode(const Params& p, const SplitPlan& plan, void* ws, Stream stream) {
   KernelParams<DenseArgs> k{};
   DenseArgs& a = k.src;
@@ -88,9 +96,8 @@ void dense_decode(const Params& p, const SplitPlan& plan, void* ws, Stream strea
   g.keys_per_split = plan.keys_per_split;
   decode::cuda::place_split_workspace(g, ws, false);
   const bool f16 = p.dtype == Half::f16;
-  if (p.fp8) launch_dense_fp8(k, stream);
-  else if (p.d_qk == 576) f16 ? launch_dense16<576, true>(k, stream) : launch_dense16<576, false>(k, stream);
-  else f16 ? launch_dense16<512, true>(k, stream) : launch_dense16<512, false>(k, stream);
+  if (g.pack > 1) launch_instance<true>(p, f16, k, stream);
+  else launch_instance<false>(p, f16, k, stream);
 }
 
 }  // namespace latentkv::dense::cuda

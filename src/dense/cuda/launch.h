@@ -25,9 +25,10 @@ bool pack_allowed();
 void set_pack_allowed(bool allowed);
 
 // Instantiations (instantiations/*.cu): 16-bit caches of d_qk 512 or 576 in bf16 or f16, and
-// v32_fp8 records.
-template <int kDqk, bool kF16>
+// v32_fp8 records; kPack: Geometry::pack > 1 (each file holds both).
+template <int kDqk, bool kF16, bool kPack>
 void launch_dense16(const decode::cuda::KernelParams<DenseArgs>& p, Stream stream);
+template <bool kPack>
 void launch_dense_fp8(const decode::cuda::KernelParams<DenseArgs>& p, Stream stream);
 
 }  // namespace latentkv::dense::cuda

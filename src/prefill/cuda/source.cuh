@@ -28,7 +28,7 @@ struct PrefillSource {
   static constexpr int kDqk = kDim;
   static constexpr bool kF16 = false;
   static constexpr decode::cuda::KeyStorage kStorage = decode::cuda::KeyStorage::kDirect16;
-  static constexpr bool kPackedCausal = false;  // never packs query tokens
+  static constexpr bool kPacksRows = false;  // one query token per CTA (Geometry::pack 1)
 
   int64_t t, count, seg_begin, seg_len;
 
