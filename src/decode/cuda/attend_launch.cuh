@@ -27,7 +27,7 @@ void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream strea
             " (it runs on A100/H100/H200-class GPUs, not on parts with 99 KB per block)");
   const int64_t rows = row_groups(p.g), head_blocks = p.g.kv_heads * p.g.head_blocks_per_kv;
   LKV_CHECK(rows <= 0x7fffffff && head_blocks <= 65535 && p.g.num_splits <= 65535,
-            "the CUDA attention kernel's grid takes at most 2^31 - 1 query rows, 65535 head blocks "
+            "the CUDA attention kernel's grid takes at most 2^31 - 1 row groups (query rows, or packed groups of them), 65535 head blocks "
             "and 65535 splits, got ", rows, " row groups (", p.g.n1, " x ", p.g.n2, " / ", p.g.pack, "), ", head_blocks,
             " head blocks, ", p.g.num_splits, " splits");
   // Set on every launch: the attribute belongs to the current device, and setting it is cheap.

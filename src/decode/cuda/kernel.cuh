@@ -9,14 +9,14 @@
 // group one row, or for dense decode up to 64 / heads_per_kv query tokens of one request, which
 // share every key (Geometry::pack, PackedRows). A CTA takes one row group, 64 query rows (heads of
 // one kv head, times the group's query tokens), and one split of the candidates:
-//   1. Q (64 heads x d_qk, zero rows past the kv head's group) goes to shared memory once.
-//   2. Per tile of 32 candidates: resolve the keys (invalid or beyond the row's count: null, never
+//   1. Q (64 rows x d_qk, zero rows past the CTA's) goes to shared memory once.
+//   2. Per tile of 32 candidates: resolve the keys (invalid or beyond the group's count: null, never
 //      read) and bring them to shared memory as bf16 / f16. Quantized records (v32_fp8, v4_fp8) land
 //      in a staging buffer by cp.async and are dequantized from there (exact: payload x power-of-two
 //      scale); 16-bit keys go straight to a double-buffered key tile by cp.async. Either way the
 //      memory latency stays off the critical path: the key addresses of tile t + 2 and the bytes of
 //      tile t + 1 are in flight while tile t is computed.
-//   3. S = Q K^T with tensor-core MMAs (m16n8k16, fp32 accumulation); warp w computes heads
+//   3. S = Q K^T with tensor-core MMAs (m16n8k16, fp32 accumulation); warp w computes rows
 //      16 (w / 2).. for tokens 16 (w % 2)..; masked tokens get -inf.
 //   4. Online softmax in the log2 domain: the two warps sharing a head block exchange their row
 //      maxima through shared memory, rescale, and write P (16-bit) to shared memory.
@@ -517,16 +517,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      float pr[4];
+      float prob[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float m = row_max[e / 2];
-        pr[e] = (sc[nt][e] == -INFINITY) ? 0.0f : exp2f(sc[nt][e] - m);
-        row_sum[e / 2] += pr[e];
+        prob[e] = (sc[nt][e] == -INFINITY) ? 0.0f : exp2f(sc[nt][e] - m);
+        row_sum[e / 2] += prob[e];
       }
       const int col = nh * 16 + nt * 8 + 2 * t4;
-      *reinterpret_cast<uint32_t*>(sP + (mt * 16 + gr) * L::p_stride + col) = pack2<kF16>(pr[0], pr[1]);
-      *reinterpret_cast<uint32_t*>(sP + (mt * 16 + gr + 8) * L::p_stride + col) = pack2<kF16>(pr[2], pr[3]);
+      *reinterpret_cast<uint32_t*>(sP + (mt * 16 + gr) * L::p_stride + col) = pack2<kF16>(prob[0], prob[1]);
+      *reinterpret_cast<uint32_t*>(sP + (mt * 16 + gr + 8) * L::p_stride + col) = pack2<kF16>(prob[2], prob[3]);
     }
 #pragma unroll
     for (int n = 0; n < 32; ++n) {

@@ -221,7 +221,7 @@ __device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWor
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int lr = r0 + 8 * r;
-    lim[r] = !g.pack_causal ? INT64_MAX
+    lim[r] = !kPacks || !g.pack_causal ? INT64_MAX
              : lr < w.rows_here ? w.pr.limit(g, lr, w.heads_here, visible) - k_begin : 0;
   }
 }
@@ -465,7 +465,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const CtaWork<Source::kPacksRows> w(g);
   const int64_t kv_head = w.kv_head, r1 = w.r1, split = w.split;
 
-  // ---- Q to shared memory, zero rows past the CTA's heads.
+  // ---- Q to shared memory, zero rows past the CTA's.
   load_q<kDqk, kThreads>(sQ, g, w, tid);
 
   const Source src(p.src, r1, w.pr.r2_last(), kv_head);

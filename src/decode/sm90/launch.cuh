@@ -51,8 +51,8 @@ void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream st
   const bool ws = warp_specialised();
   const int64_t rows = cuda::row_groups(p.g), blocks = rows * p.g.kv_heads * p.g.head_blocks_per_kv;
   LKV_CHECK(blocks <= 0x7fffffff && p.g.num_splits <= 65535,
-            "the sm_90 attention kernel's grid takes at most 2^31 - 1 (row, head block) pairs and "
-            "65535 splits, got ", rows, " rows x ", p.g.kv_heads * p.g.head_blocks_per_kv,
+            "the sm_90 attention kernel's grid takes at most 2^31 - 1 (row group, head block) pairs and "
+            "65535 splits, got ", rows, " row groups x ", p.g.kv_heads * p.g.head_blocks_per_kv,
             " head blocks, ", p.g.num_splits, " splits");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.g.num_splits));
   const auto s = static_cast<cudaStream_t>(stream);

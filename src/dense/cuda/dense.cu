@@ -55,12 +55,12 @@ size_t workspace_bytes(const Params& p, const SplitPlan& plan) {
   return decode::cuda::split_workspace_bytes(p.b * p.s_q, p.h_q, plan.num_splits, false);
 }
 
-// The instantiation for the cache's dtype and d_qk; kPack: the packed-rows kernel (pack > 1).
-template <bool kPack>
+// The instantiation for the cache's dtype and d_qk; kPacks: the packed-rows kernel (pack > 1).
+template <bool kPacks>
 void launch_instance(const Params& p, bool f16, const decode::cuda::KernelParams<DenseArgs>& k, Stream stream) {
-  if (p.fp8) launch_dense_fp8<kPack>(k, stream);
-  else if (p.d_qk == 576) f16 ? launch_dense16<576, true, kPack>(k, stream) : launch_dense16<576, false, kPack>(k, stream);
-  else f16 ? launch_dense16<512, true, kPack>(k, stream) : launch_dense16<512, false, kPack>(k, stream);
+  if (p.fp8) launch_dense_fp8<kPacks>(k, stream);
+  else if (p.d_qk == 576) f16 ? launch_dense16<576, true, kPacks>(k, stream) : launch_dense16<576, false, kPacks>(k, stream);
+  else f16 ? launch_dense16<512, true, kPacks>(k, stream) : launch_dense16<512, false, kPacks>(k, stream);
 }
 
 void dense_decode(const Params& p, const SplitPlan& plan, void* ws, Stream stream) {

@@ -20,15 +20,16 @@ void dense_decode(const Params& p, const SplitPlan& plan, void* ws, Stream strea
 
 // Whether a request's query tokens share CTAs (up to 64 / heads_per_kv of them, reading the
 // request's pages once; dense.cu): on unless LKV_DENSE_PACK=0 (read once per process) or
-// set_pack_allowed(false). Results agree either way within the split plan's rounding.
+// set_pack_allowed(false). For finite caches results agree either way within the split plan's
+// rounding (docs/dense.md: a non-finite key can reach earlier packed causal rows through 0 x NaN).
 bool pack_allowed();
 void set_pack_allowed(bool allowed);
 
 // Instantiations (instantiations/*.cu): 16-bit caches of d_qk 512 or 576 in bf16 or f16, and
-// v32_fp8 records; kPack: Geometry::pack > 1 (each file holds both).
-template <int kDqk, bool kF16, bool kPack>
+// v32_fp8 records; kPacks: Geometry::pack > 1 (each file holds both).
+template <int kDqk, bool kF16, bool kPacks>
 void launch_dense16(const decode::cuda::KernelParams<DenseArgs>& p, Stream stream);
-template <bool kPack>
+template <bool kPacks>
 void launch_dense_fp8(const decode::cuda::KernelParams<DenseArgs>& p, Stream stream);
 
 }  // namespace latentkv::dense::cuda

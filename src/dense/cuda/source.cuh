@@ -21,15 +21,15 @@ struct DenseArgs {
 };
 
 // kDim: d_qk; kHalf: q, keys and out are f16 (else bf16); kStorage: kDirect16 for 16-bit caches,
-// kV32Fp8 for v32_fp8 records (bf16 only); kPack: the launch packs query tokens (Geometry::pack > 1;
+// kV32Fp8 for v32_fp8 records (bf16 only); kPacks: the launch packs query tokens (Geometry::pack > 1;
 // dense.cu picks the instantiation, so that unpacked launches run without the per-row masks).
-template <int kDim, bool kHalf, decode::cuda::KeyStorage kStore, bool kPack>
+template <int kDim, bool kHalf, decode::cuda::KeyStorage kStore, bool kPacks>
 struct DenseSource {
   using Args = DenseArgs;
   static constexpr int kDqk = kDim;
   static constexpr bool kF16 = kHalf;
   static constexpr decode::cuda::KeyStorage kStorage = kStore;
-  static constexpr bool kPacksRows = kPack;
+  static constexpr bool kPacksRows = kPacks;
   static_assert(kStore == decode::cuda::KeyStorage::kDirect16 ||
                     (kStore == decode::cuda::KeyStorage::kV32Fp8 && kDim == 576 && !kHalf),
                 "fp8 dense decode: v32_fp8 records, bf16 queries");
