@@ -68,7 +68,7 @@ struct Bench {
       res.device = bench_cuda::device_name(0);
       hbm = bench_cuda::measure_hbm_read_GBps();
       res.ceilings["hbm_read_GBps"] = hbm;
-      res.ceilings["bf16_dense_TFLOPS_datasheet"] = 989.0;
+      res.ceilings["bf16_dense_TFLOPS_datasheet"] = kDatasheetTFLOPS;
       using decode::cuda::KernelChoice;
       if (o.kernel != "auto")
         decode::cuda::set_kernel_choice(o.kernel == "sm90" ? KernelChoice::kSm90 : KernelChoice::kPortable);
@@ -142,6 +142,7 @@ void finish(BenchResult& res, const Bench& b, const std::string& json, const std
   res.summary["geomean_TFLOPS"] = geomean(tf);
   for (const auto& c : res.cases)
     if (c.name == summary_case) res.summary[summary_key] = c.numbers.at("TFLOPS");
+  summarise_memory_bound(res);
   (void)b;
   if (!json.empty()) write_json(res, json);
   if (!plot.empty()) write_svg(res, "TFLOPS", "bf16_dense_TFLOPS_datasheet", "TFLOPS", plot);
@@ -217,6 +218,7 @@ int cmd_bench_prefill(const Args& args) {
     bc.numbers["TFLOPS"] = flops / (bc.time_us * 1e-6) / 1e12;
     bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
     if (bench.hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / bench.hbm;
+    add_roofline(bc, flops, bytes, bench.hbm, kDatasheetTFLOPS);
     bc.numbers["num_splits"] = static_cast<double>(bench.splits(c.s_q, 1, c.h_q, c.topk));
     print_case(bc, bench.hbm);
     res.cases.push_back(bc);
@@ -293,6 +295,7 @@ int cmd_bench_dense(const Args& args) {
     bc.numbers["TFLOPS"] = flops / (bc.time_us * 1e-6) / 1e12;
     bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
     if (bench.hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / bench.hbm;
+    add_roofline(bc, flops, bytes, bench.hbm, kDatasheetTFLOPS);
     bc.numbers["num_splits"] = static_cast<double>(bench.splits(c.b, c.s_q, (c.h_q + 63) / 64 * 64, pages_per_req * kP));
     print_case(bc, bench.hbm);
     res.cases.push_back(bc);

@@ -179,7 +179,7 @@ int cmd_bench_decode(const Args& args) {
       res.notes["kernel"] += " (warp-specialised variant, LKV_SM90_WS=1)";
     if (decode::sm90::cta_pairs()) res.notes["kernel"] += " (CTA pairs where the keys are dequantized, LKV_SM90_PAIR=1)";
     res.ceilings["hbm_read_GBps"] = hbm;
-    res.ceilings["bf16_dense_TFLOPS_datasheet"] = 989.0;
+    res.ceilings["bf16_dense_TFLOPS_datasheet"] = kDatasheetTFLOPS;
   }
 #endif
   std::printf("sparse_decode on %s%s%s\n%-44s %10s %9s %9s %8s %7s\n", res.device.c_str(),
@@ -260,6 +260,7 @@ int cmd_bench_decode(const Args& args) {
       bc.numbers["TFLOPS"] = flops / (bc.time_us * 1e-6) / 1e12;
       bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
       if (hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / hbm;
+      add_roofline(bc, flops, bytes, hbm, kDatasheetTFLOPS);
       bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
       std::printf("%-44s %10.1f %9.2f %9.0f %7.1f%% %7lld\n", bc.name.c_str(), bc.time_us,
                   bc.numbers["TFLOPS"], bc.numbers["GBps"],
@@ -277,6 +278,7 @@ int cmd_bench_decode(const Args& args) {
   res.summary["geomean_TFLOPS"] = geomean(tf);
   for (const auto& c : res.cases)
     if (c.name == "v32_b128_h128_topk2048") res.summary["v32_b128_TFLOPS"] = c.numbers.at("TFLOPS");
+  summarise_memory_bound(res);
   if (!json.empty()) write_json(res, json);
   if (!plot.empty()) write_svg(res, "TFLOPS", "bf16_dense_TFLOPS_datasheet", "TFLOPS", plot);
   return 0;

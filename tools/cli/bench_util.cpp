@@ -115,6 +115,27 @@ double measure_cpu_read_GBps() {
   return static_cast<double>(kCeilingBytes) / (us * 1e-6) / 1e9;
 }
 
+void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, double peak_TFLOPS) {
+  if (hbm_GBps <= 0 || bytes <= 0) return;
+  const double intensity = flops / bytes, ridge = peak_TFLOPS * 1e3 / hbm_GBps;  // FLOP per byte
+  bc.numbers["flops_per_byte"] = intensity;
+  bc.numbers["memory_bound"] = intensity < ridge ? 1.0 : 0.0;
+}
+
+void summarise_memory_bound(BenchResult& r) {
+  int n = 0;
+  double lowest = 0;
+  for (const BenchCase& c : r.cases) {
+    const auto mb = c.numbers.find("memory_bound"), frac = c.numbers.find("frac_of_ceiling");
+    if (mb == c.numbers.end() || mb->second != 1.0 || frac == c.numbers.end()) continue;
+    lowest = n == 0 ? frac->second : std::min(lowest, frac->second);
+    ++n;
+  }
+  if (n == 0) return;
+  r.summary["memory_bound_cases"] = n;
+  r.summary["min_frac_of_hbm_memory_bound"] = lowest;
+}
+
 double geomean(const std::vector<double>& v) {
   if (v.empty()) return 0;
   double s = 0;

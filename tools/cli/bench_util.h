@@ -39,6 +39,10 @@ double measure_cpu_memcpy_GBps();
 double measure_cpu_read_GBps();
 
 double geomean(const std::vector<double>& v);
+
+// The H100/H200 SXM dense bf16 tensor-core rate (NVIDIA's datasheet, without sparsity), the
+// compute ceiling of the attention benches' roofline.
+inline constexpr double kDatasheetTFLOPS = 989.0;
 std::string utc_now();
 
 struct BenchCase {
@@ -55,6 +59,15 @@ struct BenchResult {
   std::map<std::string, double> summary;  // geomeans
   std::map<std::string, std::string> notes;
 };
+
+// The roofline class of an attention case, for targets set on memory-bound cases: its FLOPs per
+// byte (SPEC section 8's counts) against the ridge, `peak_TFLOPS` over the HBM read rate measured
+// in the run. Records numbers flops_per_byte and memory_bound (1 or 0); nothing without a measured
+// HBM rate (CPU runs).
+void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, double peak_TFLOPS);
+// summary memory_bound_cases and min_frac_of_hbm_memory_bound over the cases add_roofline marked
+// memory-bound (absent when there are none).
+void summarise_memory_bound(BenchResult& r);
 
 void write_json(const BenchResult& r, const std::string& path);
 // An SVG picture of a result: one bar per case of `metric` (e.g. "GBps", "TFLOPS") against the
