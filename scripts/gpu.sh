@@ -168,11 +168,12 @@ if has profile; then
 fi
 
 # profile_sass: per-instruction warp-stall samples of the same launch (SourceCounters), exported
-# as CSV (prof_sass.csv.gz) to read against the SASS.
+# as CSV (prof_sass.csv.gz) to read against the SASS; LKV_PROFILE_KERNEL=portable profiles the
+# portable kernel instead of the one chosen for the device.
 if has profile_sass; then
   timeout 300 ncu --clock-control none -k regex:attend_kernel -c 1 --section SourceCounters \
     --section WarpStateStats -f -o "$OUT/prof" ./build-gpu/latentkv bench decode --device cuda \
-    --filter v32_b128_h128 --reps 1 >"$OUT/ncu-sass.log" 2>&1
+    --kernel "${LKV_PROFILE_KERNEL:-auto}" --filter v32_b128_h128 --reps 1 >"$OUT/ncu-sass.log" 2>&1
   rc=$?
   ncu --import "$OUT/prof.ncu-rep" --page source --print-source sass --csv 2>>"$OUT/ncu-sass.log" | gzip >"$OUT/prof_sass.csv.gz"
   ncu --import "$OUT/prof.ncu-rep" --page details 2>>"$OUT/ncu-sass.log" | grep -E "Warp Cycles|Stall|Issued|Eligible" | head -20
