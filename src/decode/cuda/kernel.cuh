@@ -263,11 +263,15 @@ struct PackedRows {
   __device__ int64_t row(const Geometry& g, int lr, int64_t heads) const {
     return kPacks ? r1 * g.n2 + r2(lr, heads) : group;
   }
-  // Keys visible to CTA row lr, given `visible` for the last query.
-  __device__ int64_t limit(const Geometry& g, int lr, int64_t heads, int64_t visible) const {
-    if (!kPacks || !g.pack_causal) return visible;
+  // The candidates, relative to k_begin, that CTA row lr sees under packed causal rows
+  // (`visible` is the Source's count, the last query's; rows past rows_here see none); INT64_MAX
+  // (all) otherwise.
+  __device__ int64_t row_limit(const Geometry& g, int lr, int64_t heads, int64_t rows_here, int64_t visible,
+                               int64_t k_begin) const {
+    if (!kPacks || !g.pack_causal) return INT64_MAX;
+    if (lr >= rows_here) return 0;
     const int64_t v = visible - (r2_last() - r2(lr, heads));
-    return v < 0 ? 0 : v;
+    return (v < 0 ? 0 : v) - k_begin;
   }
 };
 
@@ -353,14 +357,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const float scale_log2 = g.scale * kLog2e;
   // Packed causal rows: this thread's two rows see the candidates below row_lim[r] (relative to
   // k_begin); otherwise every row sees all of them.
-  int64_t row_lim[2] = {INT64_MAX, INT64_MAX};
-  if (Source::kPacksRows && g.pack_causal) {
+  int64_t row_lim[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int lr = mt * 16 + gr + 8 * r;
-      row_lim[r] = lr < rows_here ? pr.limit(g, lr, heads_here, src.candidates()) - k_begin : 0;
-    }
-  }
+  for (int r = 0; r < 2; ++r)
+    row_lim[r] = pr.row_limit(g, mt * 16 + gr + 8 * r, heads_here, rows_here, src.candidates(), k_begin);
 
   // Running state per fragment row: rows gr and gr + 8 of this warp's head tile.
   float row_max[2] = {-INFINITY, -INFINITY};

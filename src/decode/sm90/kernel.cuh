@@ -212,18 +212,12 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   }
 }
 
-// Packed causal rows (Geometry::pack_causal): the candidates, relative to k_begin, that this
-// thread's rows r0 and r0 + 8 see (`visible` is the Source's count, for the CTA's last query);
-// INT64_MAX (all) otherwise.
+// PackedRows::row_limit of this thread's rows r0 and r0 + 8.
 template <bool kPacks>
 __device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWork<kPacks>& w, int r0, int64_t visible,
                                            int64_t k_begin, int64_t (&lim)[2]) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int lr = r0 + 8 * r;
-    lim[r] = !kPacks || !g.pack_causal ? INT64_MAX
-             : lr < w.rows_here ? w.pr.limit(g, lr, w.heads_here, visible) - k_begin : 0;
-  }
+  for (int r = 0; r < 2; ++r) lim[r] = w.pr.row_limit(g, r0 + 8 * r, w.heads_here, w.rows_here, visible, k_begin);
 }
 // The attended mask of a block starting at candidate `base` (relative to k_begin) for a row that
 // sees the candidates below `lim`.
