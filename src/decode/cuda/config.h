@@ -44,8 +44,12 @@ struct SmemLayout {
   static constexpr int k_bytes = (kDirect || kOverlap ? 2 : 1) * kTileTokens * k_stride * 2;
   static constexpr int p_bytes = kHeadsPerCta * p_stride * 2;
   static constexpr int red_bytes = 2 * 2 * kHeadsPerCta * 4;  // [max|sum][n-half][head] fp32
-  // Key pointers of a tile: data and scale bytes, null when not attended.
-  static constexpr int slot_bytes = (kOverlap ? 3 : 2) * 2 * kTileTokens * 8;
+  // Key pointers of a tile: data and scale bytes, null when not attended. Buffers for tiles t - 1
+  // .. t + 1 (t - 1 .. t + 2 overlapped): a tile's pointers are read by the softmax of every head
+  // tile's warp pair, which within a tile wait only for each other (pair_sync), so the pointers
+  // of tile t + 1 (t + 3) may not take the place of tile t's until the next CTA-wide barrier.
+  static constexpr int ptr_bufs = kOverlap ? 4 : 3;
+  static constexpr int slot_bytes = ptr_bufs * 2 * kTileTokens * 8;
   // Raw records of the next tile land here by cp.async while the current tile is computed; a
   // v32 record is 656 bytes, a v4 one 576 data bytes plus its 8 scale bytes (padded to 16).
   static constexpr int raw_record = kDqk == 576 ? 656 : 592;

@@ -19,7 +19,9 @@
 //   3. S = Q K^T with tensor-core MMAs (m16n8k16, fp32 accumulation); warp w computes rows
 //      16 (w / 2).. for tokens 16 (w % 2)..; masked tokens get -inf.
 //   4. Online softmax in the log2 domain: the two warps sharing a head block exchange their row
-//      maxima through shared memory, rescale, and write P (16-bit) to shared memory.
+//      maxima through shared memory, rescale, and write P (16-bit) to shared memory. Within a tile
+//      only those two warps wait for each other (pair_sync); the CTA-wide barriers of step 2 order
+//      the shared key tiles, staging buffers and key pointers.
 //   5. O += P V with V = the first 512 dims of the same tile; warp w accumulates half the dims.
 //   6. The end: with one split, normalise, apply the sink and write out, lse (natural log) and, for
 //      prefill, max_logits; with several, write the split's normalised output, lse and max for the
@@ -85,6 +87,12 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
 }
 __device__ __forceinline__ void cp_async_8(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+// The two warps of head tile mt (threads 64 mt .. 64 mt + 63) wait for each other: named barrier
+// mt + 1 (0 is __syncthreads'). Their row maxima, P and rows of O are shared with no other warp,
+// so within a tile a head tile's pair need not wait for the other pairs.
+__device__ __forceinline__ void pair_sync(int mt) {
+  asm volatile("bar.sync %0, 64;\n" ::"r"(mt + 1) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -169,12 +177,26 @@ __device__ __forceinline__ void issue_record_copies(const uint8_t* const* data,
                                                     int tid) {
   using T = StorageTraits<S>;
   constexpr int kPerToken = T::kDataChunks + (T::kScaleRow ? 1 : 0);
-  for (int c = tid; c < kTileTokens * kPerToken; c += kThreads) {
-    const int tok = c / kPerToken, part = c % kPerToken;
-    if (!data[tok]) continue;
+  constexpr int kTotal = kTileTokens * kPerToken;
+  constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
+  // A fixed trip count, unrolled, with every pointer read before the first copy is issued: one
+  // shared-memory round trip for the tile instead of one per copy (the compiler cannot move these
+  // reads across the copies, which write shared memory).
+  const uint8_t* src[kIters];
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int c = tid + i * kThreads, tok = c / kPerToken, part = c % kPerToken;
+    src[i] = nullptr;
+    if ((kTotal % kThreads == 0 || c < kTotal) && data[tok])
+      src[i] = part < T::kDataChunks ? data[tok] + part * 16 : scale[tok];
+  }
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int c = tid + i * kThreads, tok = c / kPerToken, part = c % kPerToken;
+    if (!src[i]) continue;
     uint8_t* dst = raw + tok * kRawRecord;
-    if (part < T::kDataChunks) cp_async_16(dst + part * 16, data[tok] + part * 16);
-    else cp_async_8(dst + 576, scale[tok]);
+    if (part < T::kDataChunks) cp_async_16(dst + part * 16, src[i]);
+    else cp_async_8(dst + 576, src[i]);
   }
 }
 
@@ -184,51 +206,79 @@ template <int kDqk, int kStride>
 __device__ __forceinline__ void issue_direct_copies(const uint8_t* const* data, uint16_t* keys,
                                                     int tid) {
   constexpr int kChunks = kDqk * 2 / 16;
-  for (int c = tid; c < kTileTokens * kChunks; c += kThreads) {
+  constexpr int kTotal = kTileTokens * kChunks;
+  constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
+  // As issue_record_copies: every pointer read first, then the copies.
+  const uint8_t* src[kIters];
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int c = tid + i * kThreads;
+    src[i] = kTotal % kThreads == 0 || c < kTotal ? data[c / kChunks] : nullptr;
+  }
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int c = tid + i * kThreads;
+    if (kTotal % kThreads != 0 && c >= kTotal) break;
     const int tok = c / kChunks, part = c % kChunks;
     uint16_t* dst = keys + tok * kStride + part * 8;
-    if (data[tok]) cp_async_16(dst, data[tok] + part * 16);
+    if (src[i]) cp_async_16(dst, src[i] + part * 16);
     else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
   }
 }
 
-// Dequantizes a tile of staged records into bf16 keys; unattended tokens become zeros.
+// Dequantizes a tile of staged records into bf16 keys; unattended tokens become zeros. Two passes
+// with fixed trip counts (NoPE chunks, then RoPE chunks), unrolled and without branches: an
+// unattended token's staging bytes (stale, never written for this tile, but inside the buffer) are
+// converted like the others and the result replaced by zeros, so that the loads of several chunks
+// are in flight at once (a rolled loop with a branch per chunk waited out each load in turn).
 template <KeyStorage S, int kDqk, int kRawRecord, int kStride>
 __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data, const uint8_t* raw_tile,
                                                 uint16_t* keys, int tid) {
   using T = StorageTraits<S>;
   constexpr int kChunksNope = T::kNope / 16;  // 16 e4m3 bytes per chunk
   constexpr int kChunksRope = 64 * 2 / 16;    // 8 bf16 per chunk
-  constexpr int kChunks = kChunksNope + kChunksRope;
   static_assert(T::kNope + 64 == kDqk, "NoPE + RoPE dims");
-  for (int c = tid; c < kTileTokens * kChunks; c += kThreads) {
-    const int tok = c / kChunks, part = c % kChunks;
-    uint16_t* dst = keys + tok * kStride;
-    if (!tile_data[tok]) {
-      if (part < kChunksNope) {
-        *reinterpret_cast<uint4*>(dst + part * 16) = make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(dst + part * 16 + 8) = make_uint4(0, 0, 0, 0);
-      } else {
-        *reinterpret_cast<uint4*>(dst + T::kNope + (part - kChunksNope) * 8) = make_uint4(0, 0, 0, 0);
-      }
-      continue;
-    }
-    const uint8_t* data = raw_tile + tok * kRawRecord;
-    if (part < kChunksNope) {
+  constexpr int kNope = kTileTokens * kChunksNope, kNopeIters = (kNope + kThreads - 1) / kThreads;
+  constexpr int kRope = kTileTokens * kChunksRope;
+  static_assert(kRope == kThreads, "one RoPE chunk per thread");
+  // The loads of kBatch chunks first, then their conversions and stores (the compiler cannot move
+  // loads across the stores, which may alias them); two at a time keeps the overlapped kernel,
+  // where O's 128 accumulators are live, within its registers.
+  constexpr int kBatch = 2;
+  const int rope_tok = tid / kChunksRope, rope_r = tid % kChunksRope;
+  const uint4 rope = *reinterpret_cast<const uint4*>(raw_tile + rope_tok * kRawRecord + T::kRopeOffset + rope_r * 16);
+  const bool rope_live = tile_data[rope_tok] != nullptr;
+#pragma unroll
+  for (int i0 = 0; i0 < kNopeIters; i0 += kBatch) {
+    uint4 nope[kBatch];
+    float scale[kBatch];
+    bool live[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int c = min(tid + (i0 + j) * kThreads, kNope - 1);  // past the end: a repeat, not stored
+      const int tok = c / kChunksNope, part = c % kChunksNope;
+      const uint8_t* data = raw_tile + tok * kRawRecord;
       const int group = part * 16 / T::kGroup;
-      float s;
-      if constexpr (S == KeyStorage::kV32Fp8) s = reinterpret_cast<const float*>(data + 512)[group];
-      else s = num::ue8m0_to_f32(data[576 + group]);
+      if constexpr (S == KeyStorage::kV32Fp8) scale[j] = reinterpret_cast<const float*>(data + 512)[group];
+      else scale[j] = num::ue8m0_to_f32(data[576 + group]);
+      nope[j] = *reinterpret_cast<const uint4*>(data + part * 16);
+      live[j] = tile_data[tok] != nullptr;
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int c = tid + (i0 + j) * kThreads;
+      if (i0 + j >= kNopeIters || (kNope % kThreads != 0 && c >= kNope)) break;
+      const int tok = c / kChunksNope, part = c % kChunksNope;
       uint4 lo, hi;
-      dequant16_f32(*reinterpret_cast<const uint4*>(data + part * 16), s, lo, hi);
-      *reinterpret_cast<uint4*>(dst + part * 16) = lo;
-      *reinterpret_cast<uint4*>(dst + part * 16 + 8) = hi;
-    } else {
-      const int r = part - kChunksNope;
-      *reinterpret_cast<uint4*>(dst + T::kNope + r * 8) =
-          *reinterpret_cast<const uint4*>(data + T::kRopeOffset + r * 16);
+      dequant16_f32(nope[j], scale[j], lo, hi);
+      if (!live[j]) lo = hi = make_uint4(0, 0, 0, 0);
+      uint16_t* dst = keys + tok * kStride + part * 16;
+      *reinterpret_cast<uint4*>(dst) = lo;
+      *reinterpret_cast<uint4*>(dst + 8) = hi;
     }
   }
+  *reinterpret_cast<uint4*>(keys + rope_tok * kStride + T::kNope + rope_r * 8) =
+      rope_live ? rope : make_uint4(0, 0, 0, 0);
 }
 
 // A CTA's query rows under Geometry::pack. Row group `group` (the grid's row index) is r1 with the
@@ -305,8 +355,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
   constexpr bool kOverlap = kWide && !kDirect;
   using L = SmemLayout<kDqk, kDirect, kOverlap>;
-  // Key pointer buffers: tiles t, t + 1 and (overlapped) t + 2 are resolved at once.
-  constexpr int kPtrBufs = kOverlap ? 3 : 2;
+  // Key pointer buffers (SmemLayout::ptr_bufs says why tile t - 1's is kept).
+  constexpr int kPtrBufs = L::ptr_bufs;
 
   extern __shared__ __align__(16) uint8_t smem[];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem + L::q_off);
@@ -370,12 +420,25 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   for (int n = 0; n < 32; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
   // ---- Pipeline prologue: keys of tile 0 (now) and tile 1 (in flight), copies of tile 0.
-  auto locate = [&](int64_t tile, const uint8_t** data, const uint8_t** scale) {
+  // A tile's key pointers are found in two steps by the first warp: fetch() issues the one global
+  // load (the index or block-table entry, Source::raw_index) and resolve() turns it into pointers
+  // a whole iteration later, so that this warp, whose lateness every barrier waits for, does not
+  // wait out the load (sampling showed it there, ~5% of the kernel's stalls).
+  constexpr bool kSplitLocate = requires { src.raw_index(p.src, k_begin); };
+  int64_t pending_k = -1;     // candidate of this thread in the fetched tile; -1: none
+  int32_t pending_index = -1;
+  auto fetch = [&](int64_t tile) {
+    const int64_t k = k_begin + tile * kTileTokens + tid;
+    pending_k = tile < num_tiles && k < k_end ? k : -1;
+    if constexpr (kSplitLocate)
+      if (pending_k >= 0) pending_index = src.raw_index(p.src, pending_k);
+  };
+  auto resolve = [&](const uint8_t** data, const uint8_t** scale) {
     *data = nullptr;
     *scale = nullptr;
-    const int64_t k = k_begin + tile * kTileTokens + tid;
-    if (tile >= num_tiles || k >= k_end) return;
-    *data = src.locate(p.src, k, scale);
+    if (pending_k < 0) return;
+    if constexpr (kSplitLocate) *data = src.locate_index(p.src, pending_k, pending_index, scale);
+    else *data = src.locate(p.src, pending_k, scale);
   };
   // Starts the copies of the keys listed in pointer buffer `pbuf` into key / staging buffer `buf`.
   auto issue = [&](int pbuf, int buf) {
@@ -391,12 +454,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       dequantize_tile<kStorage, kDqk, L::raw_record, L::k_stride>(
           sData + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record, keys_out, tid);
   };
-  const uint8_t* pending_data = nullptr;
-  const uint8_t* pending_scale = nullptr;
   if constexpr (kOverlap) {
     // Tiles 0..2 resolved, the records of tiles 0 and 1 in flight, tile 0 dequantized.
     if (tid < kTileTokens)
-      for (int t = 0; t < 3; ++t) locate(t, &sData[t * kTileTokens + tid], &sScale[t * kTileTokens + tid]);
+      for (int t = 0; t < 3; ++t) {
+        fetch(t);
+        resolve(&sData[t * kTileTokens + tid], &sScale[t * kTileTokens + tid]);
+      }
     __syncthreads();
     issue(0, 0);
     cp_async_commit();
@@ -407,17 +471,19 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     dequantize(0, 0, sK);
   } else {
     if (tid < kTileTokens) {
-      locate(0, &sData[tid], &sScale[tid]);
-      locate(1, &pending_data, &pending_scale);
+      fetch(0);
+      resolve(&sData[tid], &sScale[tid]);
+      fetch(1);
     }
     __syncthreads();
     issue(0, 0);
     cp_async_commit();
   }
 
-  for (int64_t tile = 0; tile < num_tiles; ++tile) {
-    const int cur = static_cast<int>(tile % 2), nxt = cur ^ 1;
-    const int pcur = static_cast<int>(tile % kPtrBufs);
+  // (32-bit: a split holds fewer than 2^31 candidates.)
+  for (int tile = 0; tile < static_cast<int>(num_tiles); ++tile) {
+    const int cur = tile % 2, nxt = cur ^ 1;
+    const int pcur = tile % kPtrBufs;
     const uint8_t* const* tile_data = sData + pcur * kTileTokens;
     const uint16_t* keys = sK;
     if constexpr (kOverlap) {
@@ -426,21 +492,19 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       // tile t + 3.
       cp_async_wait<0>();
       __syncthreads();  // also: every warp is done with the previous tile's keys, P and staging
-      issue(static_cast<int>((tile + 2) % 3), cur);
+      issue((tile + 2) % kPtrBufs, cur);
       cp_async_commit();
-      if (tid < kTileTokens) locate(tile + 3, &pending_data, &pending_scale);
+      if (tid < kTileTokens) fetch(tile + 3);
       keys = sK + cur * kTileTokens * L::k_stride;
     } else {
-      // ---- 2a. Publish tile + 1's keys (their address loads were issued a tile ago), start its
-      // copies, and issue tile + 2's address loads.
-      if (tid < kTileTokens) {
-        sData[nxt * kTileTokens + tid] = pending_data;
-        sScale[nxt * kTileTokens + tid] = pending_scale;
-      }
+      // ---- 2a. Publish tile + 1's keys (their index loads were issued a tile ago), start its
+      // copies, and issue tile + 2's index loads.
+      const int pnxt = (tile + 1) % kPtrBufs;
+      if (tid < kTileTokens) resolve(&sData[pnxt * kTileTokens + tid], &sScale[pnxt * kTileTokens + tid]);
       __syncthreads();  // also: every warp is done with the previous tile's keys, P and staging
-      issue(nxt, nxt);
+      issue(pnxt, nxt);
       cp_async_commit();
-      if (tid < kTileTokens) locate(tile + 2, &pending_data, &pending_scale);
+      if (tid < kTileTokens) fetch(tile + 2);
       cp_async_wait<1>();  // this thread's copies of the current tile have landed
       __syncthreads();     // and everyone else's
 
@@ -448,7 +512,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       if constexpr (kDirect) {
         keys = sK + cur * kTileTokens * L::k_stride;
       } else {
-        dequantize(cur, cur, sK);
+        dequantize(pcur, cur, sK);
         __syncthreads();
       }
     }
@@ -458,20 +522,28 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     if (active) {
       const uint16_t* qa = sQ + (mt * 16 + (lane % 16)) * L::q_stride + (lane / 16) * 8;
       const uint16_t* kb = keys + (nh * 16 + (lane % 8) + (lane / 16) * 8) * L::k_stride + ((lane / 8) % 2) * 8;
-      // Two accumulator pairs (even and odd k-steps) halve the dependent MMA chain.
+      // Two accumulator pairs (even and odd k-steps) halve the dependent MMA chain. The loop is
+      // unrolled whole and the fragments of k-step s + kAhead are loaded before step s multiplies
+      // (ptxas, short of registers, brings that to about one step ahead): the rolled loop this
+      // replaces made every other step wait out the ldmatrix latency before its first MMA (the
+      // kernel's largest stall by sampling, ~9% of its time on one instruction).
+      constexpr int kSteps = kDqk / 16, kAhead = 2, kBufs = kAhead + 1;
       float sc2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      static_assert(kDqk % 32 == 0, "k-steps come in pairs");
-#pragma unroll 2
-      for (int kk = 0; kk < kDqk; kk += 32) {
-        uint32_t a[4], bq[4], a2[4], bq2[4];
-        ldmatrix_x4(a, qa + kk);
-        ldmatrix_x4(bq, kb + kk);
-        ldmatrix_x4(a2, qa + kk + 16);
-        ldmatrix_x4(bq2, kb + kk + 16);
-        mma_16816<kF16>(sc[0], a, bq[0], bq[1]);
-        mma_16816<kF16>(sc[1], a, bq[2], bq[3]);
-        mma_16816<kF16>(sc2[0], a2, bq2[0], bq2[1]);
-        mma_16816<kF16>(sc2[1], a2, bq2[2], bq2[3]);
+      uint32_t fa[kBufs][4], fb[kBufs][4];
+#pragma unroll
+      for (int s = 0; s < kAhead; ++s) {
+        ldmatrix_x4(fa[s], qa + s * 16);
+        ldmatrix_x4(fb[s], kb + s * 16);
+      }
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        if (s + kAhead < kSteps) {
+          ldmatrix_x4(fa[(s + kAhead) % kBufs], qa + (s + kAhead) * 16);
+          ldmatrix_x4(fb[(s + kAhead) % kBufs], kb + (s + kAhead) * 16);
+        }
+        float(&d)[2][4] = s % 2 ? sc2 : sc;
+        mma_16816<kF16>(d[0], fa[s % kBufs], fb[s % kBufs][0], fb[s % kBufs][1]);
+        mma_16816<kF16>(d[1], fa[s % kBufs], fb[s % kBufs][2], fb[s % kBufs][3]);
       }
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -481,7 +553,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
     // ---- 3b. Overlapped: dequantize tile t + 1 into the other key tile while other warps still
     // multiply.
-    if constexpr (kOverlap) dequantize(static_cast<int>((tile + 1) % 3), nxt, sK + nxt * kTileTokens * L::k_stride);
+    if constexpr (kOverlap) dequantize((tile + 1) % kPtrBufs, nxt, sK + nxt * kTileTokens * L::k_stride);
 
     // ---- 4. Online softmax (log2 domain). Element e of tile nt: row gr + 8 (e / 2), token
     // 16 nh + 8 nt + 2 t4 + (e % 2).
@@ -491,7 +563,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int tok = nh * 16 + nt * 8 + 2 * t4 + (e % 2);
-        const bool seen = tile_data[tok] && (!Source::kPacksRows || tile * kTileTokens + tok < row_lim[e / 2]);
+        const bool seen = tile_data[tok] && (!Source::kPacksRows || int64_t{tile} * kTileTokens + tok < row_lim[e / 2]);
         const float v = seen ? sc[nt][e] * scale_log2 : -INFINITY;
         sc[nt][e] = v;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
@@ -505,7 +577,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       sMax[nh * kHeadsPerCta + mt * 16 + gr] = tile_max[0];
       sMax[nh * kHeadsPerCta + mt * 16 + gr + 8] = tile_max[1];
     }
-    __syncthreads();
+    pair_sync(mt);
     float alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -528,14 +600,20 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       *reinterpret_cast<uint32_t*>(sP + (mt * 16 + gr) * L::p_stride + col) = pack2<kF16>(prob[0], prob[1]);
       *reinterpret_cast<uint32_t*>(sP + (mt * 16 + gr + 8) * L::p_stride + col) = pack2<kF16>(prob[2], prob[3]);
     }
+    // O's rescale (128 multiplies per thread, as many warp instructions as the tile's MMAs) is
+    // skipped by warps whose rows all kept their maximum, as it mostly is once a row has seen its
+    // largest scores: x * 1 is x for every number x and a NaN stays a NaN, so the output is
+    // unchanged (bf16 and f16 outputs carry NaN as the canonical NaN either way).
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-    for (int n = 0; n < 32; ++n) {
-      acc[n][0] *= alpha[0];
-      acc[n][1] *= alpha[0];
-      acc[n][2] *= alpha[1];
-      acc[n][3] *= alpha[1];
+      for (int n = 0; n < 32; ++n) {
+        acc[n][0] *= alpha[0];
+        acc[n][1] *= alpha[0];
+        acc[n][2] *= alpha[1];
+        acc[n][3] *= alpha[1];
+      }
     }
-    __syncthreads();
+    pair_sync(mt);
 
     // ---- 5. O += P V for heads 16 mt.. and dims 256 nh.. (32 n8 tiles).
 #pragma unroll
@@ -552,13 +630,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         mma_16816<kF16>(acc[n + 1], a, b[2], b[3]);
       }
     }
-    // Overlapped: tile t's pointers are no longer read (its masking is done); tile t + 3's take
-    // their place, visible after the next iteration's first barrier.
-    if constexpr (kOverlap)
-      if (tid < kTileTokens) {
-        sData[pcur * kTileTokens + tid] = pending_data;
-        sScale[pcur * kTileTokens + tid] = pending_scale;
-      }
+    // Overlapped: tile t + 3's pointers go to the buffer tile t - 1 used (its last readers, the
+    // softmax of tile t - 1, are behind this iteration's first barrier; tile t's may still be read
+    // by other pairs), visible after the next iteration's first barrier.
+    if constexpr (kOverlap) {
+      const int p3 = (tile + 3) % kPtrBufs;
+      if (tid < kTileTokens) resolve(&sData[p3 * kTileTokens + tid], &sScale[p3 * kTileTokens + tid]);
+    }
   }
 
   cp_async_wait<0>();  // no copy may outlive the CTA's shared memory

@@ -47,11 +47,20 @@ struct DenseSource {
 
   __device__ int64_t candidates() const { return visible; }
 
+  // locate() in two steps (as the sparse decode Source): raw_index() is the one memory access (the
+  // block-table entry of candidate k's page), locate_index() the rest, so that a kernel can issue
+  // the load early and use it later. k < max_pages * P < 2^31 (checked on the host), so 32-bit
+  // division suffices.
+  __device__ int32_t raw_index(const Args& a, int64_t k) const {
+    const uint32_t blk = static_cast<uint32_t>(k) / static_cast<uint32_t>(a.page_size);
+    return a.block_table[i * a.stride_block_table_b + blk];
+  }
   __device__ const uint8_t* locate(const Args& a, int64_t k, const uint8_t** scale) const {
-    // k < max_pages * P < 2^31 (checked on the host), so 32-bit division suffices.
+    return locate_index(a, k, raw_index(a, k), scale);
+  }
+  __device__ const uint8_t* locate_index(const Args& a, int64_t k, int32_t page, const uint8_t** scale) const {
     const uint32_t P = static_cast<uint32_t>(a.page_size);
-    const uint32_t blk = static_cast<uint32_t>(k) / P, tok = static_cast<uint32_t>(k) - blk * P;
-    const int32_t page = a.block_table[i * a.stride_block_table_b + blk];
+    const uint32_t tok = static_cast<uint32_t>(k) % P;
     // A block-table entry outside the cache makes its tokens unattended: never read.
     if (page < 0 || page >= a.num_pages) return nullptr;
     const uint8_t* data = a.base + page * a.stride_page_bytes + tok * a.stride_token_bytes +

@@ -56,10 +56,15 @@ struct PrefillSource {
 
   __device__ int64_t candidates() const { return count; }
 
-  __device__ const uint8_t* locate(const Args& a, int64_t k, const uint8_t** /*scale*/) const {
-    const int64_t idx = a.indices[t * a.stride_indices_s + k];
+  // locate() in two steps (as the sparse decode Source): raw_index() is the one memory access,
+  // locate_index() the rest, so that a kernel can issue the load early and use it later.
+  __device__ int32_t raw_index(const Args& a, int64_t k) const { return a.indices[t * a.stride_indices_s + k]; }
+  __device__ const uint8_t* locate_index(const Args& a, int64_t /*k*/, int32_t idx, const uint8_t** /*scale*/) const {
     if (idx < 0 || idx >= seg_len) return nullptr;
     return a.kv + (seg_begin + idx) * a.stride_kv_bytes;
+  }
+  __device__ const uint8_t* locate(const Args& a, int64_t k, const uint8_t** scale) const {
+    return locate_index(a, k, raw_index(a, k), scale);
   }
 };
 
