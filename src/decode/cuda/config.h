@@ -25,16 +25,15 @@ inline constexpr int kRowPad = 8;
 // Splits hold whole blocks of this many candidates (the planner's unit).
 inline constexpr int kSplitUnit = 64;
 // CTAs resident per SM. One: the O accumulator alone is 128 registers per thread and the kernel
-// uses ~240 (x 256 threads = 61,440 of 65,536), and v32_fp8 needs 157 KB of shared memory (194 KB
-// wide) of an SM's 228 KB. The kernel's __launch_bounds__ and the split planner (plan_decode:
+// uses 240-255 (x 256 threads: up to 65,280 of 65,536), and v32_fp8 needs 158 KB of shared memory
+// (195 KB wide) of an SM's 228 KB. The kernel's __launch_bounds__ and the split planner (plan_decode:
 // CTAs run in waves of num_sms * kCtasPerSm) both read it.
 inline constexpr int kCtasPerSm = 1;
 
 // Shared memory of one CTA. Quantized keys are staged as raw records and dequantized into one key
 // tile (kOverlap false) or, where the device has the room, into two key tiles so that the next
-// tile is dequantized while the current one is multiplied (kOverlap true; three key-pointer
-// buffers then, for tiles t, t + 1 and t + 2). 16-bit keys (kDirect) are copied straight into two
-// key tiles.
+// tile is dequantized while the current one is multiplied (kOverlap true). 16-bit keys (kDirect)
+// are copied straight into two key tiles.
 template <int kDqk, bool kDirect, bool kOverlap = false>
 struct SmemLayout {
   static constexpr int q_stride = kDqk + kRowPad;            // 16-bit elements per Q row
@@ -45,9 +44,12 @@ struct SmemLayout {
   static constexpr int p_bytes = kHeadsPerCta * p_stride * 2;
   static constexpr int red_bytes = 2 * 2 * kHeadsPerCta * 4;  // [max|sum][n-half][head] fp32
   // Key pointers of a tile: data and scale bytes, null when not attended. Buffers for tiles t - 1
-  // .. t + 1 (t - 1 .. t + 2 overlapped): a tile's pointers are read by the softmax of every head
-  // tile's warp pair, which within a tile wait only for each other (pair_sync), so the pointers
-  // of tile t + 1 (t + 3) may not take the place of tile t's until the next CTA-wide barrier.
+  // .. t + 1 (t - 1 .. t + 2 overlapped). A tile's pointers are read by the softmax of every head
+  // tile's warp pair, and within a tile the pairs wait only for each other (pair_sync), so a
+  // buffer is reused only once every pair is past the CTA-wide barrier that follows its tile's
+  // softmax: overlapped, tile t + 3's pointers are written late in iteration t, while other pairs
+  // may still read tile t's; otherwise tile t + 1's are written before iteration t's first
+  // barrier, while other pairs may still read tile t - 1's.
   static constexpr int ptr_bufs = kOverlap ? 4 : 3;
   static constexpr int slot_bytes = ptr_bufs * 2 * kTileTokens * 8;
   // Raw records of the next tile land here by cp.async while the current tile is computed; a

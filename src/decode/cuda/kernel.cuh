@@ -180,8 +180,8 @@ __device__ __forceinline__ void issue_record_copies(const uint8_t* const* data,
   constexpr int kTotal = kTileTokens * kPerToken;
   constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
   // A fixed trip count, unrolled, with every pointer read before the first copy is issued: one
-  // shared-memory round trip for the tile instead of one per copy (the compiler cannot move these
-  // reads across the copies, which write shared memory).
+  // shared-memory round trip for the tile instead of one per copy (the rolled loop waited on each
+  // read before its copy).
   const uint8_t* src[kIters];
 #pragma unroll
   for (int i = 0; i < kIters; ++i) {
@@ -238,9 +238,8 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
   constexpr int kChunksNope = T::kNope / 16;  // 16 e4m3 bytes per chunk
   constexpr int kChunksRope = 64 * 2 / 16;    // 8 bf16 per chunk
   static_assert(T::kNope + 64 == kDqk, "NoPE + RoPE dims");
-  constexpr int kNope = kTileTokens * kChunksNope, kNopeIters = (kNope + kThreads - 1) / kThreads;
-  constexpr int kRope = kTileTokens * kChunksRope;
-  static_assert(kRope == kThreads, "one RoPE chunk per thread");
+  constexpr int kNopeTotal = kTileTokens * kChunksNope, kNopeIters = (kNopeTotal + kThreads - 1) / kThreads;
+  static_assert(kTileTokens * kChunksRope == kThreads, "one RoPE chunk per thread");
   // The loads of kBatch chunks first, then their conversions and stores (the compiler cannot move
   // loads across the stores, which may alias them); two at a time keeps the overlapped kernel,
   // where O's 128 accumulators are live, within its registers.
@@ -255,7 +254,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
     bool live[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      const int c = min(tid + (i0 + j) * kThreads, kNope - 1);  // past the end: a repeat, not stored
+      const int c = min(tid + (i0 + j) * kThreads, kNopeTotal - 1);  // past the end: a repeat, not stored
       const int tok = c / kChunksNope, part = c % kChunksNope;
       const uint8_t* data = raw_tile + tok * kRawRecord;
       const int group = part * 16 / T::kGroup;
@@ -267,7 +266,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int c = tid + (i0 + j) * kThreads;
-      if (i0 + j >= kNopeIters || (kNope % kThreads != 0 && c >= kNope)) break;
+      if (i0 + j >= kNopeIters || (kNopeTotal % kThreads != 0 && c >= kNopeTotal)) break;
       const int tok = c / kChunksNope, part = c % kChunksNope;
       uint4 lo, hi;
       dequant16_f32(nope[j], scale[j], lo, hi);
@@ -340,6 +339,12 @@ struct PackedRows {
 //                                             the host planned for: keys_per_split * num_splits)
 //   __device__ const uint8_t* locate(const Args&, int64_t k, const uint8_t** scale) const;
 //                                             the key bytes of candidate k, null if not attended
+//   optional, used when present (all three Sources have them):
+//   __device__ int32_t raw_index(const Args&, int64_t k) const;
+//                                             locate()'s one global load (an index or block-table
+//                                             entry), issued a tile before it is used
+//   __device__ const uint8_t* locate_index(const Args&, int64_t k, int32_t raw, const uint8_t** scale) const;
+//                                             the rest of locate(), no memory access
 //
 // kWide (quantized storage only, for devices with more than 163 KB of shared memory per CTA): two
 // key tiles, so the records of tile t + 1 are dequantized while tile t is multiplied. Dequantization
@@ -488,8 +493,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     const uint16_t* keys = sK;
     if constexpr (kOverlap) {
       // ---- 2. Tile t + 1's records have landed (and tile t was dequantized during the previous
-      // iteration); start tile t + 2's copies into the staging buffer tile t used, and resolve
-      // tile t + 3.
+      // iteration); start tile t + 2's copies into the staging buffer tile t used, and issue tile
+      // t + 3's index loads (resolved at the end of the iteration).
       cp_async_wait<0>();
       __syncthreads();  // also: every warp is done with the previous tile's keys, P and staging
       issue((tile + 2) % kPtrBufs, cur);

@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     // The eight part-0 lanes resolve their tokens (index loads, 32-bit divisions) and pass the
     // pointers to the other three lanes of the token; lane 0 stores the warp's attended bits as byte
     // q of the block's word h (every byte is rewritten each block, so no clearing is needed).
-    // Sources that split locate() (sparse decode) have their index loads issued a block earlier
+    // Sources that split locate() (all three) have their index loads issued a block earlier
     // still: `idx` holds block n + 3's raw indices (part-0 lanes) while block n is dequantized, so
     // that resolving block n + 2 waits on no memory.
     constexpr bool kSplitLocate = requires { src.raw_index(p.src, k_begin); };
