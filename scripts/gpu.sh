@@ -3,6 +3,7 @@
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
 #   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
+#   [racecheck_portable]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -99,6 +100,15 @@ if has racecheck; then
   timeout 200 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
     --gtest_filter="${LKV_RACECHECK_FILTER:-DecodeCuda.CornerCases:DecodeCuda.Sm90PairsAgreeBitwiseWithSingleCtas}" >"$OUT/racecheck.log" 2>&1
   note "racecheck rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
+fi
+
+# racecheck_portable: the same check on the portable kernel alone, both shared-memory layouts
+# (wide: dequantization overlapped with the products; narrow: the A100 one), sparse decode's
+# v32_fp8 / v4_fp8 records and dense decode's bf16 / v32_fp8 pages; these tests run no sm90 kernel.
+if has racecheck_portable; then
+  timeout 300 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
+    --gtest_filter='DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise' >"$OUT/racecheck-portable.log" 2>&1
+  note "racecheck (portable) rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck-portable.log" | tail -1)"
 fi
 
 if has reference; then
