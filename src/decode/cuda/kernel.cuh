@@ -339,7 +339,8 @@ struct PackedRows {
 //                                             the host planned for: keys_per_split * num_splits)
 //   __device__ const uint8_t* locate(const Args&, int64_t k, const uint8_t** scale) const;
 //                                             the key bytes of candidate k, null if not attended
-//   optional, used when present (all three Sources have them):
+//                                             (the sm90 kernels' lookup; this kernel uses the two
+//                                             steps below)
 //   __device__ int32_t raw_index(const Args&, int64_t k) const;
 //                                             locate()'s one global load (an index or block-table
 //                                             entry), issued a tile before it is used
@@ -429,21 +430,17 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // load (the index or block-table entry, Source::raw_index) and resolve() turns it into pointers
   // a whole iteration later, so that this warp, whose lateness every barrier waits for, does not
   // wait out the load (sampling showed it there, ~5% of the kernel's stalls).
-  constexpr bool kSplitLocate = requires { src.raw_index(p.src, k_begin); };
   int64_t pending_k = -1;     // candidate of this thread in the fetched tile; -1: none
   int32_t pending_index = -1;
   auto fetch = [&](int64_t tile) {
     const int64_t k = k_begin + tile * kTileTokens + tid;
     pending_k = tile < num_tiles && k < k_end ? k : -1;
-    if constexpr (kSplitLocate)
-      if (pending_k >= 0) pending_index = src.raw_index(p.src, pending_k);
+    if (pending_k >= 0) pending_index = src.raw_index(p.src, pending_k);
   };
   auto resolve = [&](const uint8_t** data, const uint8_t** scale) {
     *data = nullptr;
     *scale = nullptr;
-    if (pending_k < 0) return;
-    if constexpr (kSplitLocate) *data = src.locate_index(p.src, pending_k, pending_index, scale);
-    else *data = src.locate(p.src, pending_k, scale);
+    if (pending_k >= 0) *data = src.locate_index(p.src, pending_k, pending_index, scale);
   };
   // Starts the copies of the keys listed in pointer buffer `pbuf` into key / staging buffer `buf`.
   auto issue = [&](int pbuf, int buf) {

@@ -55,12 +55,19 @@ struct DenseSource {
     const uint32_t blk = static_cast<uint32_t>(k) / static_cast<uint32_t>(a.page_size);
     return a.block_table[i * a.stride_block_table_b + blk];
   }
-  __device__ const uint8_t* locate(const Args& a, int64_t k, const uint8_t** scale) const {
-    return locate_index(a, k, raw_index(a, k), scale);
-  }
   __device__ const uint8_t* locate_index(const Args& a, int64_t k, int32_t page, const uint8_t** scale) const {
+    return at(a, page, static_cast<uint32_t>(k) % static_cast<uint32_t>(a.page_size), scale);
+  }
+  // Both steps at once: one division gives the block and the token within it.
+  __device__ const uint8_t* locate(const Args& a, int64_t k, const uint8_t** scale) const {
     const uint32_t P = static_cast<uint32_t>(a.page_size);
-    const uint32_t tok = static_cast<uint32_t>(k) % P;
+    const uint32_t blk = static_cast<uint32_t>(k) / P, tok = static_cast<uint32_t>(k) - blk * P;
+    return at(a, a.block_table[i * a.stride_block_table_b + blk], tok, scale);
+  }
+
+ private:
+  // Token tok of page `page` (a block-table entry).
+  __device__ const uint8_t* at(const Args& a, int32_t page, uint32_t tok, const uint8_t** scale) const {
     // A block-table entry outside the cache makes its tokens unattended: never read.
     if (page < 0 || page >= a.num_pages) return nullptr;
     const uint8_t* data = a.base + page * a.stride_page_bytes + tok * a.stride_token_bytes +
