@@ -498,6 +498,21 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       cp_async_commit();
       if (tid < kTileTokens) fetch(tile + 3);
       keys = sK + cur * kTileTokens * L::k_stride;
+    } else if constexpr (kDirect) {
+      // ---- 2. 16-bit keys: one barrier per tile. The first warp publishes tile t + 1's pointers;
+      // each thread waits for its own copies of tile t (issued in the previous iteration or the
+      // prologue); the barrier makes everyone's copies visible, publishes the pointers and tells
+      // that every warp is done with the key tile that tile t + 1 goes to; then tile t + 1's
+      // copies start and tile t + 2's index loads are issued. (Only tile t's copies are in flight
+      // at the wait, where the two-barrier form had tile t + 1's too.)
+      const int pnxt = (tile + 1) % kPtrBufs;
+      if (tid < kTileTokens) resolve(&sData[pnxt * kTileTokens + tid], &sScale[pnxt * kTileTokens + tid]);
+      cp_async_wait<0>();
+      __syncthreads();
+      issue(pnxt, nxt);
+      cp_async_commit();
+      if (tid < kTileTokens) fetch(tile + 2);
+      keys = sK + cur * kTileTokens * L::k_stride;
     } else {
       // ---- 2a. Publish tile + 1's keys (their index loads were issued a tile ago), start its
       // copies, and issue tile + 2's index loads.
@@ -510,13 +525,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       cp_async_wait<1>();  // this thread's copies of the current tile have landed
       __syncthreads();     // and everyone else's
 
-      // ---- 2b. Quantized storage: dequantize the current tile's records into the key tile.
-      if constexpr (kDirect) {
-        keys = sK + cur * kTileTokens * L::k_stride;
-      } else {
-        dequantize(pcur, cur, sK);
-        __syncthreads();
-      }
+      // ---- 2b. Dequantize the current tile's records into the key tile.
+      dequantize(pcur, cur, sK);
+      __syncthreads();
     }
 
     // ---- 3. S = Q K^T for heads 16 mt.. and tokens 16 nh.. (two n8 tiles).
