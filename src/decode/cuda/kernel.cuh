@@ -17,7 +17,9 @@
 //      memory latency stays off the critical path: the key addresses of tile t + 2 and the bytes of
 //      tile t + 1 are in flight while tile t is computed.
 //   3. S = Q K^T with tensor-core MMAs (m16n8k16, fp32 accumulation); warp w computes rows
-//      16 (w / 2).. for tokens 16 (w % 2)..; masked tokens get -inf.
+//      16 (w / 2).. for all 32 tokens over half (w % 2) of d_qk, and the two warps of a head tile
+//      swap partial sums so that warp w holds the scores of tokens 16 (w % 2)..; masked tokens get
+//      -inf.
 //   4. Online softmax in the log2 domain: the two warps sharing a head block exchange their row
 //      maxima through shared memory, rescale, and write P (16-bit) to shared memory. Within a tile
 //      only those two warps wait for each other (pair_sync); the CTA-wide barriers of step 2 order
@@ -367,7 +369,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   extern __shared__ __align__(16) uint8_t smem[];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem + L::q_off);
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem + L::k_off);  // [1 or 2][32][k_stride]
-  uint16_t* sP = reinterpret_cast<uint16_t*>(smem + L::p_off);
   float* sMax = reinterpret_cast<float*>(smem + L::red_off);  // [2][64]
   float* sSum = sMax + 2 * kHeadsPerCta;                      // [2][64]
   // [kPtrBufs][32] data pointers, then [kPtrBufs][32] scale pointers
@@ -382,6 +383,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // different SM sub-partitions (warp w issues on sub-partition w % 4) and their MMAs run on
   // different tensor cores: with h_q 16, warps 0 and 1 rather than 0 and 4 (one sub-partition).
   const int mt = warp / 2, nh = warp % 2;
+  // This pair's P rows (16 x p_stride), first used for the exchange of partial scores.
+  uint16_t* sPair = reinterpret_cast<uint16_t*>(smem + L::p_off + mt * L::pair_bytes);
   const int gr = lane / 4, t4 = lane % 4;  // MMA fragment row group and column pair
   const int64_t split = blockIdx.z;
   const PackedRows<Source::kPacksRows> pr(g, blockIdx.x);  // the CTA's request r1 and queries (one unless packing)
@@ -530,43 +533,69 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       __syncthreads();
     }
 
-    // ---- 3. S = Q K^T for heads 16 mt.. and tokens 16 nh.. (two n8 tiles).
-    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    if (active) {
-      const uint16_t* qa = sQ + (mt * 16 + (lane % 16)) * L::q_stride + (lane / 16) * 8;
-      const uint16_t* kb = keys + (nh * 16 + (lane % 8) + (lane / 16) * 8) * L::k_stride + ((lane / 8) % 2) * 8;
-      // Two accumulator pairs (even and odd k-steps) halve the dependent MMA chain. The loop is
-      // unrolled whole and the fragments of k-step s + kAhead are loaded before step s multiplies
-      // (ptxas, short of registers, brings that to about one step ahead): the rolled loop this
-      // replaces made every other step wait out the ldmatrix latency before its first MMA (the
-      // kernel's largest stall by sampling, ~9% of its time on one instruction).
-      constexpr int kSteps = kDqk / 16, kAhead = 2, kBufs = kAhead + 1;
-      float sc2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      uint32_t fa[kBufs][4], fb[kBufs][4];
+    // ---- 3. S = Q K^T for heads 16 mt.., all 32 tokens (four n8 tiles), over half nh of d_qk;
+    // the pair then swaps partial sums so that each warp holds its 16 tokens' full scores (3c).
+    // Splitting d_qk rather than the tokens halves the pair's Q fragment loads (each warp reads
+    // only its half of Q's columns): a quarter fewer ldmatrix in the product, for a 1 KB exchange.
+    float part[4][4];
 #pragma unroll
-      for (int s = 0; s < kAhead; ++s) {
-        ldmatrix_x4(fa[s], qa + s * 16);
-        ldmatrix_x4(fb[s], kb + s * 16);
-      }
+    for (int nt = 0; nt < 4; ++nt) part[nt][0] = part[nt][1] = part[nt][2] = part[nt][3] = 0.0f;
+    if (active) {
+      constexpr int kSteps = kDqk / 32;  // k-steps per half
+      static_assert(kDqk % 32 == 0, "d_qk splits into two halves of whole k-steps");
+      const int k0 = nh * kSteps * 16;
+      const uint16_t* qa = sQ + (mt * 16 + (lane % 16)) * L::q_stride + (lane / 16) * 8 + k0;
+      const uint16_t* kb = keys + ((lane % 8) + (lane / 16) * 8) * L::k_stride + ((lane / 8) % 2) * 8 + k0;
+      // Four independent accumulator chains (one per n8 tile). The loop is unrolled whole and the
+      // fragments of k-step s + kAhead are loaded before step s multiplies: a rolled loop made
+      // every step wait out the ldmatrix latency before its first MMA (the kernel's largest stall
+      // by sampling, ~9% of its time on one instruction).
+      constexpr int kAhead = 2, kBufs = kAhead + 1;
+      uint32_t fa[kBufs][4], fb[kBufs][2][4];
+      auto load = [&](int buf, int s) {
+        ldmatrix_x4(fa[buf], qa + s * 16);
+        ldmatrix_x4(fb[buf][0], kb + s * 16);
+        ldmatrix_x4(fb[buf][1], kb + 16 * L::k_stride + s * 16);
+      };
+#pragma unroll
+      for (int s = 0; s < kAhead; ++s) load(s, s);
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
-        if (s + kAhead < kSteps) {
-          ldmatrix_x4(fa[(s + kAhead) % kBufs], qa + (s + kAhead) * 16);
-          ldmatrix_x4(fb[(s + kAhead) % kBufs], kb + (s + kAhead) * 16);
-        }
-        float(&d)[2][4] = s % 2 ? sc2 : sc;
-        mma_16816<kF16>(d[0], fa[s % kBufs], fb[s % kBufs][0], fb[s % kBufs][1]);
-        mma_16816<kF16>(d[1], fa[s % kBufs], fb[s % kBufs][2], fb[s % kBufs][3]);
+        if (s + kAhead < kSteps) load((s + kAhead) % kBufs, s + kAhead);
+        const int b = s % kBufs;
+        mma_16816<kF16>(part[0], fa[b], fb[b][0][0], fb[b][0][1]);
+        mma_16816<kF16>(part[1], fa[b], fb[b][0][2], fb[b][0][3]);
+        mma_16816<kF16>(part[2], fa[b], fb[b][1][0], fb[b][1][1]);
+        mma_16816<kF16>(part[3], fa[b], fb[b][1][2], fb[b][1][3]);
       }
+    }
+    // The other warp's two n8 tiles go to the pair's exchange area (the P rows, free since the
+    // iteration's first barrier: the pair's previous P was last read before it), lane-major so
+    // that each float4 store and load of a warp covers 512 contiguous bytes.
+    float4* xchg = reinterpret_cast<float4*>(sPair);  // [2 writers][2 tiles][32 lanes]
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sc[nt][e] += sc2[nt][e];
+    for (int j = 0; j < 2; ++j) {
+      const float(&o)[4] = part[2 * (1 - nh) + j];
+      xchg[(nh * 2 + j) * 32 + lane] = make_float4(o[0], o[1], o[2], o[3]);
     }
 
     // ---- 3b. Overlapped: dequantize tile t + 1 into the other key tile while other warps still
     // multiply.
     if constexpr (kOverlap) dequantize((tile + 1) % kPtrBufs, nxt, sK + nxt * kTileTokens * L::k_stride);
+
+    // ---- 3c. Full scores of this warp's tokens: its own half-sum plus the other warp's (fp32
+    // addition commutes, so the order of the halves does not matter: the result is deterministic).
+    pair_sync(mt);
+    float sc[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const float4 o = xchg[((1 - nh) * 2 + j) * 32 + lane];
+      const float(&mine)[4] = part[2 * nh + j];
+      sc[j][0] = mine[0] + o.x;
+      sc[j][1] = mine[1] + o.y;
+      sc[j][2] = mine[2] + o.z;
+      sc[j][3] = mine[3] + o.w;
+    }
 
     // ---- 4. Online softmax (log2 domain). Element e of tile nt: row gr + 8 (e / 2), token
     // 16 nh + 8 nt + 2 t4 + (e % 2).
@@ -610,8 +639,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         row_sum[e / 2] += prob[e];
       }
       const int col = nh * 16 + nt * 8 + 2 * t4;
-      *reinterpret_cast<uint32_t*>(sP + (mt * 16 + gr) * L::p_stride + col) = pack2<kF16>(prob[0], prob[1]);
-      *reinterpret_cast<uint32_t*>(sP + (mt * 16 + gr + 8) * L::p_stride + col) = pack2<kF16>(prob[2], prob[3]);
+      *reinterpret_cast<uint32_t*>(sPair + gr * L::p_stride + col) = pack2<kF16>(prob[0], prob[1]);
+      *reinterpret_cast<uint32_t*>(sPair + (gr + 8) * L::p_stride + col) = pack2<kF16>(prob[2], prob[3]);
     }
     // O's rescale (128 multiplies per thread, as many warp instructions as the tile's MMAs) is
     // skipped by warps whose rows all kept their maximum, as it mostly is once a row has seen its
@@ -633,7 +662,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     for (int kk = 0; kk < kTileTokens; kk += 16) {
       if (!active) break;
       uint32_t a[4];
-      ldmatrix_x4(a, sP + (mt * 16 + (lane % 16)) * L::p_stride + kk + (lane / 16) * 8);
+      ldmatrix_x4(a, sPair + (lane % 16) * L::p_stride + kk + (lane / 16) * 8);
       const uint16_t* vb = keys + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
 #pragma unroll
       for (int n = 0; n < 32; n += 2) {
