@@ -41,9 +41,12 @@ struct SmemLayout {
   static constexpr int p_stride = kTileTokens + kRowPad;     // 16-bit elements per P row
   static constexpr int q_bytes = kHeadsPerCta * q_stride * 2;
   static constexpr int k_bytes = (kDirect || kOverlap ? 2 : 1) * kTileTokens * k_stride * 2;
-  // Per head tile (warp pair): its 16 rows of P, which first hold the pair's exchange of partial
-  // scores (each warp's sums over its half of d_qk for the other warp's 16 tokens: 16 x 16 fp32).
-  static constexpr int pair_bytes = (16 * p_stride * 2 > 2 * 16 * 16 * 4) ? 16 * p_stride * 2 : 2 * 16 * 16 * 4;
+  // Per head tile (warp pair): its 16 rows of P; quantized storage first keeps the pair's exchange
+  // of partial scores there (kernel.cuh, score_dqk_half: each warp's sums over its half of d_qk for
+  // the other warp's 16 tokens, 16 x 16 fp32 each).
+  static constexpr int p_rows_bytes = 16 * p_stride * 2;
+  static constexpr int xchg_bytes = kDirect ? 0 : 2 * 16 * 16 * 4;
+  static constexpr int pair_bytes = p_rows_bytes > xchg_bytes ? p_rows_bytes : xchg_bytes;
   static constexpr int p_bytes = (kHeadsPerCta / 16) * pair_bytes;
   static constexpr int red_bytes = 2 * 2 * kHeadsPerCta * 4;  // [max|sum][n-half][head] fp32
   // Key pointers of a tile: data and scale bytes, null when not attended. Buffers for tiles t - 1

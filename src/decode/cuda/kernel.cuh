@@ -147,6 +147,81 @@ __device__ __forceinline__ void dequant16_f32(const uint4 raw, float s, uint4& l
   hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
+// ---- score products -----------------------------------------------------------------------------
+// S = Q K^T for the 16 rows of head tile mt against a tile of 32 keys, in one of two shapes for the
+// two warps (nh) of the head tile. The loops are unrolled whole and the fragments of k-step
+// s + kAhead are loaded before step s multiplies: a rolled loop made every step wait out the
+// ldmatrix latency before its first MMA (the kernel's largest stall by sampling, ~9% of its time
+// on one instruction). ptxas, short of registers, brings the loads to about one step ahead.
+//
+// Tokens 16 nh.. over all of d_qk (two n8 tiles; sc[nt][e]: row gr + 8 (e / 2), token
+// 16 nh + 8 nt + 2 t4 + (e % 2)). Two accumulator pairs (even and odd k-steps) halve the dependent
+// MMA chain.
+template <bool kF16, int kDqk, int kQStride, int kKStride>
+__device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint16_t* sQ, const uint16_t* keys,
+                                                  int mt, int nh, int lane) {
+  const uint16_t* qa = sQ + (mt * 16 + (lane % 16)) * kQStride + (lane / 16) * 8;
+  const uint16_t* kb = keys + (nh * 16 + (lane % 8) + (lane / 16) * 8) * kKStride + ((lane / 8) % 2) * 8;
+  constexpr int kSteps = kDqk / 16, kAhead = 2, kBufs = kAhead + 1;
+  float sc2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  uint32_t fa[kBufs][4], fb[kBufs][4];
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) {
+    ldmatrix_x4(fa[s], qa + s * 16);
+    ldmatrix_x4(fb[s], kb + s * 16);
+  }
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    if (s + kAhead < kSteps) {
+      ldmatrix_x4(fa[(s + kAhead) % kBufs], qa + (s + kAhead) * 16);
+      ldmatrix_x4(fb[(s + kAhead) % kBufs], kb + (s + kAhead) * 16);
+    }
+    float(&d)[2][4] = s % 2 ? sc2 : sc;
+    mma_16816<kF16>(d[0], fa[s % kBufs], fb[s % kBufs][0], fb[s % kBufs][1]);
+    mma_16816<kF16>(d[1], fa[s % kBufs], fb[s % kBufs][2], fb[s % kBufs][3]);
+  }
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sc[nt][e] += sc2[nt][e];
+}
+
+// All 32 tokens over half nh of d_qk (four n8 tiles, one accumulator chain each; part[nt]: tokens
+// 8 nt..), to be added to the other warp's half. Each warp reads only its half of Q's columns, so
+// the pair loads Q's fragments once instead of twice: a quarter fewer ldmatrix than the token
+// split, for an exchange of 1 KB per warp and one more pair barrier. Measured on the H200 (bench
+// NOTES v11): 1.5-2.7% faster on sparse decode and v32_fp8 dense pages with 64 rows per CTA, but
+// 3-5% slower on v32_fp8 pages with 16 or 32 rows (6-12% with 16-bit keys, 1% slower on prefill
+// even with 64), where the extra barrier's latency is not hidden by other pairs' work. The kernel
+// uses it for quantized storage when all four head tiles have rows.
+template <bool kF16, int kDqk, int kQStride, int kKStride>
+__device__ __forceinline__ void score_dqk_half(float (&part)[4][4], const uint16_t* sQ, const uint16_t* keys,
+                                               int mt, int nh, int lane) {
+  constexpr int kSteps = kDqk / 32;  // k-steps per half
+  static_assert(kDqk % 32 == 0, "d_qk splits into two halves of whole k-steps");
+  const int k0 = nh * kSteps * 16;
+  const uint16_t* qa = sQ + (mt * 16 + (lane % 16)) * kQStride + (lane / 16) * 8 + k0;
+  const uint16_t* kb = keys + ((lane % 8) + (lane / 16) * 8) * kKStride + ((lane / 8) % 2) * 8 + k0;
+  constexpr int kAhead = 2, kBufs = kAhead + 1;
+  uint32_t fa[kBufs][4], fb[kBufs][2][4];
+  auto load = [&](int buf, int s) {
+    ldmatrix_x4(fa[buf], qa + s * 16);
+    ldmatrix_x4(fb[buf][0], kb + s * 16);
+    ldmatrix_x4(fb[buf][1], kb + 16 * kKStride + s * 16);
+  };
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) load(s, s);
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    if (s + kAhead < kSteps) load((s + kAhead) % kBufs, s + kAhead);
+    const int b = s % kBufs;
+    mma_16816<kF16>(part[0], fa[b], fb[b][0][0], fb[b][0][1]);
+    mma_16816<kF16>(part[1], fa[b], fb[b][0][2], fb[b][0][3]);
+    mma_16816<kF16>(part[2], fa[b], fb[b][1][0], fb[b][1][1]);
+    mma_16816<kF16>(part[3], fa[b], fb[b][1][2], fb[b][1][3]);
+  }
+}
+
 // ---- key storage ----------------------------------------------------------------------------------
 // How a Source stores its keys: quantized records (dequantized through a staging buffer) or 16-bit
 // rows copied as they are.
@@ -362,6 +437,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
   constexpr bool kOverlap = kWide && !kDirect;
+  // Score product shape: quantized storage may split d_qk within a warp pair (score_dqk_half;
+  // chosen per CTA below), 16-bit keys always split the tokens (score_tokens_half).
+  constexpr bool kSplitDqk = !kDirect;
   using L = SmemLayout<kDqk, kDirect, kOverlap>;
   // Key pointer buffers (SmemLayout::ptr_bufs says why tile t - 1's is kept).
   constexpr int kPtrBufs = L::ptr_bufs;
@@ -383,8 +461,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // different SM sub-partitions (warp w issues on sub-partition w % 4) and their MMAs run on
   // different tensor cores: with h_q 16, warps 0 and 1 rather than 0 and 4 (one sub-partition).
   const int mt = warp / 2, nh = warp % 2;
-  // This pair's P rows (16 x p_stride), first used for the exchange of partial scores.
+  // This pair's P rows (16 x p_stride; L::pair_bytes apart), with quantized storage first used for
+  // the exchange of partial scores.
+  uint16_t* sP = reinterpret_cast<uint16_t*>(smem + L::p_off);
   uint16_t* sPair = reinterpret_cast<uint16_t*>(smem + L::p_off + mt * L::pair_bytes);
+  // P row r of this pair (with 16-bit keys the pairs' rows are contiguous: one expression for
+  // both uses, which ptxas schedules best).
+  auto p_row = [&](int r) { return kSplitDqk ? sPair + r * L::p_stride : sP + (mt * 16 + r) * L::p_stride; };
   const int gr = lane / 4, t4 = lane % 4;  // MMA fragment row group and column pair
   const int64_t split = blockIdx.z;
   const PackedRows<Source::kPacksRows> pr(g, blockIdx.x);  // the CTA's request r1 and queries (one unless packing)
@@ -397,6 +480,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // A warp whose 16 rows are all padding (fewer than 64 in this CTA) skips its products: their
   // results are never written, and the other warps then share the SM among fewer.
   const bool active = mt * 16 < rows_here;
+  // The d_qk split where every head tile has rows (score_dqk_half says why); uniform in the CTA.
+  const bool split_dqk = kSplitDqk && rows_here > 3 * 16;
 
   // ---- 1. Q to shared memory (16-byte loads), zero rows past the CTA's.
   const uint16_t* q_row = g.q + r1 * g.stride_q_r1 + pr.r2_0 * g.stride_q_r2;  // the group's first query
@@ -533,68 +618,45 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       __syncthreads();
     }
 
-    // ---- 3. S = Q K^T for heads 16 mt.., all 32 tokens (four n8 tiles), over half nh of d_qk;
-    // the pair then swaps partial sums so that each warp holds its 16 tokens' full scores (3c).
-    // Splitting d_qk rather than the tokens halves the pair's Q fragment loads (each warp reads
-    // only its half of Q's columns): a quarter fewer ldmatrix in the product, for a 1 KB exchange.
+    // ---- 3. S = Q K^T for heads 16 mt.. (score_tokens_half / score_dqk_half say which half of
+    // the work warp nh does; quantized storage splits d_qk, 16-bit keys the tokens).
+    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     float part[4][4];
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) part[nt][0] = part[nt][1] = part[nt][2] = part[nt][3] = 0.0f;
-    if (active) {
-      constexpr int kSteps = kDqk / 32;  // k-steps per half
-      static_assert(kDqk % 32 == 0, "d_qk splits into two halves of whole k-steps");
-      const int k0 = nh * kSteps * 16;
-      const uint16_t* qa = sQ + (mt * 16 + (lane % 16)) * L::q_stride + (lane / 16) * 8 + k0;
-      const uint16_t* kb = keys + ((lane % 8) + (lane / 16) * 8) * L::k_stride + ((lane / 8) % 2) * 8 + k0;
-      // Four independent accumulator chains (one per n8 tile). The loop is unrolled whole and the
-      // fragments of k-step s + kAhead are loaded before step s multiplies: a rolled loop made
-      // every step wait out the ldmatrix latency before its first MMA (the kernel's largest stall
-      // by sampling, ~9% of its time on one instruction).
-      constexpr int kAhead = 2, kBufs = kAhead + 1;
-      uint32_t fa[kBufs][4], fb[kBufs][2][4];
-      auto load = [&](int buf, int s) {
-        ldmatrix_x4(fa[buf], qa + s * 16);
-        ldmatrix_x4(fb[buf][0], kb + s * 16);
-        ldmatrix_x4(fb[buf][1], kb + 16 * L::k_stride + s * 16);
-      };
-#pragma unroll
-      for (int s = 0; s < kAhead; ++s) load(s, s);
-#pragma unroll
-      for (int s = 0; s < kSteps; ++s) {
-        if (s + kAhead < kSteps) load((s + kAhead) % kBufs, s + kAhead);
-        const int b = s % kBufs;
-        mma_16816<kF16>(part[0], fa[b], fb[b][0][0], fb[b][0][1]);
-        mma_16816<kF16>(part[1], fa[b], fb[b][0][2], fb[b][0][3]);
-        mma_16816<kF16>(part[2], fa[b], fb[b][1][0], fb[b][1][1]);
-        mma_16816<kF16>(part[3], fa[b], fb[b][1][2], fb[b][1][3]);
-      }
-    }
     // The other warp's two n8 tiles go to the pair's exchange area (the P rows, free since the
     // iteration's first barrier: the pair's previous P was last read before it), lane-major so
     // that each float4 store and load of a warp covers 512 contiguous bytes.
     float4* xchg = reinterpret_cast<float4*>(sPair);  // [2 writers][2 tiles][32 lanes]
+    if (split_dqk) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const float(&o)[4] = part[2 * (1 - nh) + j];
-      xchg[(nh * 2 + j) * 32 + lane] = make_float4(o[0], o[1], o[2], o[3]);
+      for (int nt = 0; nt < 4; ++nt) part[nt][0] = part[nt][1] = part[nt][2] = part[nt][3] = 0.0f;
+      if (active) score_dqk_half<kF16, kDqk, L::q_stride, L::k_stride>(part, sQ, keys, mt, nh, lane);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float(&o)[4] = part[2 * (1 - nh) + j];
+        xchg[(nh * 2 + j) * 32 + lane] = make_float4(o[0], o[1], o[2], o[3]);
+      }
+    } else {
+      if (active) score_tokens_half<kF16, kDqk, L::q_stride, L::k_stride>(sc, sQ, keys, mt, nh, lane);
     }
 
     // ---- 3b. Overlapped: dequantize tile t + 1 into the other key tile while other warps still
     // multiply.
     if constexpr (kOverlap) dequantize((tile + 1) % kPtrBufs, nxt, sK + nxt * kTileTokens * L::k_stride);
 
-    // ---- 3c. Full scores of this warp's tokens: its own half-sum plus the other warp's (fp32
-    // addition commutes, so the order of the halves does not matter: the result is deterministic).
-    pair_sync(mt);
-    float sc[2][4];
+    // ---- 3c. d_qk split: the full scores of this warp's tokens, its own half-sum plus the other
+    // warp's (fp32 addition commutes, so the order of the halves does not matter: the result is
+    // deterministic).
+    if (split_dqk) {
+      pair_sync(mt);
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const float4 o = xchg[((1 - nh) * 2 + j) * 32 + lane];
-      const float(&mine)[4] = part[2 * nh + j];
-      sc[j][0] = mine[0] + o.x;
-      sc[j][1] = mine[1] + o.y;
-      sc[j][2] = mine[2] + o.z;
-      sc[j][3] = mine[3] + o.w;
+      for (int j = 0; j < 2; ++j) {
+        const float4 o = xchg[((1 - nh) * 2 + j) * 32 + lane];
+        const float(&mine)[4] = part[2 * nh + j];
+        sc[j][0] = mine[0] + o.x;
+        sc[j][1] = mine[1] + o.y;
+        sc[j][2] = mine[2] + o.z;
+        sc[j][3] = mine[3] + o.w;
+      }
     }
 
     // ---- 4. Online softmax (log2 domain). Element e of tile nt: row gr + 8 (e / 2), token
@@ -639,8 +701,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         row_sum[e / 2] += prob[e];
       }
       const int col = nh * 16 + nt * 8 + 2 * t4;
-      *reinterpret_cast<uint32_t*>(sPair + gr * L::p_stride + col) = pack2<kF16>(prob[0], prob[1]);
-      *reinterpret_cast<uint32_t*>(sPair + (gr + 8) * L::p_stride + col) = pack2<kF16>(prob[2], prob[3]);
+      *reinterpret_cast<uint32_t*>(p_row(gr) + col) = pack2<kF16>(prob[0], prob[1]);
+      *reinterpret_cast<uint32_t*>(p_row(gr + 8) + col) = pack2<kF16>(prob[2], prob[3]);
     }
     // O's rescale (128 multiplies per thread, as many warp instructions as the tile's MMAs) is
     // skipped by warps whose rows all kept their maximum, as it mostly is once a row has seen its
@@ -662,7 +724,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     for (int kk = 0; kk < kTileTokens; kk += 16) {
       if (!active) break;
       uint32_t a[4];
-      ldmatrix_x4(a, sPair + (lane % 16) * L::p_stride + kk + (lane / 16) * 8);
+      ldmatrix_x4(a, p_row(lane % 16) + kk + (lane / 16) * 8);
       const uint16_t* vb = keys + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
 #pragma unroll
       for (int n = 0; n < 32; n += 2) {
