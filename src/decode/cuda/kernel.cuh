@@ -192,8 +192,10 @@ __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint1
 // split, for an exchange of 1 KB per warp and one more pair barrier. Measured on the H200 (bench
 // NOTES v11): 1.5-2.7% faster on sparse decode and v32_fp8 dense pages with 64 rows per CTA, but
 // 3-5% slower on v32_fp8 pages with 16 or 32 rows (6-12% with 16-bit keys, 1% slower on prefill
-// even with 64), where the extra barrier's latency is not hidden by other pairs' work. The kernel
-// uses it for quantized storage when all four head tiles have rows.
+// even with 64), where the extra barrier's latency is not hidden by other pairs' work; choosing
+// per CTA at run time cost the 64-row case its gain (both loops in one kernel). So it is a
+// Source's compile-time choice (Source::kSplitDqk): sparse decode, whose production shapes have
+// h_q 64 or 128, takes it.
 template <bool kF16, int kDqk, int kQStride, int kKStride>
 __device__ __forceinline__ void score_dqk_half(float (&part)[4][4], const uint16_t* sQ, const uint16_t* keys,
                                                int mt, int nh, int lane) {
@@ -407,6 +409,8 @@ struct PackedRows {
 //   static constexpr int kDqk;                512 or 576
 //   static constexpr bool kF16;               q, keys and out are f16 (else bf16)
 //   static constexpr KeyStorage kStorage;
+//   static constexpr bool kSplitDqk;          the score product's shape (score_dqk_half, else
+//                                             score_tokens_half); quantized storage only
 //   static constexpr bool kPacksRows;         Geometry::pack may exceed 1 (CTA rows of several query
 //                                             tokens, PackedRows, with per-row causal limits under
 //                                             pack_causal); compiled out otherwise, as the per-row
@@ -437,9 +441,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
   constexpr bool kOverlap = kWide && !kDirect;
-  // Score product shape: quantized storage may split d_qk within a warp pair (score_dqk_half;
-  // chosen per CTA below), 16-bit keys always split the tokens (score_tokens_half).
-  constexpr bool kSplitDqk = !kDirect;
+  // Score product shape: the Source's choice (score_dqk_half, score_tokens_half); the split's
+  // exchange area exists for quantized storage only.
+  constexpr bool kSplitDqk = Source::kSplitDqk;
+  static_assert(!kSplitDqk || !kDirect, "the d_qk split's exchange area is laid out for quantized storage");
   using L = SmemLayout<kDqk, kDirect, kOverlap>;
   // Key pointer buffers (SmemLayout::ptr_bufs says why tile t - 1's is kept).
   constexpr int kPtrBufs = L::ptr_bufs;
@@ -480,8 +485,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // A warp whose 16 rows are all padding (fewer than 64 in this CTA) skips its products: their
   // results are never written, and the other warps then share the SM among fewer.
   const bool active = mt * 16 < rows_here;
-  // The d_qk split where every head tile has rows (score_dqk_half says why); uniform in the CTA.
-  const bool split_dqk = kSplitDqk && rows_here > 3 * 16;
 
   // ---- 1. Q to shared memory (16-byte loads), zero rows past the CTA's.
   const uint16_t* q_row = g.q + r1 * g.stride_q_r1 + pr.r2_0 * g.stride_q_r2;  // the group's first query
@@ -626,7 +629,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     // iteration's first barrier: the pair's previous P was last read before it), lane-major so
     // that each float4 store and load of a warp covers 512 contiguous bytes.
     float4* xchg = reinterpret_cast<float4*>(sPair);  // [2 writers][2 tiles][32 lanes]
-    if (split_dqk) {
+    if constexpr (kSplitDqk) {
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) part[nt][0] = part[nt][1] = part[nt][2] = part[nt][3] = 0.0f;
       if (active) score_dqk_half<kF16, kDqk, L::q_stride, L::k_stride>(part, sQ, keys, mt, nh, lane);
@@ -646,7 +649,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     // ---- 3c. d_qk split: the full scores of this warp's tokens, its own half-sum plus the other
     // warp's (fp32 addition commutes, so the order of the halves does not matter: the result is
     // deterministic).
-    if (split_dqk) {
+    if constexpr (kSplitDqk) {
       pair_sync(mt);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {

@@ -22,6 +22,7 @@ struct SparseSource {
   static constexpr bool kF16 = false;
   static constexpr KeyStorage kStorage = F == CacheFormat::v32_fp8 ? KeyStorage::kV32Fp8 : KeyStorage::kV4Fp8;
   static constexpr bool kPacksRows = false;  // one query token per CTA (Geometry::pack 1)
+  static constexpr bool kSplitDqk = true;    // kernel.cuh, score_dqk_half
 
   int64_t i, j, main_count, extra_count, total;
 

@@ -30,6 +30,7 @@ struct DenseSource {
   static constexpr bool kF16 = kHalf;
   static constexpr decode::cuda::KeyStorage kStorage = kStore;
   static constexpr bool kPacksRows = kPacks;
+  static constexpr bool kSplitDqk = false;  // kernel.cuh, score_tokens_half (h_q 16 / 32 lose with the split)
   static_assert(kStore == decode::cuda::KeyStorage::kDirect16 ||
                     (kStore == decode::cuda::KeyStorage::kV32Fp8 && kDim == 576 && !kHalf),
                 "fp8 dense decode: v32_fp8 records, bf16 queries");
