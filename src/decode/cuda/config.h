@@ -25,8 +25,8 @@ inline constexpr int kRowPad = 8;
 // Splits hold whole blocks of this many candidates (the planner's unit).
 inline constexpr int kSplitUnit = 64;
 // CTAs resident per SM. One: the O accumulator alone is 128 registers per thread and the kernel
-// uses 240-255 (x 256 threads: up to 65,280 of 65,536), and v32_fp8 needs 158 KB of shared memory
-// (195 KB wide) of an SM's 228 KB. The kernel's __launch_bounds__ and the split planner (plan_decode:
+// uses 240-255 (x 256 threads: up to 65,280 of 65,536), and v32_fp8 needs 161 KB of shared memory
+// (198 KB wide) of an SM's 228 KB. The kernel's __launch_bounds__ and the split planner (plan_decode:
 // CTAs run in waves of num_sms * kCtasPerSm) both read it.
 inline constexpr int kCtasPerSm = 1;
 
