@@ -9,8 +9,9 @@ namespace latentkv::decode::cuda {
 // query rows (MLA decode is MQA: one latent KV head for all query heads). Fewer heads are padded
 // with zero rows inside the kernel.
 inline constexpr int kHeadsPerCta = 64;
-// 8 warps: warp w owns heads 16 * (w / 2) .. +15 and half (w % 2) of the tokens in the score
-// product and half (w % 2) of the 512 output dims in the value product, which keeps its
+// 8 warps: warp w owns heads 16 * (w / 2) .. +15 and half (w % 2) of the score product (of the
+// tokens, or of d_qk: kernel.cuh, Source::kSplitDqk) and of the softmax's tokens, and half (w % 2)
+// of the 512 output dims in the value product, which keeps its
 // accumulator at 16 x 256 fp32 = 128 registers per thread. The two warps of a head tile are
 // neighbours, so when h_q < 64 leaves head tiles idle the working warps sit on different SM
 // sub-partitions (warp w issues on sub-partition w % 4).
@@ -41,9 +42,11 @@ struct SmemLayout {
   static constexpr int p_stride = kTileTokens + kRowPad;     // 16-bit elements per P row
   static constexpr int q_bytes = kHeadsPerCta * q_stride * 2;
   static constexpr int k_bytes = (kDirect || kOverlap ? 2 : 1) * kTileTokens * k_stride * 2;
-  // Per head tile (warp pair): its 16 rows of P; quantized storage first keeps the pair's exchange
-  // of partial scores there (kernel.cuh, score_dqk_half: each warp's sums over its half of d_qk for
-  // the other warp's 16 tokens, 16 x 16 fp32 each).
+  // Per head tile (warp pair): its 16 rows of P. A Source with the d_qk split (Source::kSplitDqk,
+  // quantized storage only) first keeps the pair's exchange of partial scores there (kernel.cuh,
+  // score_dqk_half: each warp's sums over its half of d_qk for the other warp's 16 tokens, 16 x 16
+  // fp32 each); the area is reserved for every quantized layout (dense v32_fp8 pages do not use
+  // it: 3 KB, within the A100's limit below).
   static constexpr int p_rows_bytes = 16 * p_stride * 2;
   static constexpr int xchg_bytes = kDirect ? 0 : 2 * 16 * 16 * 4;
   static constexpr int pair_bytes = p_rows_bytes > xchg_bytes ? p_rows_bytes : xchg_bytes;

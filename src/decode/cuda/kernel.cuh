@@ -17,9 +17,10 @@
 //      memory latency stays off the critical path: the key addresses of tile t + 2 and the bytes of
 //      tile t + 1 are in flight while tile t is computed.
 //   3. S = Q K^T with tensor-core MMAs (m16n8k16, fp32 accumulation); warp w computes rows
-//      16 (w / 2).. for all 32 tokens over half (w % 2) of d_qk, and the two warps of a head tile
-//      swap partial sums so that warp w holds the scores of tokens 16 (w % 2)..; masked tokens get
-//      -inf.
+//      16 (w / 2).. and ends with the scores of tokens 16 (w % 2)..; masked tokens get -inf. Two
+//      shapes, the Source's choice (Source::kSplitDqk): warp w multiplies those 16 tokens over all
+//      of d_qk (score_tokens_half), or all 32 tokens over half (w % 2) of d_qk, the two warps of
+//      a head tile then swapping partial sums (score_dqk_half; sparse decode).
 //   4. Online softmax in the log2 domain: the two warps sharing a head block exchange their row
 //      maxima through shared memory, rescale, and write P (16-bit) to shared memory. Within a tile
 //      only those two warps wait for each other (pair_sync); the CTA-wide barriers of step 2 order
@@ -446,6 +447,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   constexpr bool kSplitDqk = Source::kSplitDqk;
   static_assert(!kSplitDqk || !kDirect, "the d_qk split's exchange area is laid out for quantized storage");
   using L = SmemLayout<kDqk, kDirect, kOverlap>;
+  static_assert(!kSplitDqk || L::xchg_bytes == 2 * 2 * 32 * 16, "exchange area: [2 writers][2 n8 tiles][32 lanes] float4");
   // Key pointer buffers (SmemLayout::ptr_bufs says why tile t - 1's is kept).
   constexpr int kPtrBufs = L::ptr_bufs;
 
@@ -466,12 +468,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // different SM sub-partitions (warp w issues on sub-partition w % 4) and their MMAs run on
   // different tensor cores: with h_q 16, warps 0 and 1 rather than 0 and 4 (one sub-partition).
   const int mt = warp / 2, nh = warp % 2;
-  // This pair's P rows (16 x p_stride; L::pair_bytes apart), with quantized storage first used for
-  // the exchange of partial scores.
+  // This pair's P rows (16 x p_stride). With the d_qk split (kSplitDqk) each pair's rows start
+  // L::pair_bytes apart and first hold its exchange of partial scores; otherwise the four pairs'
+  // rows are contiguous, addressed with one expression for both uses (which ptxas schedules best).
   uint16_t* sP = reinterpret_cast<uint16_t*>(smem + L::p_off);
   uint16_t* sPair = reinterpret_cast<uint16_t*>(smem + L::p_off + mt * L::pair_bytes);
-  // P row r of this pair (with 16-bit keys the pairs' rows are contiguous: one expression for
-  // both uses, which ptxas schedules best).
   auto p_row = [&](int r) { return kSplitDqk ? sPair + r * L::p_stride : sP + (mt * 16 + r) * L::p_stride; };
   const int gr = lane / 4, t4 = lane % 4;  // MMA fragment row group and column pair
   const int64_t split = blockIdx.z;
@@ -622,7 +623,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
 
     // ---- 3. S = Q K^T for heads 16 mt.. (score_tokens_half / score_dqk_half say which half of
-    // the work warp nh does; quantized storage splits d_qk, 16-bit keys the tokens).
+    // the work warp nh does; Source::kSplitDqk chooses).
     float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     float part[4][4];
     // The other warp's two n8 tiles go to the pair's exchange area (the P rows, free since the
