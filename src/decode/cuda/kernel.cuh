@@ -192,7 +192,7 @@ __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint1
 // the pair loads Q's fragments once instead of twice: a quarter fewer ldmatrix than the token
 // split, for an exchange of 1 KB per warp and one more pair barrier. Measured on the H200 (bench
 // NOTES v11): 1.5-2.7% faster on sparse decode and v32_fp8 dense pages with 64 rows per CTA, but
-// 3-5% slower on v32_fp8 pages with 16 or 32 rows (6-12% with 16-bit keys, 1% slower on prefill
+// 3-5.4% slower on v32_fp8 pages with 16 or 32 rows (5-12% with 16-bit keys, 1% slower on prefill
 // even with 64), where the extra barrier's latency is not hidden by other pairs' work; choosing
 // per CTA at run time cost the 64-row case its gain (both loops in one kernel). So it is a
 // Source's compile-time choice (Source::kSplitDqk): sparse decode, whose production shapes have
