@@ -179,16 +179,23 @@ fi
 
 # profile_sass: per-instruction warp-stall samples of the same launch (SourceCounters), exported
 # as CSV (prof_sass.csv.gz) to read against the SASS; LKV_PROFILE_KERNEL=portable profiles the
-# portable kernel instead of the one chosen for the device.
+# portable kernel instead of the one chosen for the device. LKV_PROFILE_OP=prefill (the s_q 4096,
+# topk 2048, h_q 128, d_qk 576 case) or dense (bf16, h_q 128, s_q 2, s_k 8192) profiles that op's
+# headline case instead of sparse decode's V3.2 b 128.
 if has profile_sass; then
+  case "${LKV_PROFILE_OP:-decode}" in
+    prefill) prof_op=prefill; prof_filter=sq4096_skv65536_topk2048_h128_d576 ;;
+    dense) prof_op=dense; prof_filter=bf16_b128_sk8192_h128_sq2 ;;
+    *) prof_op=decode; prof_filter=v32_b128_h128 ;;
+  esac
   timeout 300 ncu --clock-control none -k regex:attend_kernel -c 1 --section SourceCounters \
-    --section WarpStateStats -f -o "$OUT/prof" ./build-gpu/latentkv bench decode --device cuda \
-    --kernel "${LKV_PROFILE_KERNEL:-auto}" --filter v32_b128_h128 --reps 1 >"$OUT/ncu-sass.log" 2>&1
+    --section WarpStateStats -f -o "$OUT/prof" ./build-gpu/latentkv bench "$prof_op" --device cuda \
+    --kernel "${LKV_PROFILE_KERNEL:-auto}" --filter "$prof_filter" --reps 1 >"$OUT/ncu-sass.log" 2>&1
   rc=$?
   ncu --import "$OUT/prof.ncu-rep" --page source --print-source sass --csv 2>>"$OUT/ncu-sass.log" | gzip >"$OUT/prof_sass.csv.gz"
   ncu --import "$OUT/prof.ncu-rep" --page details 2>>"$OUT/ncu-sass.log" | grep -E "Warp Cycles|Stall|Issued|Eligible" | head -20
   rm -f "$OUT/prof.ncu-rep"
-  note "profile_sass rc=$rc ($(zcat "$OUT/prof_sass.csv.gz" | wc -l) csv lines)"
+  note "profile_sass ($prof_op) rc=$rc ($(zcat "$OUT/prof_sass.csv.gz" | wc -l) csv lines)"
 fi
 
 # splits: the b 74 cases (where the wave-aware planner splits) with 1-4 forced splits beside the

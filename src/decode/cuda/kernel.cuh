@@ -469,8 +469,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // different tensor cores: with h_q 16, warps 0 and 1 rather than 0 and 4 (one sub-partition).
   const int mt = warp / 2, nh = warp % 2;
   // This pair's P rows (16 x p_stride). With the d_qk split (kSplitDqk) each pair's rows start
-  // L::pair_bytes apart and first hold its exchange of partial scores; otherwise the four pairs'
-  // rows are contiguous, addressed with one expression for both uses (which ptxas schedules best).
+  // L::pair_bytes apart and first hold its exchange of partial scores. Otherwise they are addressed
+  // as rows mt * 16.. of one contiguous block, the form the committed benchmarks measured: sPair
+  // would serve as well, but compiles those kernels to different SASS, not yet measured.
   uint16_t* sP = reinterpret_cast<uint16_t*>(smem + L::p_off);
   uint16_t* sPair = reinterpret_cast<uint16_t*>(smem + L::p_off + mt * L::pair_bytes);
   auto p_row = [&](int r) { return kSplitDqk ? sPair + r * L::p_stride : sP + (mt * 16 + r) * L::p_stride; };
