@@ -52,6 +52,10 @@ std::vector<DecodeCase> decode_cases(bool small) {
           v.push_back({"v4_b" + std::to_string(b) + "_h" + std::to_string(h) + "_topk128_extra" +
                            std::to_string(et) + "p" + std::to_string(ep),
                        CacheFormat::v4_fp8, b, 2, h, 128, 256, et, ep});
+  // Beyond FlashMLA's list: V3.2 sharded over 8 or 4 GPUs by heads (16 or 32 per GPU), where a
+  // CTA's 64 rows are mostly padding.
+  for (int64_t h : {16, 32})
+    v.push_back({"tp_v32_b128_h" + std::to_string(h) + "_topk2048", CacheFormat::v32_fp8, 128, 2, h, 2048, 64});
   for (int64_t h : {64, 128}) {
     v.push_back({"peak_v32_b148_h" + std::to_string(h) + "_topk16384", CacheFormat::v32_fp8, 148, 2, h, 16384, 64});
     v.push_back({"peak_v4_b148_h" + std::to_string(h) + "_topk16384", CacheFormat::v4_fp8, 148, 2, h, 16384, 64});

@@ -3,6 +3,8 @@
 // they compile in parallel.
 #pragma once
 
+#include <type_traits>
+
 #include "cuda_common/cuda_check.h"
 #include "cuda_common/device_cache.h"
 #include "decode/cuda/kernel.cuh"
@@ -41,7 +43,10 @@ void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream strea
 
 // The Hopper kernel (decode/sm90) where use_sm90() picks it and the Source has bf16
 // queries (f16 stays on the portable kernel), else the portable one; then the combine.
-template <class Source>
+// PortableSource: the Source the portable kernel runs with, when it differs from the Hopper one
+// only in the portable kernel's choices (Source::kSplitDqk), so that the Hopper kernel is not
+// compiled twice.
+template <class Source, class PortableSource = Source>
 void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) {
   if constexpr (!Source::kF16) {
     int device = 0;
@@ -52,16 +57,20 @@ void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) 
       return;
     }
   }
+  using P = PortableSource;
+  static_assert(std::is_same_v<typename P::Args, typename Source::Args> && P::kDqk == Source::kDqk &&
+                    P::kF16 == Source::kF16 && P::kStorage == Source::kStorage,
+                "the portable kernel's Source differs from the Hopper one only in the portable kernel's choices");
   bool wide = false;
-  if constexpr (Source::kStorage != KeyStorage::kDirect16) {
+  if constexpr (P::kStorage != KeyStorage::kDirect16) {
     int device = 0;
     LKV_CUDA_CHECK(cudaGetDevice(&device));
     wide = wide_layout_allowed() &&
-           cuda_common::max_smem_per_block(device) >= SmemLayout<Source::kDqk, false, true>::total;
+           cuda_common::max_smem_per_block(device) >= SmemLayout<P::kDqk, false, true>::total;
   }
-  if (wide) launch_attend_as<Source, true>(p, stream);
-  else launch_attend_as<Source, false>(p, stream);
-  if (p.g.num_splits > 1) launch_combine(p.g, p.o, Source::kF16, stream);
+  if (wide) launch_attend_as<P, true>(p, stream);
+  else launch_attend_as<P, false>(p, stream);
+  if (p.g.num_splits > 1) launch_combine(p.g, p.o, P::kF16, stream);
 }
 
 }  // namespace latentkv::decode::cuda

@@ -31,7 +31,15 @@ bool use_sm90(int device);
 // The same as a name for reports: "sm90" or "portable".
 const char* kernel_for_device(int device);
 
-// One instantiation per format (instantiations/*.cu).
+// Whether the portable kernel's score product splits d_qk within a warp pair (kernel.cuh,
+// score_dqk_half): only where a CTA's 64 rows are all real (heads_per_kv a multiple of 64, or a
+// packed group of query tokens filling them); with 16-32 rows the split's extra pair barrier costs
+// more than its loads save (bench/NOTES.md, v11d).
+inline bool split_dqk_pays(const Geometry& g) {
+  return g.heads_per_kv % 64 == 0 || g.heads_per_kv * g.pack == 64;
+}
+
+// One instantiation per format and score-product shape (instantiations/*.cu).
 template <CacheFormat F>
 void launch_sparse(const KernelParams<SparseArgs>& p, Stream stream);
 

@@ -14,7 +14,9 @@ struct SparseArgs {
   CacheRef main, extra;  // extra.topk == 0 when there is no extra cache
 };
 
-template <CacheFormat F>
+// kSplit: the score product's shape (kernel.cuh: score_dqk_half, else score_tokens_half), which
+// launch_sparse picks by split_dqk_pays.
+template <CacheFormat F, bool kSplit>
 struct SparseSource {
   static_assert(F == CacheFormat::v32_fp8 || F == CacheFormat::v4_fp8, "fp8 decode formats");
   using Args = SparseArgs;
@@ -22,7 +24,7 @@ struct SparseSource {
   static constexpr bool kF16 = false;
   static constexpr KeyStorage kStorage = F == CacheFormat::v32_fp8 ? KeyStorage::kV32Fp8 : KeyStorage::kV4Fp8;
   static constexpr bool kPacksRows = false;  // one query token per CTA (Geometry::pack 1)
-  static constexpr bool kSplitDqk = true;    // kernel.cuh, score_dqk_half
+  static constexpr bool kSplitDqk = kSplit;
 
   int64_t i, j, main_count, extra_count, total;
 

@@ -23,14 +23,16 @@ struct DenseArgs {
 // kDim: d_qk; kHalf: q, keys and out are f16 (else bf16); kStorage: kDirect16 for 16-bit caches,
 // kV32Fp8 for v32_fp8 records (bf16 only); kPacks: the launch packs query tokens (Geometry::pack > 1;
 // dense.cu picks the instantiation, so that unpacked launches run without the per-row masks).
-template <int kDim, bool kHalf, decode::cuda::KeyStorage kStore, bool kPacks>
+// kSplit: the score product's shape (kernel.cuh: score_dqk_half, else score_tokens_half; the split
+// needs quantized storage), picked by decode::cuda::split_dqk_pays.
+template <int kDim, bool kHalf, decode::cuda::KeyStorage kStore, bool kPacks, bool kSplit = false>
 struct DenseSource {
   using Args = DenseArgs;
   static constexpr int kDqk = kDim;
   static constexpr bool kF16 = kHalf;
   static constexpr decode::cuda::KeyStorage kStorage = kStore;
   static constexpr bool kPacksRows = kPacks;
-  static constexpr bool kSplitDqk = false;  // kernel.cuh, score_tokens_half (h_q 16 / 32 lose with the split)
+  static constexpr bool kSplitDqk = kSplit;
   static_assert(kStore == decode::cuda::KeyStorage::kDirect16 ||
                     (kStore == decode::cuda::KeyStorage::kV32Fp8 && kDim == 576 && !kHalf),
                 "fp8 dense decode: v32_fp8 records, bf16 queries");

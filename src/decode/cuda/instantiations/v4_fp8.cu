@@ -7,7 +7,9 @@ namespace latentkv::decode::cuda {
 
 template <>
 void launch_sparse<CacheFormat::v4_fp8>(const KernelParams<SparseArgs>& p, Stream stream) {
-  launch_attend<SparseSource<CacheFormat::v4_fp8>>(p, stream);
+  // One Source for the Hopper kernel; the portable one's score product by split_dqk_pays.
+  if (split_dqk_pays(p.g)) launch_attend<SparseSource<CacheFormat::v4_fp8, true>>(p, stream);
+  else launch_attend<SparseSource<CacheFormat::v4_fp8, true>, SparseSource<CacheFormat::v4_fp8, false>>(p, stream);
 }
 
 }  // namespace latentkv::decode::cuda
