@@ -104,10 +104,11 @@ fi
 
 # racecheck_portable: the same check on the portable kernel alone, both shared-memory layouts
 # (wide: dequantization overlapped with the products; narrow: the A100 one), sparse decode's
-# v32_fp8 / v4_fp8 records and dense decode's bf16 / v32_fp8 pages; these tests run no sm90 kernel.
+# v32_fp8 / v4_fp8 records and dense decode's bf16 / v32_fp8 pages, with token groups and without;
+# these tests run no sm90 kernel.
 if has racecheck_portable; then
   timeout 300 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
-    --gtest_filter='DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise' >"$OUT/racecheck-portable.log" 2>&1
+    --gtest_filter='DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise:DecodeCuda.TokenGroups:AttentionCuda.TokenGroups' >"$OUT/racecheck-portable.log" 2>&1
   note "racecheck (portable) rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck-portable.log" | tail -1)"
 fi
 
