@@ -41,8 +41,8 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
   LKV_CUDA_CHECK_LAUNCH();
 }
 
-// Two token groups (kernel.cuh, kGroups) where every CTA has at most 32 rows and the score product
-// is not split over d_qk.
+// Two token groups (kernel.cuh, kGroups) where token_groups_pay (CTAs of at most 16 rows) and the
+// score product is not split over d_qk.
 template <class Source, bool kWide>
 void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream stream) {
   if constexpr (!Source::kSplitDqk) {

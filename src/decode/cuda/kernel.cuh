@@ -187,7 +187,7 @@ __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint1
     for (int e = 0; e < 4; ++e) sc[nt][e] += sc2[nt][e];
 }
 
-// Token groups (kGroups 2, CTAs of at most 32 rows): 8 tokens tok0.. over all of d_qk (one n8
+// Token groups (kGroups 2, CTAs of at most 16 rows): 8 tokens tok0.. over all of d_qk (one n8
 // tile; sc[e]: row gr + 8 (e / 2), token tok0 + 2 t4 + (e % 2)). One ldmatrix x4 of keys covers two
 // k-steps (matrices 2 and 3 are the next step's), and the even and odd steps accumulate apart.
 template <bool kF16, int kDqk, int kQStride, int kKStride>
@@ -465,13 +465,16 @@ struct PackedRows {
 // layout) their times add up, here warps that finish their score products early dequantize while
 // the others still multiply.
 //
-// kGroups (1 or 2; 2 for CTAs of at most 32 rows, unsplit score shape only): with 1, head tile mt
-// (warps 2 mt, 2 mt + 1) takes all 32 tokens of every tile. A CTA of at most 32 rows leaves two or
-// three of its four head tiles without rows, so their warps only copy, and the tile's products run
-// on the two or four warps that remain, one dependent chain each. With 2, the warp pairs form two
-// token groups over the same rows: pair mt takes rows 16 (mt / 2).. and tokens 16 (mt % 2).. of
-// every tile, with its own running maximum, sum and O, and the end merges the groups by their
-// maxima. Each warp's chain per tile halves and twice as many warps multiply; Q is read twice.
+// kGroups (1 or 2; the host takes 2 for CTAs of at most 16 rows, decode::cuda::token_groups_pay;
+// unsplit score shape only): with 1, head tile mt (warps 2 mt, 2 mt + 1) takes all 32 tokens of
+// every tile. A CTA of at most 16 rows leaves three of its four head tiles without rows, so their
+// warps only copy, and the tile's products run on the two warps that remain, one dependent chain
+// each on two of the four sub-partitions. With 2, the warp pairs form two token groups over the
+// same rows: pair mt takes rows 16 (mt / 2).. and tokens 16 (mt % 2).. of every tile, with its own
+// running maximum, sum and O, and the end merges the groups by their maxima. Each warp's chain per
+// tile halves and four warps multiply; each group reads Q (an n8 tile per warp instead of two: more
+// ldmatrix per MMA), which is why 32-row CTAs, whose two working pairs already fill the four
+// sub-partitions, measured slower with groups.
 template <class Source, bool kWide, int kGroups = 1>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     attend_kernel(const KernelParams<typename Source::Args> p) {
