@@ -9,7 +9,7 @@
 #    prefill_portable dense_portable demo python; the other stages only when named)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
 # test: the CPU suites and every CUDA suite; sanitize: compute-sanitizer memcheck on the adversarial
-# index tests; reference: bench/compress_reference.py (PyTorch reference times and byte comparison);
+# index tests (LKV_MEMCHECK_FILTER: another gtest filter); reference: bench/compress_reference.py (PyTorch reference times and byte comparison);
 # bench: `latentkv bench compress` for both payload formats, with the reference times;
 # decode / prefill / dense: `latentkv bench decode|prefill|dense` (FlashMLA's cases; decode with the
 # kernel chosen for the device, decode_portable with the portable kernel forced); demo: `latentkv demo --device cuda`
@@ -90,7 +90,7 @@ has test_pairs && guarded_suite cuda_tests_pairs "CTA pairs" \
 
 if has sanitize; then
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
-    --gtest_filter='*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism:DenseCuda.PackedQueryTokens' >"$OUT/memcheck.log" 2>&1
+    --gtest_filter="${LKV_MEMCHECK_FILTER:-*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism:DenseCuda.PackedQueryTokens}" >"$OUT/memcheck.log" 2>&1
   note "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 fi
 
