@@ -3,13 +3,13 @@
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
 #   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
-#   [racecheck_portable]
+#   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
 # build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
 # test: the CPU suites and every CUDA suite; sanitize: compute-sanitizer memcheck on the adversarial
-# index tests; reference: bench/compress_reference.py (PyTorch reference times and byte comparison);
+# index tests (LKV_MEMCHECK_FILTER: another gtest filter); reference: bench/compress_reference.py (PyTorch reference times and byte comparison);
 # bench: `latentkv bench compress` for both payload formats, with the reference times;
 # decode / prefill / dense: `latentkv bench decode|prefill|dense` (FlashMLA's cases; decode with the
 # kernel chosen for the device, decode_portable with the portable kernel forced); demo: `latentkv demo --device cuda`
@@ -90,7 +90,7 @@ has test_pairs && guarded_suite cuda_tests_pairs "CTA pairs" \
 
 if has sanitize; then
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
-    --gtest_filter='*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism:DenseCuda.PackedQueryTokens' >"$OUT/memcheck.log" 2>&1
+    --gtest_filter="${LKV_MEMCHECK_FILTER:-*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism:DenseCuda.PackedQueryTokens}" >"$OUT/memcheck.log" 2>&1
   note "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 fi
 
@@ -104,10 +104,11 @@ fi
 
 # racecheck_portable: the same check on the portable kernel alone, both shared-memory layouts
 # (wide: dequantization overlapped with the products; narrow: the A100 one), sparse decode's
-# v32_fp8 / v4_fp8 records and dense decode's bf16 / v32_fp8 pages; these tests run no sm90 kernel.
+# v32_fp8 / v4_fp8 records and dense decode's bf16 / v32_fp8 pages, with token groups and without;
+# these tests run no sm90 kernel.
 if has racecheck_portable; then
   timeout 300 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
-    --gtest_filter='DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise' >"$OUT/racecheck-portable.log" 2>&1
+    --gtest_filter='DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise:DecodeCuda.TokenGroups:AttentionCuda.TokenGroups' >"$OUT/racecheck-portable.log" 2>&1
   note "racecheck (portable) rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck-portable.log" | tail -1)"
 fi
 
@@ -225,16 +226,20 @@ if has decode_portable; then
 fi
 
 # *_nopack: dense decode with one query token per CTA (LKV_DENSE_PACK=0), to compare with packing.
-for op in prefill dense prefill_portable dense_portable decode_ws prefill_ws dense_ws dense_nopack dense_portable_nopack; do
+# *_nogroups: the portable kernel without token groups (LKV_TOKEN_GROUPS=0), to compare with them.
+for op in prefill dense prefill_portable dense_portable decode_ws prefill_ws dense_ws dense_nopack dense_portable_nopack \
+          decode_portable_nogroups dense_portable_nogroups; do
   if has $op; then
-    kernel=auto ws=0 pack=1
+    kernel=auto ws=0 pack=1 groups=1
     [[ $op == *_nopack ]] && pack=0
+    [[ $op == *_nogroups ]] && groups=0
     base=${op%_nopack}
+    base=${base%_nogroups}
     [[ $base == *_portable ]] && kernel=portable
     [[ $base == *_ws ]] && ws=1
     base=${base%_portable}
     base=${base%_ws}
-    LKV_SM90_WS=$ws LKV_DENSE_PACK=$pack ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
+    LKV_SM90_WS=$ws LKV_DENSE_PACK=$pack LKV_TOKEN_GROUPS=$groups ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
     note "bench $op: $(grep -E '_h128_d576_len$|^sq4096_skv65536_topk2048_h128_d576 |_h16_sq[12]|_h128_sq2|v32_b128_h128|peak' "$OUT/bench-$op.log" | tr -s ' ' | tr '\n' ';')"
   fi
 done

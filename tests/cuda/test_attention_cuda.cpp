@@ -477,3 +477,56 @@ TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
     EXPECT_EQ(0, std::memcmp(wide.lse.data(), narrow.lse.data(), wide.lse.size() * 4)) << variant;
   }
 }
+
+// CTAs of at most 16 rows run two token groups in the portable kernel
+// (decode::cuda::token_groups_pay): dense decode with 16-bit and v32_fp8 pages (h_q 16 and 11 alone,
+// packed 2 x 8 and 5 x 3 query tokens, causal, a split case) and prefill (h_q 16 and 12 with sink,
+// lengths and adversarial indices), each against the oracle with the groups and without.
+TEST(AttentionCuda, TokenGroups) {
+  REQUIRE_GPU();
+  UseKernel use(KernelChoice::kPortable);
+  struct Restore {
+    ~Restore() { latentkv::decode::cuda::set_token_groups_allowed(true); }
+  } restore;
+  auto both = [](auto&& check) {
+    latentkv::decode::cuda::set_token_groups_allowed(false);
+    check(std::string("one group: "));
+    latentkv::decode::cuda::set_token_groups_allowed(true);
+    check(std::string("token groups: "));
+  };
+  struct Shape { int64_t b, s_q, h_q, max_len; };
+  const Shape shapes[] = {{4, 1, 16, 700}, {3, 1, 11, 500}, {4, 2, 8, 300}, {4, 5, 3, 200}, {1, 1, 16, 7000}};
+  int n = 0;
+  for (const Shape& sh : shapes)
+    for (int variant = 0; variant < 3; ++variant) {
+      DenseWorkloadOptions o;
+      o.b = sh.b;
+      o.s_q = sh.s_q;
+      o.h_q = sh.h_q;
+      o.d_qk = variant == 1 ? 512 : 576;
+      o.page_size = 53;
+      o.max_len = sh.max_len;
+      o.f16 = variant == 1;
+      o.fp8 = variant == 2;
+      o.causal = true;
+      o.garbage_block_table = true;
+      o.seed = 2100 + n++;
+      const std::string label = std::string(variant == 0 ? "bf16" : variant == 1 ? "f16 d512" : "v32_fp8") + " b" +
+                                std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" +
+                                std::to_string(sh.h_q) + " len" + std::to_string(sh.max_len);
+      both([&](const std::string& how) { check_dense(o, how + "dense " + label); });
+    }
+  for (int64_t h : {16, 12}) {
+    PrefillWorkloadOptions o;
+    o.s_q = 40;
+    o.s_kv = 3000;
+    o.h_q = h;
+    o.topk = 300;
+    o.d_qk = h == 16 ? 576 : 512;
+    o.topk_length = true;
+    o.sink = true;
+    o.adversarial = true;
+    o.seed = 2200 + static_cast<int>(h);
+    both([&](const std::string& how) { check_prefill(o, how + "prefill h" + std::to_string(h)); });
+  }
+}

@@ -292,6 +292,53 @@ TEST(DecodeCuda, WideAndNarrowLayoutsAgreeBitwise) {
     }
 }
 
+// CTAs of at most 16 rows (h_q <= 16 here) run two token groups in the portable kernel
+// (decode::cuda::token_groups_pay); each case is checked against the oracle with the groups and
+// without, and the grouped run repeated bitwise. Partial tiles (topk 200, 100), adversarial and
+// NaN-filled slots, sink, lengths, the extra cache and a split case (b 2, topk 5000).
+TEST(DecodeCuda, TokenGroups) {
+  REQUIRE_GPU();
+  UseKernel use(KernelChoice::kPortable);
+  struct Restore {
+    ~Restore() { latentkv::decode::cuda::set_token_groups_allowed(true); }
+  } restore;
+  struct Shape { CacheFormat f; int64_t b, h_q, topk; bool hard; };
+  const Shape shapes[] = {{CacheFormat::v32_fp8, 5, 16, 200, true},  {CacheFormat::v32_fp8, 4, 8, 2048, false},
+                          {CacheFormat::v32_fp8, 6, 1, 100, true},   {CacheFormat::v4_fp8, 5, 13, 200, true},
+                          {CacheFormat::v4_fp8, 4, 16, 128, false},  {CacheFormat::v32_fp8, 2, 16, 5000, false}};
+  int n = 0;
+  for (const Shape& sh : shapes) {
+    DecodeWorkloadOptions o;
+    o.format = sh.f;
+    o.b = sh.b;
+    o.s_q = 2;
+    o.h_q = sh.h_q;
+    o.topk = sh.topk;
+    o.page_size = 61;
+    o.topk_length = sh.hard;
+    o.sink = sh.hard;
+    o.adversarial = sh.hard;
+    o.nan_unused = sh.hard;
+    o.extra = sh.f == CacheFormat::v4_fp8;
+    o.extra_topk = 100;
+    o.extra_page_size = 2;
+    o.seed = 1300 + n++;
+    const std::string label = std::string(format_info(sh.f).name) + " b" + std::to_string(sh.b) + " h" +
+                              std::to_string(sh.h_q) + " topk" + std::to_string(sh.topk) + (sh.hard ? " hard" : "");
+    latentkv::decode::cuda::set_token_groups_allowed(false);
+    check_case(o, "one group: " + label);
+    latentkv::decode::cuda::set_token_groups_allowed(true);
+    check_case(o, "token groups: " + label);
+    DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+    w.poison_outputs();
+    const GpuResult first = run_gpu(w);
+    w.poison_outputs();
+    const GpuResult again = run_gpu(w);
+    EXPECT_EQ(first.out, again.out) << label;
+    EXPECT_EQ(0, std::memcmp(first.lse.data(), again.lse.data(), first.lse.size() * 4)) << label;
+  }
+}
+
 TEST(DecodeCuda, Sm90AgreesWithPortable) {
   REQUIRE_GPU();
   if (!latentkv::decode::sm90::usable(0)) GTEST_SKIP() << "needs a compute capability 9.0 device";

@@ -17,8 +17,8 @@ namespace latentkv::decode::cuda {
 // Merges the splits' partial results by LSE (combine.cu). out is f16 when f16, else bf16.
 void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream);
 
-template <class Source, bool kWide>
-void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream stream) {
+template <class Source, bool kWide, int kGroups>
+void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream stream) {
   constexpr int kSmem = SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16,
                                    kWide && Source::kStorage != KeyStorage::kDirect16>::total;
   int device = 0;
@@ -33,12 +33,22 @@ void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream strea
             "and 65535 splits, got ", rows, " row groups (", p.g.n1, " x ", p.g.n2, " / ", p.g.pack, "), ", head_blocks,
             " head blocks, ", p.g.num_splits, " splits");
   // Set on every launch: the attribute belongs to the current device, and setting it is cheap.
-  LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source, kWide>,
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source, kWide, kGroups>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(head_blocks),
                   static_cast<unsigned>(p.g.num_splits));
-  attend_kernel<Source, kWide><<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(p);
+  attend_kernel<Source, kWide, kGroups><<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(p);
   LKV_CUDA_CHECK_LAUNCH();
+}
+
+// Two token groups (kernel.cuh, kGroups) where token_groups_pay (CTAs of at most 16 rows) and the
+// score product is not split over d_qk.
+template <class Source, bool kWide>
+void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream stream) {
+  if constexpr (!Source::kSplitDqk) {
+    if (token_groups_pay(p.g)) return launch_attend_grouped<Source, kWide, 2>(p, stream);
+  }
+  launch_attend_grouped<Source, kWide, 1>(p, stream);
 }
 
 // The Hopper kernel (decode/sm90) where use_sm90() picks it and the Source has bf16

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "decode/cuda/attend_launch.cuh"
 
@@ -75,6 +77,18 @@ std::atomic<bool> g_wide_allowed{true};
 
 void set_wide_layout_allowed(bool allowed) { g_wide_allowed = allowed; }
 bool wide_layout_allowed() { return g_wide_allowed; }
+
+namespace {
+std::atomic<bool>& token_groups_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LKV_TOKEN_GROUPS");
+    return !(e && std::strcmp(e, "0") == 0);
+  }()};
+  return flag;
+}
+}  // namespace
+bool token_groups_allowed() { return token_groups_flag().load(std::memory_order_relaxed); }
+void set_token_groups_allowed(bool allowed) { token_groups_flag().store(allowed, std::memory_order_relaxed); }
 
 void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream) {
   const int64_t rows = g.n1 * g.n2 * g.h_q;

@@ -187,6 +187,36 @@ __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint1
     for (int e = 0; e < 4; ++e) sc[nt][e] += sc2[nt][e];
 }
 
+// Token groups (kGroups 2, CTAs of at most 16 rows): 8 tokens tok0.. over all of d_qk (one n8
+// tile; sc[e]: row gr + 8 (e / 2), token tok0 + 2 t4 + (e % 2)). One ldmatrix x4 of keys covers two
+// k-steps (matrices 2 and 3 are the next step's), and the even and odd steps accumulate apart.
+template <bool kF16, int kDqk, int kQStride, int kKStride>
+__device__ __forceinline__ void score_tokens_n8(float (&sc)[4], const uint16_t* sQ, const uint16_t* keys,
+                                                int rt, int tok0, int lane) {
+  static_assert(kDqk % 32 == 0, "two k-steps per key load");
+  const uint16_t* qa = sQ + (rt * 16 + (lane % 16)) * kQStride + (lane / 16) * 8;
+  const uint16_t* kb = keys + (tok0 + (lane % 8)) * kKStride + (lane / 8) * 8;
+  constexpr int kPairs = kDqk / 32, kAhead = 2, kBufs = kAhead + 1;
+  float sc2[4] = {0.f, 0.f, 0.f, 0.f};
+  uint32_t fa[kBufs][2][4], fb[kBufs][4];
+  auto load = [&](int buf, int j) {
+    ldmatrix_x4(fb[buf], kb + j * 32);
+    ldmatrix_x4(fa[buf][0], qa + j * 32);
+    ldmatrix_x4(fa[buf][1], qa + j * 32 + 16);
+  };
+#pragma unroll
+  for (int j = 0; j < kAhead; ++j) load(j, j);
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    if (j + kAhead < kPairs) load((j + kAhead) % kBufs, j + kAhead);
+    const int b = j % kBufs;
+    mma_16816<kF16>(sc, fa[b][0], fb[b][0], fb[b][1]);
+    mma_16816<kF16>(sc2, fa[b][1], fb[b][2], fb[b][3]);
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) sc[e] += sc2[e];
+}
+
 // All 32 tokens over half nh of d_qk (four n8 tiles, one accumulator chain each; part[nt]: tokens
 // 8 nt..), to be added to the other warp's half. Each warp reads only its half of Q's columns, so
 // the pair loads Q's fragments once instead of twice: a quarter fewer ldmatrix than the token
@@ -434,7 +464,18 @@ struct PackedRows {
 // runs on the CUDA cores and the products on the tensor cores; in separate phases (the narrow
 // layout) their times add up, here warps that finish their score products early dequantize while
 // the others still multiply.
-template <class Source, bool kWide>
+//
+// kGroups (1 or 2; the host takes 2 for CTAs of at most 16 rows, decode::cuda::token_groups_pay;
+// unsplit score shape only): with 1, head tile mt (warps 2 mt, 2 mt + 1) takes all 32 tokens of
+// every tile. A CTA of at most 16 rows leaves three of its four head tiles without rows, so their
+// warps only copy, and the tile's products run on the two warps that remain, one dependent chain
+// each on two of the four sub-partitions. With 2, the warp pairs form two token groups over the
+// same rows: pair mt takes rows 16 (mt / 2).. and tokens 16 (mt % 2).. of every tile, with its own
+// running maximum, sum and O, and the end merges the groups by their maxima. Each warp's chain per
+// tile halves and four warps multiply; each group reads Q (an n8 tile per warp instead of two: more
+// ldmatrix per MMA), which is why 32-row CTAs, whose two working pairs already fill the four
+// sub-partitions, measured slower with groups.
+template <class Source, bool kWide, int kGroups = 1>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     attend_kernel(const KernelParams<typename Source::Args> p) {
   constexpr int kDqk = Source::kDqk;
@@ -448,6 +489,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   static_assert(!kSplitDqk || !kDirect, "the d_qk split's exchange area is laid out for quantized storage");
   using L = SmemLayout<kDqk, kDirect, kOverlap>;
   static_assert(!kSplitDqk || L::xchg_bytes == 2 * 2 * 32 * 16, "exchange area: [2 writers][2 n8 tiles][32 lanes] float4");
+  static_assert(kGroups == 1 || (kGroups == 2 && !kSplitDqk), "token groups take the unsplit score shape");
+  // The groups' merge passes group 1's O through Q's area: [2 row tiles][2 warps][32 n8 tiles][32 lanes] float4.
+  static_assert(kGroups == 1 || L::q_bytes >= 2 * 2 * 32 * 32 * 16, "Q's area holds group 1's O at the end");
+  constexpr int kGroupTokens = kTileTokens / kGroups;  // tokens of a tile per group: 32 or 16
+  constexpr int kNT = kGroupTokens / 16;                // n8 score tiles per warp: 2 or 1
   // Key pointer buffers (SmemLayout::ptr_bufs says why tile t - 1's is kept).
   constexpr int kPtrBufs = L::ptr_bufs;
 
@@ -462,12 +508,22 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   uint8_t* sRaw = smem + L::raw_off;  // [2][32][raw_record] (quantized storage only)
 
   const Geometry& g = p.g;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // (With token groups the indices come from unsigned arithmetic, which the compiler can cheaply
+  // recompute after the loop instead of keeping, or spilling, them through it; the one-group
+  // kernels keep the form their measurements were made with.)
+  const unsigned utid = threadIdx.x;
+  const int tid = threadIdx.x, warp = kGroups == 1 ? tid / 32 : static_cast<int>(utid / 32u),
+            lane = kGroups == 1 ? tid % 32 : static_cast<int>(utid % 32u);
   // Head tile and token half / dim half. The two warps of a head tile are neighbours (warps 2 mt
   // and 2 mt + 1), so when h_q < 64 leaves head tiles idle, the working warps still sit on
   // different SM sub-partitions (warp w issues on sub-partition w % 4) and their MMAs run on
   // different tensor cores: with h_q 16, warps 0 and 1 rather than 0 and 4 (one sub-partition).
-  const int mt = warp / 2, nh = warp % 2;
+  const int mt = kGroups == 1 ? warp / 2 : static_cast<int>(utid / 64u),
+            nh = kGroups == 1 ? warp % 2 : static_cast<int>((utid / 32u) % 2u);
+  // Row tile and token group (kGroups): rows 16 rt.. and tokens tb.. of every tile; warp nh's score
+  // columns start at wt0 (kNT n8 tiles). With one group: rt = mt, tb = 0, wt0 = 16 nh.
+  const int rt = kGroups == 1 ? mt : mt / 2, grp = kGroups == 1 ? 0 : mt % 2;
+  const int tb = grp * kGroupTokens, wt0 = tb + nh * 8 * kNT;
   // This pair's P rows (16 x p_stride). With the d_qk split (kSplitDqk) each pair's rows start
   // L::pair_bytes apart and first hold its exchange of partial scores. Otherwise they are addressed
   // as rows mt * 16.. of one contiguous block, the form the committed benchmarks measured: sPair
@@ -486,7 +542,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const int64_t rows_here = pr.count * heads_here;    // CTA rows holding a (query, head)
   // A warp whose 16 rows are all padding (fewer than 64 in this CTA) skips its products: their
   // results are never written, and the other warps then share the SM among fewer.
-  const bool active = mt * 16 < rows_here;
+  const bool active = rt * 16 < rows_here;
 
   // ---- 1. Q to shared memory (16-byte loads), zero rows past the CTA's.
   const uint16_t* q_row = g.q + r1 * g.stride_q_r1 + pr.r2_0 * g.stride_q_r2;  // the group's first query
@@ -506,10 +562,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const float scale_log2 = g.scale * kLog2e;
   // Packed causal rows: this thread's two rows see the candidates below row_lim[r] (relative to
   // k_begin); otherwise every row sees all of them.
-  int64_t row_lim[2];
+  // Held as 32-bit (a split holds fewer than 2^31 candidates, so the clamp changes no comparison):
+  // two registers fewer for the whole loop.
+  int row_lim[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
-    row_lim[r] = pr.row_limit(g, mt * 16 + gr + 8 * r, heads_here, rows_here, src.candidates(), k_begin);
+  for (int r = 0; r < 2; ++r) {
+    const int64_t lim = pr.row_limit(g, rt * 16 + gr + 8 * r, heads_here, rows_here, src.candidates(), k_begin);
+    row_lim[r] = static_cast<int>(lim < 0 ? 0 : lim > INT32_MAX ? INT32_MAX : lim);
+  }
 
   // Running state per fragment row: rows gr and gr + 8 of this warp's head tile.
   float row_max[2] = {-INFINITY, -INFINITY};
@@ -640,8 +700,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         const float(&o)[4] = part[2 * (1 - nh) + j];
         xchg[(nh * 2 + j) * 32 + lane] = make_float4(o[0], o[1], o[2], o[3]);
       }
-    } else {
+    } else if constexpr (kGroups == 1) {
       if (active) score_tokens_half<kF16, kDqk, L::q_stride, L::k_stride>(sc, sQ, keys, mt, nh, lane);
+    } else {
+      if (active) score_tokens_n8<kF16, kDqk, L::q_stride, L::k_stride>(sc[0], sQ, keys, rt, wt0, lane);
     }
 
     // ---- 3b. Overlapped: dequantize tile t + 1 into the other key tile while other warps still
@@ -665,14 +727,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
 
     // ---- 4. Online softmax (log2 domain). Element e of tile nt: row gr + 8 (e / 2), token
-    // 16 nh + 8 nt + 2 t4 + (e % 2).
+    // wt0 + 8 nt + 2 t4 + (e % 2).
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+    for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int tok = nh * 16 + nt * 8 + 2 * t4 + (e % 2);
-        const bool seen = tile_data[tok] && (!Source::kPacksRows || int64_t{tile} * kTileTokens + tok < row_lim[e / 2]);
+        const int tok = wt0 + nt * 8 + 2 * t4 + (e % 2);
+        const bool seen = tile_data[tok] && (!Source::kPacksRows || tile * kTileTokens + tok < row_lim[e / 2]);
         const float v = seen ? sc[nt][e] * scale_log2 : -INFINITY;
         sc[nt][e] = v;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
@@ -697,7 +759,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       row_sum[r] *= alpha[r];
     }
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
+    for (int nt = 0; nt < kNT; ++nt) {
       float prob[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -705,7 +767,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         prob[e] = (sc[nt][e] == -INFINITY) ? 0.0f : exp2f(sc[nt][e] - m);
         row_sum[e / 2] += prob[e];
       }
-      const int col = nh * 16 + nt * 8 + 2 * t4;
+      const int col = wt0 - tb + nt * 8 + 2 * t4;  // the group's P columns
       *reinterpret_cast<uint32_t*>(p_row(gr) + col) = pack2<kF16>(prob[0], prob[1]);
       *reinterpret_cast<uint32_t*>(p_row(gr + 8) + col) = pack2<kF16>(prob[2], prob[3]);
     }
@@ -724,13 +786,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
     pair_sync(mt);
 
-    // ---- 5. O += P V for heads 16 mt.. and dims 256 nh.. (32 n8 tiles).
+    // ---- 5. O += P V for rows 16 rt.., the group's tokens and dims 256 nh.. (32 n8 tiles).
 #pragma unroll
-    for (int kk = 0; kk < kTileTokens; kk += 16) {
+    for (int kk = 0; kk < kGroupTokens; kk += 16) {
       if (!active) break;
       uint32_t a[4];
       ldmatrix_x4(a, p_row(lane % 16) + kk + (lane / 16) * 8);
-      const uint16_t* vb = keys + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
+      const uint16_t* vb = keys + (tb + kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
 #pragma unroll
       for (int n = 0; n < 32; n += 2) {
         uint32_t b[4];
@@ -761,14 +823,57 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     sSum[nh * kHeadsPerCta + mt * 16 + gr] = row_sum[0];
     sSum[nh * kHeadsPerCta + mt * 16 + gr + 8] = row_sum[1];
   }
+  // Token groups: group 1 (odd pairs) hands its running maxima (sMax, free once every loop is done)
+  // and O (Q's area, likewise) to group 0, the pair below it with the same rows.
+  // [2 row tiles][2 warps][32 n8 tiles][32 lanes] float4, lane-major (conflict-free float4 stores).
+  auto o_xchg = [&] { return reinterpret_cast<float4*>(sQ) + (rt * 2 + nh) * 32 * 32 + lane; };
+  if constexpr (kGroups > 1) {
+    if (grp == 1 && active) {
+      if (nh == 0 && t4 == 0) {
+        sMax[mt * 16 + gr] = row_max[0];
+        sMax[mt * 16 + gr + 8] = row_max[1];
+      }
+#pragma unroll
+      for (int n = 0; n < 32; ++n) o_xchg()[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+    }
+  }
   __syncthreads();
+  // The rows' sums over their tokens (with groups: merged below).
+  float merged_sum[2] = {0.0f, 0.0f};
+  if constexpr (kGroups > 1) {
+    if (grp == 1) return;  // group 0 writes the rows
+    if (active) {
+      // Both groups' (max, sum, O) rescaled to the larger maximum; a group that saw no key (max
+      // -inf) gets weight 0 (its sum and O are 0).
+      float w0[2], w1[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int mine = mt * 16 + gr + 8 * r, theirs = mine + 16;
+        const float m1 = sMax[theirs];
+        const float mx = fmaxf(row_max[r], m1);
+        w0[r] = row_max[r] == -INFINITY ? 0.0f : exp2f(row_max[r] - mx);
+        w1[r] = m1 == -INFINITY ? 0.0f : exp2f(m1 - mx);
+        merged_sum[r] = (sSum[mine] + sSum[kHeadsPerCta + mine]) * w0[r] +
+                        (sSum[theirs] + sSum[kHeadsPerCta + theirs]) * w1[r];
+        row_max[r] = mx;
+      }
+#pragma unroll
+      for (int n = 0; n < 32; ++n) {
+        const float4 v = o_xchg()[n * 32];
+        acc[n][0] = acc[n][0] * w0[0] + v.x * w1[0];
+        acc[n][1] = acc[n][1] * w0[0] + v.y * w1[0];
+        acc[n][2] = acc[n][2] * w0[1] + v.z * w1[1];
+        acc[n][3] = acc[n][3] * w0[1] + v.w * w1[1];
+      }
+    }
+  }
   const OutRef& o = p.o;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int hr = mt * 16 + gr + 8 * r;
+    const int hr = rt * 16 + gr + 8 * r;  // CTA row
     if (hr >= rows_here) continue;
     const int64_t h = h0 + pr.head(hr, heads_here), r2 = pr.r2(hr, heads_here);
-    const float sum = sSum[hr] + sSum[kHeadsPerCta + hr];
+    const float sum = kGroups == 1 ? sSum[hr] + sSum[kHeadsPerCta + hr] : merged_sum[r];
     // Lonely means no valid key (sum exactly 0: the best key alone contributes exp2(0) = 1). A NaN
     // sum is not lonely: NaN then reaches out and lse, as on the CPU.
     const bool lonely = sum == 0.0f;

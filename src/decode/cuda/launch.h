@@ -2,6 +2,7 @@
 #pragma once
 
 #include "decode/cuda/attend_params.h"
+#include "decode/cuda/config.h"
 #include "decode/params.h"
 #include "latentkv/tensor.h"
 
@@ -37,6 +38,21 @@ const char* kernel_for_device(int device);
 // more than its loads save (bench/NOTES.md, v11d).
 inline bool split_dqk_pays(const Geometry& g) {
   return g.heads_per_kv % 64 == 0 || g.heads_per_kv * g.pack == 64;
+}
+
+// Whether the portable kernel runs two token groups per CTA (kernel.cuh, kGroups): where every
+// CTA has at most 16 rows (heads per kv head, or a packed group of query tokens), which leaves
+// three of the CTA's four head tiles idle otherwise. Measured on the H200 (bench/NOTES.md, v12b):
+// with 16 rows 4-6% faster on sparse decode and v32_fp8 pages (flat on bf16 pages, which run
+// near their memory rate); with 32 rows 5-11% slower, as the two head tiles already working
+// there sit on all four sub-partitions and the groups' second reading of Q costs more than the
+// shorter chains save. On unless turned off (set_token_groups_allowed, or LKV_TOKEN_GROUPS=0 read
+// once per process: benchmarks measure both).
+bool token_groups_allowed();
+void set_token_groups_allowed(bool allowed);
+inline bool token_groups_pay(const Geometry& g) {
+  const int64_t heads = g.heads_per_kv < kHeadsPerCta ? g.heads_per_kv : kHeadsPerCta;
+  return token_groups_allowed() && heads * g.pack <= 16;
 }
 
 // One instantiation per format and score-product shape (instantiations/*.cu).
