@@ -338,9 +338,12 @@ __device__ __forceinline__ void issue_direct_copies(const uint8_t* const* data, 
 
 // ---- bulk copies of 16-bit key rows (sm_90) -------------------------------------------------------
 // On sm_90 a tile's 16-bit key rows come by one bulk copy per row (cp.async.bulk, executed by the
-// copy engine, completing on an mbarrier), issued by the first warp: 32 instructions per tile
-// instead of 2304 16-byte cp.async spread over every thread (prefill's stall profile, bench NOTES
-// v12: 18% of the samples in issuing a tile's copies and looking its keys up).
+// copy engine, completing on an mbarrier), issued by one warp: 32 instructions per tile instead
+// of 2304 16-byte cp.async spread over every thread (prefill's stall profile, bench NOTES v12: 18%
+// of the samples in issuing a tile's copies and looking its keys up). The last warp issues them:
+// with at most 48 rows per CTA its head tile has no rows, so the copies stay off the working
+// warps' chains (issued by the first warp, a working one, the 16-32-row dense cases ran 14-20%
+// slower than with cp.async).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 inline constexpr bool kArchBulkCopy = true;
 #else
@@ -382,7 +385,7 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsign
       : "memory");
 }
 
-// The first warp's part: lane i copies token i's row (kDqk 16-bit values, its bytes announced on
+// The issuing warp's part: lane i copies token i's row (kDqk 16-bit values, its bytes announced on
 // `bar` by lane 0), and the warp zeroes the rows of unattended tokens with plain stores (so that
 // P = 0 never meets garbage in P V), three 512-byte stores per row.
 template <int kDqk, int kStride>
@@ -392,12 +395,14 @@ __device__ __forceinline__ void issue_bulk_copies(const uint8_t* const* data, ui
   static_assert(kRowBytes % 16 == 0 && (kStride * 2) % 16 == 0, "bulk copies move 16-byte multiples to 16-byte aligned rows");
   const uint8_t* src = data[lane];
   const unsigned valid = __ballot_sync(0xffffffffu, src != nullptr);
-  for (unsigned m = ~valid; m; m &= m - 1) {
-    uint16_t* row = keys + (__ffs(m) - 1) * kStride;
-    for (int c = lane; c < static_cast<int>(kRowBytes / 16); c += 32)
-      reinterpret_cast<uint4*>(row)[c] = make_uint4(0, 0, 0, 0);
+  if (~valid) {  // warp-uniform; the fence only where plain stores were made
+    for (unsigned m = ~valid; m; m &= m - 1) {
+      uint16_t* row = keys + (__ffs(m) - 1) * kStride;
+      for (int c = lane; c < static_cast<int>(kRowBytes / 16); c += 32)
+        reinterpret_cast<uint4*>(row)[c] = make_uint4(0, 0, 0, 0);
+    }
+    fence_proxy_async_smem();
   }
-  fence_proxy_async_smem();
   __syncwarp();
   if (lane == 0) mbar_arrive_expect(bar, __popc(valid) * kRowBytes);
   if (src) bulk_copy_g2s(keys + lane * kStride, src, kRowBytes, bar);
@@ -666,10 +671,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     if (pending_k >= 0) *data = src.locate_index(p.src, pending_k, pending_index, scale);
   };
   // Starts the copies of the keys listed in pointer buffer `pbuf` into key / staging buffer `buf`
-  // (with kBulk: the first warp's bulk copies, completing on sBar[buf]).
+  // (with kBulk: the last warp's bulk copies, completing on sBar[buf]).
   auto issue = [&](int pbuf, int buf) {
     if constexpr (kBulk) {
-      if (warp == 0)
+      if (warp == kWarps - 1)
         issue_bulk_copies<kDqk, L::k_stride>(sData + pbuf * kTileTokens, sK + buf * kTileTokens * L::k_stride,
                                              sBar + buf, lane);
     } else if constexpr (kDirect)
