@@ -71,7 +71,9 @@ struct SmemLayout {
   static constexpr int red_off = p_off + p_bytes;
   static constexpr int slot_off = red_off + red_bytes;
   static constexpr int raw_off = slot_off + slot_bytes;
-  static constexpr int total = raw_off + raw_bytes;
+  // Two mbarriers (16-bit keys on sm_90: the key tiles arrive by bulk copies, kernel.cuh).
+  static constexpr int bar_off = raw_off + raw_bytes;
+  static constexpr int total = bar_off + 2 * 8;
 };
 // 163 KB is an A100's per-CTA maximum; the H100/H200 allow 227 KB.
 static_assert(SmemLayout<576, false>::total <= 163 * 1024, "v32_fp8 must fit an A100");

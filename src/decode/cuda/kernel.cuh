@@ -336,6 +336,78 @@ __device__ __forceinline__ void issue_direct_copies(const uint8_t* const* data, 
   }
 }
 
+// ---- bulk copies of 16-bit key rows (sm_90) -------------------------------------------------------
+// On sm_90 a tile's 16-bit key rows come by one bulk copy per row (cp.async.bulk, executed by the
+// copy engine, completing on an mbarrier), issued by one warp: 32 instructions per tile instead
+// of 2304 16-byte cp.async spread over every thread (prefill's stall profile, bench NOTES v12: 18%
+// of the samples in issuing a tile's copies and looking its keys up). The last warp issues them:
+// with at most 48 rows per CTA its head tile has no rows, so the copies stay off the working
+// warps' chains (issued by the first warp, a working one, the 16-32-row dense cases ran 14-20%
+// slower than with cp.async).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+inline constexpr bool kArchBulkCopy = true;
+#else
+inline constexpr bool kArchBulkCopy = false;
+#endif
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival announcing `bytes` of bulk copies in this phase.
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+// Waits until the phase of parity `parity` has completed (its arrival and bytes).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// Orders this thread's earlier generic-proxy shared-memory accesses before later async-proxy
+// (bulk copy) ones: a key row zeroed by plain stores may be a bulk copy's target in a later tile.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// The issuing warp's part: lane i copies token i's row (kDqk 16-bit values, its bytes announced on
+// `bar` by lane 0), and the warp zeroes the rows of unattended tokens with plain stores (so that
+// P = 0 never meets garbage in P V), three 512-byte stores per row.
+template <int kDqk, int kStride>
+__device__ __forceinline__ void issue_bulk_copies(const uint8_t* const* data, uint16_t* keys, uint64_t* bar,
+                                                  int lane) {
+  constexpr unsigned kRowBytes = kDqk * 2;
+  static_assert(kRowBytes % 16 == 0 && (kStride * 2) % 16 == 0, "bulk copies move 16-byte multiples to 16-byte aligned rows");
+  const uint8_t* src = data[lane];
+  const unsigned valid = __ballot_sync(0xffffffffu, src != nullptr);
+  if (~valid) {  // warp-uniform; the fence only where plain stores were made
+    for (unsigned m = ~valid; m; m &= m - 1) {
+      uint16_t* row = keys + (__ffs(m) - 1) * kStride;
+      for (int c = lane; c < static_cast<int>(kRowBytes / 16); c += 32)
+        reinterpret_cast<uint4*>(row)[c] = make_uint4(0, 0, 0, 0);
+    }
+    fence_proxy_async_smem();
+  }
+  __syncwarp();
+  if (lane == 0) mbar_arrive_expect(bar, __popc(valid) * kRowBytes);
+  if (src) bulk_copy_g2s(keys + lane * kStride, src, kRowBytes, bar);
+}
+
 // Dequantizes a tile of staged records into bf16 keys; unattended tokens become zeros. Two passes
 // with fixed trip counts (NoPE chunks, then RoPE chunks), unrolled and without branches: an
 // unattended token's staging bytes (stale, never written for this tile, but inside the buffer) are
@@ -483,6 +555,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
   constexpr bool kOverlap = kWide && !kDirect;
+  // 16-bit keys on sm_90: bulk copies completing on two mbarriers, one per key tile.
+  constexpr bool kBulk = kDirect && kArchBulkCopy;
   // Score product shape: the Source's choice (score_dqk_half, score_tokens_half); the split's
   // exchange area exists for quantized storage only.
   constexpr bool kSplitDqk = Source::kSplitDqk;
@@ -506,6 +580,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::slot_off);
   const uint8_t** sScale = sData + kPtrBufs * kTileTokens;
   uint8_t* sRaw = smem + L::raw_off;  // [2][32][raw_record] (quantized storage only)
+  uint64_t* sBar = reinterpret_cast<uint64_t*>(smem + L::bar_off);  // [2] (kBulk only)
 
   const Geometry& g = p.g;
   // (With token groups the indices come from unsigned arithmetic, which the compiler can cheaply
@@ -595,9 +670,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     *scale = nullptr;
     if (pending_k >= 0) *data = src.locate_index(p.src, pending_k, pending_index, scale);
   };
-  // Starts the copies of the keys listed in pointer buffer `pbuf` into key / staging buffer `buf`.
+  // Starts the copies of the keys listed in pointer buffer `pbuf` into key / staging buffer `buf`
+  // (with kBulk: the last warp's bulk copies, completing on sBar[buf]).
   auto issue = [&](int pbuf, int buf) {
-    if constexpr (kDirect)
+    if constexpr (kBulk) {
+      if (warp == kWarps - 1)
+        issue_bulk_copies<kDqk, L::k_stride>(sData + pbuf * kTileTokens, sK + buf * kTileTokens * L::k_stride,
+                                             sBar + buf, lane);
+    } else if constexpr (kDirect)
       issue_direct_copies<kDqk, L::k_stride>(sData + pbuf * kTileTokens,
                                              sK + buf * kTileTokens * L::k_stride, tid);
     else
@@ -630,6 +710,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       resolve(&sData[tid], &sScale[tid]);
       fetch(1);
     }
+    if constexpr (kBulk) {
+      if (tid == 0) {
+        mbar_init(&sBar[0], 1);
+        mbar_init(&sBar[1], 1);
+        mbar_init_fence();
+      }
+    }
     __syncthreads();
     issue(0, 0);
     cp_async_commit();
@@ -658,9 +745,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       // that every warp is done with the key tile that tile t + 1 goes to; then tile t + 1's
       // copies start and tile t + 2's index loads are issued. (Only tile t's copies are in flight
       // at the wait, where the two-barrier form had tile t + 1's too.)
+      // (kBulk: tile t is the (t / 2)-th use of key tile t % 2, so its phase has parity (t / 2) % 2.)
       const int pnxt = (tile + 1) % kPtrBufs;
       if (tid < kTileTokens) resolve(&sData[pnxt * kTileTokens + tid], &sScale[pnxt * kTileTokens + tid]);
-      cp_async_wait<0>();
+      if constexpr (kBulk) mbar_wait(&sBar[cur], (tile >> 1) & 1);
+      else cp_async_wait<0>();
       __syncthreads();
       issue(pnxt, nxt);
       cp_async_commit();
@@ -810,7 +899,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
   }
 
-  cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
+  // No copy may outlive the CTA's shared memory. (kBulk: the last iteration issued the tile after
+  // the last, whose keys are all unattended: no bulk copy is in flight.)
+  cp_async_wait<0>();
 
   // ---- 6. The end: add the token halves' sums, normalise, write.
 #pragma unroll
