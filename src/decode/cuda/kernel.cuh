@@ -13,7 +13,8 @@
 //   2. Per tile of 32 candidates: resolve the keys (invalid or beyond the group's count: null, never
 //      read) and bring them to shared memory as bf16 / f16. Quantized records (v32_fp8, v4_fp8) land
 //      in a staging buffer by cp.async and are dequantized from there (exact: payload x power-of-two
-//      scale); 16-bit keys go straight to a double-buffered key tile by cp.async. Either way the
+//      scale); 16-bit keys go straight to a double-buffered key tile by cp.async (on sm_90 by one
+//      bulk copy per row, issued by the last warp and completing on an mbarrier). Either way the
 //      memory latency stays off the critical path: the key addresses of tile t + 2 and the bytes of
 //      tile t + 1 are in flight while tile t is computed.
 //   3. S = Q K^T with tensor-core MMAs (m16n8k16, fp32 accumulation); warp w computes rows
