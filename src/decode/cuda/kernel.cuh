@@ -13,8 +13,9 @@
 //   2. Per tile of 32 candidates: resolve the keys (invalid or beyond the group's count: null, never
 //      read) and bring them to shared memory as bf16 / f16. Quantized records (v32_fp8, v4_fp8) land
 //      in a staging buffer by cp.async and are dequantized from there (exact: payload x power-of-two
-//      scale); 16-bit keys go straight to a double-buffered key tile by cp.async (on sm_90 by one
-//      bulk copy per row, issued by the last warp and completing on an mbarrier). Either way the
+//      scale); 16-bit keys go straight to a double-buffered key tile by cp.async. On sm_90 both
+//      come by one bulk copy per token (row or record), issued by the last warp and completing on
+//      an mbarrier. Either way the
 //      memory latency stays off the critical path: the key addresses of tile t + 2 and the bytes of
 //      tile t + 1 are in flight while tile t is computed.
 //   3. S = Q K^T with tensor-core MMAs (m16n8k16, fp32 accumulation); warp w computes rows
@@ -409,6 +410,27 @@ __device__ __forceinline__ void issue_bulk_copies(const uint8_t* const* data, ui
   if (src) bulk_copy_g2s(keys + lane * kStride, src, kRowBytes, bar);
 }
 
+// The records' counterpart (quantized storage on sm_90): lane i copies token i's record data (656
+// bytes v32, 576 v4) into the staging buffer by one bulk copy on `bar`; a v4 record's 8 scale
+// bytes, elsewhere in the page and too short for a bulk copy, by cp.async as before (awaited with
+// the thread's cp.async groups). Unattended tokens copy nothing (their keys are zeroed at
+// dequantization), so no plain store meets a bulk copy's target.
+template <KeyStorage S, int kRawRecord>
+__device__ __forceinline__ void issue_bulk_records(const uint8_t* const* data, const uint8_t* const* scale,
+                                                   uint8_t* raw, uint64_t* bar, int lane) {
+  using T = StorageTraits<S>;
+  constexpr unsigned kDataBytes = T::kDataChunks * 16;
+  static_assert(kRawRecord % 16 == 0, "bulk copies land on 16-byte aligned records");
+  const uint8_t* src = data[lane];
+  const unsigned valid = __ballot_sync(0xffffffffu, src != nullptr);
+  if (lane == 0) mbar_arrive_expect(bar, __popc(valid) * kDataBytes);
+  if (src) {
+    uint8_t* dst = raw + lane * kRawRecord;
+    bulk_copy_g2s(dst, src, kDataBytes, bar);
+    if constexpr (T::kScaleRow) cp_async_8(dst + kDataBytes, scale[lane]);
+  }
+}
+
 // Dequantizes a tile of staged records into bf16 keys; unattended tokens become zeros. Two passes
 // with fixed trip counts (NoPE chunks, then RoPE chunks), unrolled and without branches: an
 // unattended token's staging bytes (stale, never written for this tile, but inside the buffer) are
@@ -556,8 +578,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
   constexpr bool kOverlap = kWide && !kDirect;
-  // 16-bit keys on sm_90: bulk copies completing on two mbarriers, one per key tile.
-  constexpr bool kBulk = kDirect && kArchBulkCopy;
+  // sm_90: key rows (16-bit) or record data (quantized) arrive by bulk copies, completing on two
+  // mbarriers, one per key tile or staging buffer.
+  constexpr bool kBulk = kArchBulkCopy;
   // Score product shape: the Source's choice (score_dqk_half, score_tokens_half); the split's
   // exchange area exists for quantized storage only.
   constexpr bool kSplitDqk = Source::kSplitDqk;
@@ -674,10 +697,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // Starts the copies of the keys listed in pointer buffer `pbuf` into key / staging buffer `buf`
   // (with kBulk: the last warp's bulk copies, completing on sBar[buf]).
   auto issue = [&](int pbuf, int buf) {
-    if constexpr (kBulk) {
+    if constexpr (kBulk && kDirect) {
       if (warp == kWarps - 1)
         issue_bulk_copies<kDqk, L::k_stride>(sData + pbuf * kTileTokens, sK + buf * kTileTokens * L::k_stride,
                                              sBar + buf, lane);
+    } else if constexpr (kBulk) {
+      if (warp == kWarps - 1)
+        issue_bulk_records<kStorage, L::raw_record>(sData + pbuf * kTileTokens, sScale + pbuf * kTileTokens,
+                                                    sRaw + buf * kTileTokens * L::raw_record, sBar + buf, lane);
     } else if constexpr (kDirect)
       issue_direct_copies<kDqk, L::k_stride>(sData + pbuf * kTileTokens,
                                              sK + buf * kTileTokens * L::k_stride, tid);
@@ -697,12 +724,20 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         fetch(t);
         resolve(&sData[t * kTileTokens + tid], &sScale[t * kTileTokens + tid]);
       }
+    if constexpr (kBulk) {
+      if (tid == 0) {
+        mbar_init(&sBar[0], 1);
+        mbar_init(&sBar[1], 1);
+        mbar_init_fence();
+      }
+    }
     __syncthreads();
     issue(0, 0);
     cp_async_commit();
     issue(1, 1);
     cp_async_commit();
     cp_async_wait<1>();
+    if constexpr (kBulk) mbar_wait(&sBar[0], 0);
     __syncthreads();
     dequantize(0, 0, sK);
   } else {
@@ -732,8 +767,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     if constexpr (kOverlap) {
       // ---- 2. Tile t + 1's records have landed (and tile t was dequantized during the previous
       // iteration); start tile t + 2's copies into the staging buffer tile t used, and issue tile
-      // t + 3's index loads (resolved at the end of the iteration).
+      // t + 3's index loads (resolved at the end of the iteration). (kBulk: tile t + 1 is the
+      // ((t + 1) / 2)-th use of staging buffer (t + 1) % 2.)
       cp_async_wait<0>();
+      if constexpr (kBulk) mbar_wait(&sBar[nxt], ((tile + 1) >> 1) & 1);
       __syncthreads();  // also: every warp is done with the previous tile's keys, P and staging
       issue((tile + 2) % kPtrBufs, cur);
       cp_async_commit();
@@ -766,6 +803,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       cp_async_commit();
       if (tid < kTileTokens) fetch(tile + 2);
       cp_async_wait<1>();  // this thread's copies of the current tile have landed
+      if constexpr (kBulk) mbar_wait(&sBar[cur], (tile >> 1) & 1);
       __syncthreads();     // and everyone else's
 
       // ---- 2b. Dequantize the current tile's records into the key tile.
@@ -900,7 +938,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
   }
 
-  // No copy may outlive the CTA's shared memory. (kBulk: the last iteration issued the tile after
+  // No copy may outlive the CTA's shared memory. (kBulk: the last iterations issued the tiles after
   // the last, whose keys are all unattended: no bulk copy is in flight.)
   cp_async_wait<0>();
 
