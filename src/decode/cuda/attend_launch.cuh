@@ -3,6 +3,7 @@
 // they compile in parallel.
 #pragma once
 
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda_common/cuda_check.h"
@@ -19,6 +20,10 @@ void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream)
 
 template <class Source, bool kWide, int kGroups>
 void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream stream) {
+  // Two token groups cover rows 0..31 of a CTA only (kernel.cuh); token_groups_pay asks for <= 16.
+  LKV_CHECK(kGroups == 1 || std::min<int64_t>(p.g.heads_per_kv, kHeadsPerCta) * p.g.pack <= kHeadsPerCta / 2,
+            "the attention kernel's token groups take at most 32 rows per CTA, got ",
+            std::min<int64_t>(p.g.heads_per_kv, kHeadsPerCta) * p.g.pack);
   constexpr int kSmem = SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16,
                                    kWide && Source::kStorage != KeyStorage::kDirect16>::total;
   int device = 0;

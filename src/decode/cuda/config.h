@@ -14,7 +14,8 @@ inline constexpr int kHeadsPerCta = 64;
 // of the 512 output dims in the value product, which keeps its
 // accumulator at 16 x 256 fp32 = 128 registers per thread. The two warps of a head tile are
 // neighbours, so when h_q < 64 leaves head tiles idle the working warps sit on different SM
-// sub-partitions (warp w issues on sub-partition w % 4).
+// sub-partitions (warp w issues on sub-partition w % 4). (With token groups, CTAs of at most 16
+// rows, the pairs split each tile's tokens instead: kernel.cuh, kGroups.)
 inline constexpr int kWarps = 8;
 inline constexpr int kThreads = kWarps * 32;
 // Tokens per tile: 32 = 2 warps x 16 score columns. A tile of dequantized bf16 keys is 32 x 576 x 2

@@ -15,11 +15,12 @@
 //      in a staging buffer by cp.async and are dequantized from there (exact: payload x power-of-two
 //      scale); 16-bit keys go straight to a double-buffered key tile by cp.async. On sm_90 both
 //      come by one bulk copy per token (row or record), issued by the last warp and completing on
-//      an mbarrier. Either way the
+//      the key tile's or staging buffer's mbarrier. Either way the
 //      memory latency stays off the critical path: the key addresses of tile t + 2 and the bytes of
 //      tile t + 1 are in flight while tile t is computed.
 //   3. S = Q K^T with tensor-core MMAs (m16n8k16, fp32 accumulation); warp w computes rows
-//      16 (w / 2).. and ends with the scores of tokens 16 (w % 2)..; masked tokens get -inf. Two
+//      16 (w / 2).. and ends with the scores of tokens 16 (w % 2)..; masked tokens get -inf (with
+//      token groups, kGroups below, rows 16 (w / 4).. and tokens 16 (w / 2 % 2) + 8 (w % 2)..). Two
 //      shapes, the Source's choice (Source::kSplitDqk): warp w multiplies those 16 tokens over all
 //      of d_qk (score_tokens_half), or all 32 tokens over half (w % 2) of d_qk, the two warps of
 //      a head tile then swapping partial sums (score_dqk_half; sparse decode).
@@ -340,8 +341,9 @@ __device__ __forceinline__ void issue_direct_copies(const uint8_t* const* data, 
 
 // ---- bulk copies of 16-bit key rows (sm_90) -------------------------------------------------------
 // On sm_90 a tile's 16-bit key rows come by one bulk copy per row (cp.async.bulk, executed by the
-// copy engine, completing on an mbarrier), issued by one warp: 32 instructions per tile instead
-// of 2304 16-byte cp.async spread over every thread (prefill's stall profile, bench NOTES v12: 18%
+// copy engine, completing on an mbarrier), issued by one warp: one bulk-copy instruction (32
+// lanes) per tile instead of 2304 16-byte cp.async at d_qk 576 (2048 at 512) spread over every
+// thread (prefill's stall profile, bench NOTES v12: 18%
 // of the samples in issuing a tile's copies and looking its keys up). The last warp issues them:
 // with at most 48 rows per CTA its head tile has no rows, so the copies stay off the working
 // warps' chains (issued by the first warp, a working one, the 16-32-row dense cases ran 14-20%
@@ -389,7 +391,8 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsign
 
 // The issuing warp's part: lane i copies token i's row (kDqk 16-bit values, its bytes announced on
 // `bar` by lane 0), and the warp zeroes the rows of unattended tokens with plain stores (so that
-// P = 0 never meets garbage in P V), three 512-byte stores per row.
+// P = 0 never meets garbage in P V): per row, warp-wide 16-byte stores (2 at d_qk 512, 3 at 576,
+// the last partial).
 template <int kDqk, int kStride>
 __device__ __forceinline__ void issue_bulk_copies(const uint8_t* const* data, uint16_t* keys, uint64_t* bar,
                                                   int lane) {
@@ -672,7 +675,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
   // Running state per fragment row: rows gr and gr + 8 of this warp's head tile.
   float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.0f, 0.0f};  // this warp's token half only; halves are added at the end
+  float row_sum[2] = {0.0f, 0.0f};  // this warp's tokens only (the pair's warps are added at the end)
   float acc[32][4];                 // O: 16 heads x 256 dims = 32 n8-tiles
 #pragma unroll
   for (int n = 0; n < 32; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
@@ -779,7 +782,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     } else if constexpr (kDirect) {
       // ---- 2. 16-bit keys: one barrier per tile. The first warp publishes tile t + 1's pointers;
       // each thread waits for its own copies of tile t (issued in the previous iteration or the
-      // prologue); the barrier makes everyone's copies visible, publishes the pointers and tells
+      // prologue; kBulk: every thread waits for the tile's mbarrier phase, all of its copies); the
+      // barrier makes everyone's copies visible, publishes the pointers and tells
       // that every warp is done with the key tile that tile t + 1 goes to; then tile t + 1's
       // copies start and tile t + 2's index loads are issued. (Only tile t's copies are in flight
       // at the wait, where the two-barrier form had tile t + 1's too.)
@@ -971,10 +975,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // The rows' sums over their tokens (with groups: merged below).
   float merged_sum[2] = {0.0f, 0.0f};
   if constexpr (kGroups > 1) {
-    if (grp == 1) return;  // group 0 writes the rows
+    // Group 0 writes the rows. (No barrier may follow: group 1 has left.)
+    if (grp == 1) return;
     if (active) {
       // Both groups' (max, sum, O) rescaled to the larger maximum; a group that saw no key (max
-      // -inf) gets weight 0 (its sum and O are 0).
+      // -inf) gets weight 0 (its sum and O are 0 for finite keys).
       float w0[2], w1[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
