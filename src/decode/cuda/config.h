@@ -62,7 +62,8 @@ struct SmemLayout {
   // barrier, while other pairs may still read tile t - 1's.
   static constexpr int ptr_bufs = kOverlap ? 4 : 3;
   static constexpr int slot_bytes = ptr_bufs * 2 * kTileTokens * 8;
-  // Raw records of the next tile land here by cp.async while the current tile is computed; a
+  // Raw records of the next tile land here by cp.async (sm_90: bulk copies) while the current tile
+  // is computed; a
   // v32 record is 656 bytes, a v4 one 576 data bytes plus its 8 scale bytes (padded to 16).
   static constexpr int raw_record = kDqk == 576 ? 656 : 592;
   static constexpr int raw_bytes = kDirect ? 0 : 2 * kTileTokens * raw_record;
@@ -72,7 +73,8 @@ struct SmemLayout {
   static constexpr int red_off = p_off + p_bytes;
   static constexpr int slot_off = red_off + red_bytes;
   static constexpr int raw_off = slot_off + slot_bytes;
-  // Two mbarriers (16-bit keys on sm_90: the key tiles arrive by bulk copies, kernel.cuh).
+  // Two mbarriers, one per key tile or staging buffer (sm_90: keys and records arrive by bulk
+  // copies, kernel.cuh).
   static constexpr int bar_off = raw_off + raw_bytes;
   static constexpr int total = bar_off + 2 * 8;
 };

@@ -424,6 +424,7 @@ __device__ __forceinline__ void issue_bulk_records(const uint8_t* const* data, c
   using T = StorageTraits<S>;
   constexpr unsigned kDataBytes = T::kDataChunks * 16;
   static_assert(kRawRecord % 16 == 0, "bulk copies land on 16-byte aligned records");
+  static_assert(kDataBytes + (T::kScaleRow ? 8 : 0) <= kRawRecord, "a record's data and scale bytes fit its slot");
   const uint8_t* src = data[lane];
   const unsigned valid = __ballot_sync(0xffffffffu, src != nullptr);
   if (lane == 0) mbar_arrive_expect(bar, __popc(valid) * kDataBytes);
