@@ -536,8 +536,9 @@ struct PackedRows {
 //   __device__ const uint8_t* locate_index(const Args&, int64_t k, int32_t raw, const uint8_t** scale) const;
 //                                             the rest of locate(), no memory access
 //
-// kWide (quantized storage only, for devices with more than 163 KB of shared memory per CTA): two
-// key tiles, so the records of tile t + 1 are dequantized while tile t is multiplied. Dequantization
+// kWide (for devices with more than 163 KB of shared memory per CTA; for 16-bit keys sm_90 only:
+// three key tiles, kDeep below): quantized storage gets two key tiles, so the records of tile
+// t + 1 are dequantized while tile t is multiplied. Dequantization
 // runs on the CUDA cores and the products on the tensor cores; in separate phases (the narrow
 // layout) their times add up, here warps that finish their score products early dequantize while
 // the others still multiply.
@@ -563,7 +564,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // 16-bit keys, wide layout (sm_90 only, the host's choice): three key tiles, tiles t + 1 and t + 2
   // in flight while tile t is computed.
   constexpr bool kDeep = kWide && kDirect && kArchBulkCopy;
-  // 16-bit keys on sm_90: bulk copies completing on two mbarriers, one per key tile.
+  // 16-bit keys on sm_90: bulk copies completing on one mbarrier per key tile.
   constexpr bool kBulk = kDirect && kArchBulkCopy;
   // Score product shape: the Source's choice (score_dqk_half, score_tokens_half); the split's
   // exchange area exists for quantized storage only.
