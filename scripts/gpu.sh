@@ -3,7 +3,8 @@
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
 #   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
-#   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups]
+#   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
+#   [dense_portable_narrow]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -227,19 +228,23 @@ fi
 
 # *_nopack: dense decode with one query token per CTA (LKV_DENSE_PACK=0), to compare with packing.
 # *_nogroups: the portable kernel without token groups (LKV_TOKEN_GROUPS=0), to compare with them.
+# *_narrow: the portable kernel's narrow layouts (LKV_WIDE_LAYOUT=0: two 16-bit key tiles, quantized
+# keys dequantized in their own phase), to compare with the wide ones.
 for op in prefill dense prefill_portable dense_portable decode_ws prefill_ws dense_ws dense_nopack dense_portable_nopack \
-          decode_portable_nogroups dense_portable_nogroups; do
+          decode_portable_nogroups dense_portable_nogroups prefill_portable_narrow dense_portable_narrow; do
   if has $op; then
-    kernel=auto ws=0 pack=1 groups=1
+    kernel=auto ws=0 pack=1 groups=1 wide=1
     [[ $op == *_nopack ]] && pack=0
     [[ $op == *_nogroups ]] && groups=0
+    [[ $op == *_narrow ]] && wide=0
     base=${op%_nopack}
     base=${base%_nogroups}
+    base=${base%_narrow}
     [[ $base == *_portable ]] && kernel=portable
     [[ $base == *_ws ]] && ws=1
     base=${base%_portable}
     base=${base%_ws}
-    LKV_SM90_WS=$ws LKV_DENSE_PACK=$pack LKV_TOKEN_GROUPS=$groups ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
+    LKV_SM90_WS=$ws LKV_DENSE_PACK=$pack LKV_TOKEN_GROUPS=$groups LKV_WIDE_LAYOUT=$wide ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
     note "bench $op: $(grep -E '_h128_d576_len$|^sq4096_skv65536_topk2048_h128_d576 |_h16_sq[12]|_h128_sq2|v32_b128_h128|peak' "$OUT/bench-$op.log" | tr -s ' ' | tr '\n' ';')"
   fi
 done

@@ -424,8 +424,8 @@ TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
   REQUIRE_GPU();
   UseKernel use(KernelChoice::kPortable);  // both layouts are the portable kernel's
   // Wide devices dequantize v32_fp8 pages while multiplying (the narrow layout does it in its own
-  // phase); 16-bit keys take one layout on every device, so for them this checks that the switch
-  // changes nothing. Same arithmetic in the same order: same bytes.
+  // phase); for 16-bit keys the wide layout is three key tiles deep on sm_90 (two elsewhere, where
+  // this checks that the switch changes nothing). Same arithmetic in the same order: same bytes.
   auto both = [](auto&& run) {
     const auto wide = run();
     latentkv::decode::cuda::set_wide_layout_allowed(false);

@@ -24,8 +24,7 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
   LKV_CHECK(kGroups == 1 || std::min<int64_t>(p.g.heads_per_kv, kHeadsPerCta) * p.g.pack <= kHeadsPerCta / 2,
             "the attention kernel's token groups take at most 32 rows per CTA, got ",
             std::min<int64_t>(p.g.heads_per_kv, kHeadsPerCta) * p.g.pack);
-  constexpr int kSmem = SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16,
-                                   kWide && Source::kStorage != KeyStorage::kDirect16>::total;
+  constexpr int kSmem = SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16, kWide>::total;
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
   const int smem_limit = cuda_common::max_smem_per_block(device);
@@ -76,12 +75,18 @@ void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) 
   static_assert(std::is_same_v<typename P::Args, typename Source::Args> && P::kDqk == Source::kDqk &&
                     P::kF16 == Source::kF16 && P::kStorage == Source::kStorage,
                 "the portable kernel's Source differs from the Hopper one only in the portable kernel's choices");
+  // The wide layout: quantized keys dequantized while the products run (any device with the
+  // room); 16-bit keys three tiles deep, on sm_90 only (there the kernel's bulk copies keep two
+  // tiles' copies in flight off the warps; with per-thread copies a third tile measured slower,
+  // bench NOTES v6 and v11c).
   bool wide = false;
-  if constexpr (P::kStorage != KeyStorage::kDirect16) {
+  {
+    constexpr bool kDirect = P::kStorage == KeyStorage::kDirect16;
     int device = 0;
     LKV_CUDA_CHECK(cudaGetDevice(&device));
     wide = wide_layout_allowed() &&
-           cuda_common::max_smem_per_block(device) >= SmemLayout<P::kDqk, false, true>::total;
+           cuda_common::max_smem_per_block(device) >= SmemLayout<P::kDqk, kDirect, true>::total &&
+           (!kDirect || cuda_common::compute_capability(device) / 10 == 9);
   }
   if (wide) launch_attend_as<P, true>(p, stream);
   else launch_attend_as<P, false>(p, stream);

@@ -72,7 +72,11 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
 }  // namespace
 
 namespace {
-std::atomic<bool> g_wide_allowed{true};
+// LKV_WIDE_LAYOUT=0 starts with the wide layouts off (benchmarks time both).
+std::atomic<bool> g_wide_allowed{[] {
+  const char* e = std::getenv("LKV_WIDE_LAYOUT");
+  return !(e && std::strcmp(e, "0") == 0);
+}()};
 }  // namespace
 
 void set_wide_layout_allowed(bool allowed) { g_wide_allowed = allowed; }

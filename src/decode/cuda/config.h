@@ -35,14 +35,16 @@ inline constexpr int kCtasPerSm = 1;
 // Shared memory of one CTA. Quantized keys are staged as raw records and dequantized into one key
 // tile (kOverlap false) or, where the device has the room, into two key tiles so that the next
 // tile is dequantized while the current one is multiplied (kOverlap true). 16-bit keys (kDirect)
-// are copied straight into two key tiles.
+// are copied straight into two key tiles, or with kOverlap (the wide layout; sm_90, where bulk
+// copies bring them) into three, so that two tiles' copies are in flight.
 template <int kDqk, bool kDirect, bool kOverlap = false>
 struct SmemLayout {
   static constexpr int q_stride = kDqk + kRowPad;            // 16-bit elements per Q row
   static constexpr int k_stride = kDqk + kRowPad;            // 16-bit elements per K row
   static constexpr int p_stride = kTileTokens + kRowPad;     // 16-bit elements per P row
   static constexpr int q_bytes = kHeadsPerCta * q_stride * 2;
-  static constexpr int k_bytes = (kDirect || kOverlap ? 2 : 1) * kTileTokens * k_stride * 2;
+  static constexpr int key_tiles = kDirect ? (kOverlap ? 3 : 2) : (kOverlap ? 2 : 1);
+  static constexpr int k_bytes = key_tiles * kTileTokens * k_stride * 2;
   // Per head tile (warp pair): its 16 rows of P. A Source with the d_qk split (Source::kSplitDqk,
   // quantized storage only) first keeps the pair's exchange of partial scores there (kernel.cuh,
   // score_dqk_half: each warp's sums over its half of d_qk for the other warp's 16 tokens, 16 x 16
@@ -58,8 +60,10 @@ struct SmemLayout {
   // tile's warp pair, and within a tile the pairs wait only for each other (pair_sync), so a
   // buffer is reused only once every pair is past the CTA-wide barrier that follows its tile's
   // softmax: overlapped, tile t + 3's pointers are written late in iteration t, while other pairs
-  // may still read tile t's; otherwise tile t + 1's are written before iteration t's first
-  // barrier, while other pairs may still read tile t - 1's.
+  // may still read tile t's; 16-bit keys three tiles deep (kOverlap with kDirect) write tile
+  // t + 2's before iteration t's barrier, while other pairs may still read tile t - 1's; otherwise
+  // tile t + 1's are written before iteration t's first barrier, while other pairs may still read
+  // tile t - 1's.
   static constexpr int ptr_bufs = kOverlap ? 4 : 3;
   static constexpr int slot_bytes = ptr_bufs * 2 * kTileTokens * 8;
   // Raw records of the next tile land here by cp.async (sm_90: bulk copies) while the current tile
@@ -73,14 +77,15 @@ struct SmemLayout {
   static constexpr int red_off = p_off + p_bytes;
   static constexpr int slot_off = red_off + red_bytes;
   static constexpr int raw_off = slot_off + slot_bytes;
-  // Two mbarriers, one per key tile or staging buffer (sm_90: keys and records arrive by bulk
-  // copies, kernel.cuh).
+  // One mbarrier per key tile or staging buffer (sm_90: keys and records arrive by bulk copies,
+  // kernel.cuh), room for 4.
   static constexpr int bar_off = raw_off + raw_bytes;
-  static constexpr int total = bar_off + 2 * 8;
+  static constexpr int total = bar_off + 4 * 8;
 };
 // 163 KB is an A100's per-CTA maximum; the H100/H200 allow 227 KB.
 static_assert(SmemLayout<576, false>::total <= 163 * 1024, "v32_fp8 must fit an A100");
 static_assert(SmemLayout<576, true>::total <= 163 * 1024, "576-wide 16-bit keys must fit an A100");
 static_assert(SmemLayout<576, false, true>::total <= 227 * 1024, "overlapped v32_fp8 must fit an H100");
+static_assert(SmemLayout<576, true, true>::total <= 227 * 1024, "three 576-wide 16-bit key tiles must fit an H100");
 
 }  // namespace latentkv::decode::cuda

@@ -558,8 +558,9 @@ struct PackedRows {
 //   __device__ const uint8_t* locate_index(const Args&, int64_t k, int32_t raw, const uint8_t** scale) const;
 //                                             the rest of locate(), no memory access
 //
-// kWide (quantized storage only, for devices with more than 163 KB of shared memory per CTA): two
-// key tiles, so the records of tile t + 1 are dequantized while tile t is multiplied. Dequantization
+// kWide (for devices with more than 163 KB of shared memory per CTA; for 16-bit keys sm_90 only:
+// three key tiles, kDeep below): quantized storage gets two key tiles, so the records of tile
+// t + 1 are dequantized while tile t is multiplied. Dequantization
 // runs on the CUDA cores and the products on the tensor cores; in separate phases (the narrow
 // layout) their times add up, here warps that finish their score products early dequantize while
 // the others still multiply.
@@ -582,14 +583,17 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
   constexpr bool kOverlap = kWide && !kDirect;
-  // sm_90: key rows (16-bit) or record data (quantized) arrive by bulk copies, completing on two
-  // mbarriers, one per key tile or staging buffer.
+  // 16-bit keys, wide layout (sm_90 only, the host's choice): three key tiles, tiles t + 1 and t + 2
+  // in flight while tile t is computed.
+  constexpr bool kDeep = kWide && kDirect && kArchBulkCopy;
+  // sm_90: key rows (16-bit) or record data (quantized) arrive by bulk copies, completing on one
+  // mbarrier per key tile or staging buffer.
   constexpr bool kBulk = kArchBulkCopy;
   // Score product shape: the Source's choice (score_dqk_half, score_tokens_half); the split's
   // exchange area exists for quantized storage only.
   constexpr bool kSplitDqk = Source::kSplitDqk;
   static_assert(!kSplitDqk || !kDirect, "the d_qk split's exchange area is laid out for quantized storage");
-  using L = SmemLayout<kDqk, kDirect, kOverlap>;
+  using L = SmemLayout<kDqk, kDirect, kOverlap || kDeep>;
   static_assert(!kSplitDqk || L::xchg_bytes == 2 * 2 * 32 * 16, "exchange area: [2 writers][2 n8 tiles][32 lanes] float4");
   static_assert(kGroups == 1 || (kGroups == 2 && !kSplitDqk), "token groups take the unsplit score shape");
   // The groups' merge passes group 1's O through Q's area: [2 row tiles][2 warps][32 n8 tiles][32 lanes] float4.
@@ -608,7 +612,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::slot_off);
   const uint8_t** sScale = sData + kPtrBufs * kTileTokens;
   uint8_t* sRaw = smem + L::raw_off;  // [2][32][raw_record] (quantized storage only)
-  uint64_t* sBar = reinterpret_cast<uint64_t*>(smem + L::bar_off);  // [2] (kBulk only)
+  uint64_t* sBar = reinterpret_cast<uint64_t*>(smem + L::bar_off);  // [key tiles] (kBulk only)
 
   const Geometry& g = p.g;
   // (With token groups the indices come from unsigned arithmetic, which the compiler can cheaply
@@ -744,6 +748,22 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     if constexpr (kBulk) mbar_wait(&sBar[0], 0);
     __syncthreads();
     dequantize(0, 0, sK);
+  } else if constexpr (kDeep) {
+    // Tiles 0 and 1 resolved and their copies started, tile 2's index loads issued.
+    if (tid < kTileTokens) {
+      fetch(0);
+      resolve(&sData[tid], &sScale[tid]);
+      fetch(1);
+      resolve(&sData[kTileTokens + tid], &sScale[kTileTokens + tid]);
+      fetch(2);
+    }
+    if (tid == 0) {
+      for (int b = 0; b < 3; ++b) mbar_init(&sBar[b], 1);
+      mbar_init_fence();
+    }
+    __syncthreads();
+    issue(0, 0);
+    issue(1, 1);
   } else {
     if (tid < kTileTokens) {
       fetch(0);
@@ -780,6 +800,20 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       cp_async_commit();
       if (tid < kTileTokens) fetch(tile + 3);
       keys = sK + cur * kTileTokens * L::k_stride;
+    } else if constexpr (kDeep) {
+      // ---- 2. 16-bit keys, three key tiles (sm_90): the first warp publishes tile t + 2's
+      // pointers (buffer (t + 2) % 4: tile t - 2's, whose last readers finished before the
+      // previous iteration's barrier); every thread waits for tile t's phase (tile t is the
+      // (t / 3)-th use of key tile t % 3); the barrier also tells that every warp is done with key
+      // tile (t + 2) % 3 (tile t - 1's); then tile t + 2's copies start, and tile t + 3's index
+      // loads are issued. Tiles t + 1 and t + 2 are in flight while tile t is computed.
+      const int p2 = (tile + 2) % kPtrBufs, kcur = tile % 3;
+      if (tid < kTileTokens) resolve(&sData[p2 * kTileTokens + tid], &sScale[p2 * kTileTokens + tid]);
+      mbar_wait(&sBar[kcur], (tile / 3) & 1);
+      __syncthreads();
+      issue(p2, (tile + 2) % 3);
+      if (tid < kTileTokens) fetch(tile + 3);
+      keys = sK + kcur * kTileTokens * L::k_stride;
     } else if constexpr (kDirect) {
       // ---- 2. 16-bit keys: one barrier per tile. The first warp publishes tile t + 1's pointers;
       // each thread waits for its own copies of tile t (issued in the previous iteration or the

@@ -14,8 +14,10 @@ struct SparseArgs;
 // p.partial_out / p.partial_lse hold the split scratch when p.num_splits > 1.
 void sparse_decode(const Params& p, Stream stream);
 
-// Whether quantized caches may use the wide (overlapped-dequantization) layout where the device has
-// room for it; tests turn it off to exercise the narrow layout on such devices (combine.cu).
+// Whether the wide layouts may be used where the device has room for them: quantized keys
+// dequantized while the products run; on sm_90, 16-bit keys three tiles deep. Tests turn it off
+// to exercise the narrow layouts on such devices; LKV_WIDE_LAYOUT=0 (read once per process)
+// starts with it off (combine.cu).
 void set_wide_layout_allowed(bool allowed);
 bool wide_layout_allowed();
 
