@@ -365,7 +365,10 @@ __device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, unsigned bytes
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
                : "memory");
 }
-// Waits until the phase of parity `parity` has completed (its arrival and bytes).
+// Waits until the phase of parity `parity` has completed (its arrivals and bytes). (A poll counter
+// that traps after 2^26 polls, to turn a protocol error into a launch error, cost the sm90
+// warp-specialised kernel's warpgroup 1 its register headroom: its accumulators spilled.
+// scripts/gpu.sh runs a one-minute guard test first instead.)
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
   uint32_t done = 0;
   do {

@@ -52,26 +52,12 @@ struct WsLayout {
 };
 static_assert(WsLayout<576>::total <= 227 * 1024, "v32 layout must fit an H100/H200 CTA");
 
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(cuda::smem_addr(bar)), "r"(count) : "memory");
-}
+// mbarrier init and wait: the portable kernel's (decode/cuda/kernel.cuh).
+using cuda::mbar_init;
+using cuda::mbar_wait;
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(cuda::smem_addr(bar))
                : "memory");
-}
-// Waits until the phase of `bar` with the given parity has completed. (A poll counter that traps
-// after 2^26 polls, to turn a protocol error into a launch error, cost warpgroup 1 its register
-// headroom: its accumulators spilled. scripts/gpu.sh runs a one-minute guard test first instead.)
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  for (;;) {
-    uint32_t done;
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(cuda::smem_addr(bar)), "r"(parity)
-        : "memory");
-    if (done) return;
-  }
 }
 __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
