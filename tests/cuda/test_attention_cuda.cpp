@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/device_buffer.h"
@@ -424,8 +425,10 @@ TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
   REQUIRE_GPU();
   UseKernel use(KernelChoice::kPortable);  // both layouts are the portable kernel's
   // Wide devices dequantize v32_fp8 pages while multiplying (the narrow layout does it in its own
-  // phase); for 16-bit keys the wide layout is three key tiles deep on sm_90 (two elsewhere, where
-  // this checks that the switch changes nothing). Same arithmetic in the same order: same bytes.
+  // phase); for 16-bit keys the wide layout is three key tiles deep on sm_90 where a CTA has fewer
+  // than 64 rows (decode::cuda::deep_keys_pay: prefill h_q 24 and dense h_q 40 here; prefill h_q 70
+  // and elsewhere this checks that the switch changes nothing). Same arithmetic in the same order:
+  // same bytes.
   auto both = [](auto&& run) {
     const auto wide = run();
     latentkv::decode::cuda::set_wide_layout_allowed(false);
@@ -433,25 +436,25 @@ TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
     latentkv::decode::cuda::set_wide_layout_allowed(true);
     return std::pair{wide, narrow};
   };
-  for (int d : {512, 576}) {
+  for (const auto& [d, h] : {std::pair{512, 70}, std::pair{576, 24}, std::pair{512, 24}}) {
     PrefillWorkloadOptions o;
     o.s_q = 9;
     o.s_kv = 3000;
-    o.h_q = 70;
+    o.h_q = h;
     o.topk = 300;
     o.d_qk = d;
     o.topk_length = true;
     o.sink = true;
     o.adversarial = true;
-    check_prefill(o, "layouts: prefill d" + std::to_string(d));
+    check_prefill(o, "layouts: prefill d" + std::to_string(d) + " h" + std::to_string(h));
     PrefillWorkload w = latentkv::testing::make_prefill_workload(o);
     const auto [wide, narrow] = both([&] {
       w.poison_outputs();
       return run_prefill_gpu(w);
     });
-    EXPECT_EQ(wide.out, narrow.out) << d;
-    EXPECT_EQ(0, std::memcmp(wide.lse.data(), narrow.lse.data(), wide.lse.size() * 4)) << d;
-    EXPECT_EQ(0, std::memcmp(wide.max_logits.data(), narrow.max_logits.data(), wide.lse.size() * 4)) << d;
+    EXPECT_EQ(wide.out, narrow.out) << d << " " << h;
+    EXPECT_EQ(0, std::memcmp(wide.lse.data(), narrow.lse.data(), wide.lse.size() * 4)) << d << " " << h;
+    EXPECT_EQ(0, std::memcmp(wide.max_logits.data(), narrow.max_logits.data(), wide.lse.size() * 4)) << d << " " << h;
   }
   // Variant 3: v32_fp8 pages with 64 heads, whose CTAs' rows are all real, so the portable kernel
   // splits the score product over d_qk (decode::cuda::split_dqk_pays).

@@ -78,7 +78,7 @@ void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) 
   // The wide layout: quantized keys dequantized while the products run (any device with the
   // room); 16-bit keys three tiles deep, on sm_90 only (there the kernel's bulk copies keep two
   // tiles' copies in flight off the warps; with per-thread copies a third tile measured slower,
-  // bench NOTES v6 and v11c).
+  // bench NOTES v6 and v11c) and only where deep_keys_pay (CTAs of fewer than 64 rows).
   bool wide = false;
   {
     constexpr bool kDirect = P::kStorage == KeyStorage::kDirect16;
@@ -86,7 +86,7 @@ void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) 
     LKV_CUDA_CHECK(cudaGetDevice(&device));
     wide = wide_layout_allowed() &&
            cuda_common::max_smem_per_block(device) >= SmemLayout<P::kDqk, kDirect, true>::total &&
-           (!kDirect || cuda_common::compute_capability(device) / 10 == 9);
+           (!kDirect || (cuda_common::compute_capability(device) / 10 == 9 && deep_keys_pay(p.g)));
   }
   if (wide) launch_attend_as<P, true>(p, stream);
   else launch_attend_as<P, false>(p, stream);
