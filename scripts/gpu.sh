@@ -4,7 +4,7 @@
 #   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
-#   [dense_portable_narrow]
+#   [dense_portable_narrow] [dense_portable_noroles] [dense_portable_roles16]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -109,7 +109,7 @@ fi
 # these tests run no sm90 kernel.
 if has racecheck_portable; then
   timeout 300 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
-    --gtest_filter='DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise:DecodeCuda.TokenGroups:AttentionCuda.TokenGroups' >"$OUT/racecheck-portable.log" 2>&1
+    --gtest_filter='DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise:DecodeCuda.TokenGroups:AttentionCuda.TokenGroups:AttentionCuda.ScoreAndValueWarps' >"$OUT/racecheck-portable.log" 2>&1
   note "racecheck (portable) rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck-portable.log" | tail -1)"
 fi
 
@@ -183,7 +183,8 @@ fi
 # as CSV (prof_sass.csv.gz) to read against the SASS; LKV_PROFILE_KERNEL=portable profiles the
 # portable kernel instead of the one chosen for the device. LKV_PROFILE_OP=prefill (the s_q 4096,
 # topk 2048, h_q 128, d_qk 576 case) or dense (bf16, h_q 128, s_q 2, s_k 8192) profiles that op's
-# headline case instead of sparse decode's V3.2 b 128.
+# headline case instead of sparse decode's V3.2 b 128; LKV_PROFILE_FILTER names another case of
+# that op's bench.
 if has profile_sass; then
   case "${LKV_PROFILE_OP:-decode}" in
     prefill) prof_op=prefill; prof_filter=sq4096_skv65536_topk2048_h128_d576 ;;
@@ -192,7 +193,7 @@ if has profile_sass; then
   esac
   timeout 300 ncu --clock-control none -k regex:attend_kernel -c 1 --section SourceCounters \
     --section WarpStateStats -f -o "$OUT/prof" ./build-gpu/latentkv bench "$prof_op" --device cuda \
-    --kernel "${LKV_PROFILE_KERNEL:-auto}" --filter "$prof_filter" --reps 1 >"$OUT/ncu-sass.log" 2>&1
+    --kernel "${LKV_PROFILE_KERNEL:-auto}" --filter "${LKV_PROFILE_FILTER:-$prof_filter}" --reps 1 >"$OUT/ncu-sass.log" 2>&1
   rc=$?
   ncu --import "$OUT/prof.ncu-rep" --page source --print-source sass --csv 2>>"$OUT/ncu-sass.log" | gzip >"$OUT/prof_sass.csv.gz"
   ncu --import "$OUT/prof.ncu-rep" --page details 2>>"$OUT/ncu-sass.log" | grep -E "Warp Cycles|Stall|Issued|Eligible" | head -20
@@ -230,21 +231,28 @@ fi
 # *_nogroups: the portable kernel without token groups (LKV_TOKEN_GROUPS=0), to compare with them.
 # *_narrow: the portable kernel's narrow layouts (LKV_WIDE_LAYOUT=0: two 16-bit key tiles, quantized
 # keys dequantized in their own phase), to compare with the wide ones.
+# *_noroles / *_roles16: the portable kernel without score and value warps (LKV_ROLES=0), or with
+# them for CTAs of 16 rows and fewer too (LKV_ROLES=2).
 for op in prefill dense prefill_portable dense_portable decode_ws prefill_ws dense_ws dense_nopack dense_portable_nopack \
-          decode_portable_nogroups dense_portable_nogroups prefill_portable_narrow dense_portable_narrow; do
+          decode_portable_nogroups dense_portable_nogroups prefill_portable_narrow dense_portable_narrow \
+          dense_portable_noroles dense_portable_roles16; do
   if has $op; then
-    kernel=auto ws=0 pack=1 groups=1 wide=1
+    kernel=auto ws=0 pack=1 groups=1 wide=1 roles=1
     [[ $op == *_nopack ]] && pack=0
     [[ $op == *_nogroups ]] && groups=0
     [[ $op == *_narrow ]] && wide=0
+    [[ $op == *_noroles ]] && roles=0
+    [[ $op == *_roles16 ]] && roles=2
     base=${op%_nopack}
     base=${base%_nogroups}
     base=${base%_narrow}
+    base=${base%_noroles}
+    base=${base%_roles16}
     [[ $base == *_portable ]] && kernel=portable
     [[ $base == *_ws ]] && ws=1
     base=${base%_portable}
     base=${base%_ws}
-    LKV_SM90_WS=$ws LKV_DENSE_PACK=$pack LKV_TOKEN_GROUPS=$groups LKV_WIDE_LAYOUT=$wide ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
+    LKV_SM90_WS=$ws LKV_DENSE_PACK=$pack LKV_TOKEN_GROUPS=$groups LKV_WIDE_LAYOUT=$wide LKV_ROLES=$roles ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
     note "bench $op: $(grep -E '_h128_d576_len$|^sq4096_skv65536_topk2048_h128_d576 |_h16_sq[12]|_h128_sq2|v32_b128_h128|peak' "$OUT/bench-$op.log" | tr -s ' ' | tr '\n' ';')"
   fi
 done

@@ -481,6 +481,92 @@ TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
   }
 }
 
+// Score and value warps (decode::cuda::roles_pay; kernel.cuh, kRoles): on sm_90, CTAs of at most 32
+// rows with 16-bit keys split their warps into score warps (tile t) and value warps (tile t - 1).
+// Every shape is checked against the oracle with the roles taken for all such CTAs (mode 2) and
+// with the default (mode 1: 17-32 rows, token groups below), and the roles' bytes must equal those
+// of the one-role kernel (mode 0), one token group both: the value warps add the two token halves'
+// sums in its order. (Elsewhere the roles are never taken, and the comparison is of one kernel with
+// itself.) Dense: bf16 and f16, 16-32 rows alone or as packed query tokens (causal), a long request
+// that splits; prefill: lengths, sink and adversarial indices.
+TEST(AttentionCuda, ScoreAndValueWarps) {
+  REQUIRE_GPU();
+  UseKernel use(KernelChoice::kPortable);
+  namespace dc = latentkv::decode::cuda;
+  struct Restore {
+    ~Restore() {
+      dc::set_roles_mode(1);
+      dc::set_token_groups_allowed(true);
+    }
+  } restore;
+  auto roles_and_none = [](auto&& run) {
+    dc::set_token_groups_allowed(false);
+    dc::set_roles_mode(2);
+    auto roles = run();
+    dc::set_roles_mode(0);
+    auto none = run();
+    dc::set_roles_mode(1);
+    dc::set_token_groups_allowed(true);
+    return std::pair{roles, none};
+  };
+  struct Shape { int64_t b, s_q, h_q, max_len; };
+  const Shape shapes[] = {{4, 1, 32, 700}, {3, 1, 24, 500}, {4, 2, 16, 300}, {4, 3, 7, 200},
+                          {4, 1, 16, 600}, {2, 1, 5, 90},   {1, 1, 32, 7000}};
+  int n = 0;
+  for (const Shape& sh : shapes)
+    for (int variant = 0; variant < 2; ++variant) {
+      DenseWorkloadOptions o;
+      o.b = sh.b;
+      o.s_q = sh.s_q;
+      o.h_q = sh.h_q;
+      o.d_qk = variant == 1 ? 512 : 576;
+      o.page_size = variant == 1 ? 64 : 53;
+      o.max_len = sh.max_len;
+      o.f16 = variant == 1;
+      o.causal = true;
+      o.garbage_block_table = true;
+      o.seed = 2300 + n++;
+      const std::string label = std::string(variant == 0 ? "bf16" : "f16 d512") + " b" + std::to_string(sh.b) +
+                                " sq" + std::to_string(sh.s_q) + " h" + std::to_string(sh.h_q) + " len" +
+                                std::to_string(sh.max_len);
+      dc::set_roles_mode(2);
+      check_dense(o, "roles for all: dense " + label);
+      dc::set_roles_mode(1);
+      check_dense(o, "default: dense " + label);
+      DenseWorkload w = latentkv::testing::make_dense_workload(o);
+      const auto [roles, none] = roles_and_none([&] {
+        w.poison_outputs();
+        return run_dense_gpu(w);
+      });
+      EXPECT_EQ(roles.out, none.out) << label;
+      EXPECT_EQ(0, std::memcmp(roles.lse.data(), none.lse.data(), roles.lse.size() * 4)) << label;
+    }
+  for (const auto& [h, d] : {std::pair{20, 576}, std::pair{32, 512}, std::pair{9, 576}}) {
+    PrefillWorkloadOptions o;
+    o.s_q = 40;
+    o.s_kv = 3000;
+    o.h_q = h;
+    o.topk = 300;
+    o.d_qk = d;
+    o.topk_length = true;
+    o.sink = true;
+    o.adversarial = true;
+    o.seed = 2400 + h;
+    const std::string label = "prefill h" + std::to_string(h) + " d" + std::to_string(d);
+    dc::set_roles_mode(2);
+    check_prefill(o, "roles for all: " + label);
+    dc::set_roles_mode(1);
+    PrefillWorkload w = latentkv::testing::make_prefill_workload(o);
+    const auto [roles, none] = roles_and_none([&] {
+      w.poison_outputs();
+      return run_prefill_gpu(w);
+    });
+    EXPECT_EQ(roles.out, none.out) << label;
+    EXPECT_EQ(0, std::memcmp(roles.lse.data(), none.lse.data(), roles.lse.size() * 4)) << label;
+    EXPECT_EQ(0, std::memcmp(roles.max_logits.data(), none.max_logits.data(), roles.lse.size() * 4)) << label;
+  }
+}
+
 // CTAs of at most 16 rows run two token groups in the portable kernel
 // (decode::cuda::token_groups_pay): dense decode with 16-bit and v32_fp8 pages (h_q 16 and 11 alone,
 // packed 2 x 8 and 5 x 3 query tokens, causal, a split case) and prefill (h_q 16 and 12 with sink,

@@ -18,13 +18,16 @@ namespace latentkv::decode::cuda {
 // Merges the splits' partial results by LSE (combine.cu). out is f16 when f16, else bf16.
 void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream);
 
-template <class Source, bool kWide, int kGroups>
+template <class Source, bool kWide, int kGroups, bool kRoles = false>
 void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream stream) {
-  // Two token groups cover rows 0..31 of a CTA only (kernel.cuh); token_groups_pay asks for <= 16.
-  LKV_CHECK(kGroups == 1 || std::min<int64_t>(p.g.heads_per_kv, kHeadsPerCta) * p.g.pack <= kHeadsPerCta / 2,
-            "the attention kernel's token groups take at most 32 rows per CTA, got ",
+  // Two token groups, and score and value warps, cover rows 0..31 of a CTA only (kernel.cuh);
+  // token_groups_pay asks for <= 16, roles_pay for <= 32.
+  LKV_CHECK((kGroups == 1 && !kRoles) ||
+                std::min<int64_t>(p.g.heads_per_kv, kHeadsPerCta) * p.g.pack <= kHeadsPerCta / 2,
+            "the attention kernel's token groups and score/value warps take at most 32 rows per CTA, got ",
             std::min<int64_t>(p.g.heads_per_kv, kHeadsPerCta) * p.g.pack);
-  constexpr int kSmem = SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16, kWide>::total;
+  constexpr int kSmem =
+      SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16, kWide, kRoles>::total;
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
   const int smem_limit = cuda_common::max_smem_per_block(device);
@@ -37,18 +40,23 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
             "and 65535 splits, got ", rows, " row groups (", p.g.n1, " x ", p.g.n2, " / ", p.g.pack, "), ", head_blocks,
             " head blocks, ", p.g.num_splits, " splits");
   // Set on every launch: the attribute belongs to the current device, and setting it is cheap.
-  LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source, kWide, kGroups>,
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source, kWide, kGroups, kRoles>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(head_blocks),
                   static_cast<unsigned>(p.g.num_splits));
-  attend_kernel<Source, kWide, kGroups><<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(p);
+  attend_kernel<Source, kWide, kGroups, kRoles><<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(p);
   LKV_CUDA_CHECK_LAUNCH();
 }
 
 // Two token groups (kernel.cuh, kGroups) where token_groups_pay (CTAs of at most 16 rows) and the
 // score product is not split over d_qk.
+// Score and value warps (kernel.cuh, kRoles) for 16-bit keys in the deep layout (kWide on sm_90:
+// attend_launch's caller chose it) where roles_pay.
 template <class Source, bool kWide>
 void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream stream) {
+  if constexpr (kWide && Source::kStorage == KeyStorage::kDirect16 && !Source::kSplitDqk) {
+    if (roles_pay(p.g)) return launch_attend_grouped<Source, true, 1, true>(p, stream);
+  }
   if constexpr (!Source::kSplitDqk) {
     if (token_groups_pay(p.g)) return launch_attend_grouped<Source, kWide, 2>(p, stream);
   }

@@ -37,13 +37,20 @@ inline constexpr int kCtasPerSm = 1;
 // tile is dequantized while the current one is multiplied (kOverlap true). 16-bit keys (kDirect)
 // are copied straight into two key tiles, or with kOverlap (the wide layout; sm_90, where bulk
 // copies bring them) into three, so that two tiles' copies are in flight.
-template <int kDqk, bool kDirect, bool kOverlap = false>
+//
+// kRoles (16-bit keys on sm_90, CTAs of at most 32 rows; kernel.cuh): Q holds 32 rows, four key
+// tiles (tile t's values, tile t + 1's scores, tiles t + 2 and t + 3 in flight), and the scores of
+// two tiles pass from the score warps to the value warps through `s` ([2][32][s_stride] fp32)
+// with their per-half row maxima (`pm`, [2][2][32] fp32).
+template <int kDqk, bool kDirect, bool kOverlap = false, bool kRoles = false>
 struct SmemLayout {
+  static_assert(!kRoles || (kDirect && kOverlap), "the role layout is a wide 16-bit-key layout");
   static constexpr int q_stride = kDqk + kRowPad;            // 16-bit elements per Q row
   static constexpr int k_stride = kDqk + kRowPad;            // 16-bit elements per K row
   static constexpr int p_stride = kTileTokens + kRowPad;     // 16-bit elements per P row
-  static constexpr int q_bytes = kHeadsPerCta * q_stride * 2;
-  static constexpr int key_tiles = kDirect ? (kOverlap ? 3 : 2) : (kOverlap ? 2 : 1);
+  static constexpr int q_rows = kRoles ? 32 : kHeadsPerCta;
+  static constexpr int q_bytes = q_rows * q_stride * 2;
+  static constexpr int key_tiles = kRoles ? 4 : kDirect ? (kOverlap ? 3 : 2) : (kOverlap ? 2 : 1);
   static constexpr int k_bytes = key_tiles * kTileTokens * k_stride * 2;
   // Per head tile (warp pair): its 16 rows of P. A Source with the d_qk split (Source::kSplitDqk,
   // quantized storage only) first keeps the pair's exchange of partial scores there (kernel.cuh,
@@ -80,12 +87,20 @@ struct SmemLayout {
   // One mbarrier per key tile or staging buffer (sm_90: keys and records arrive by bulk copies,
   // kernel.cuh), room for 4.
   static constexpr int bar_off = raw_off + raw_bytes;
-  static constexpr int total = bar_off + 4 * 8;
+  // kRoles: 40 floats per score row, so that the float2 accesses of a half-warp (8 rows x 4
+  // column pairs in MMA fragment order) fall in 32 different banks.
+  static constexpr int s_stride = kTileTokens + 8;
+  static constexpr int s_off = bar_off + 4 * 8;
+  static constexpr int s_bytes = kRoles ? 2 * 32 * s_stride * 4 : 0;
+  static constexpr int pm_off = s_off + s_bytes;
+  static constexpr int pm_bytes = kRoles ? 2 * 2 * 32 * 4 : 0;
+  static constexpr int total = pm_off + pm_bytes;
 };
 // 163 KB is an A100's per-CTA maximum; the H100/H200 allow 227 KB.
 static_assert(SmemLayout<576, false>::total <= 163 * 1024, "v32_fp8 must fit an A100");
 static_assert(SmemLayout<576, true>::total <= 163 * 1024, "576-wide 16-bit keys must fit an A100");
 static_assert(SmemLayout<576, false, true>::total <= 227 * 1024, "overlapped v32_fp8 must fit an H100");
 static_assert(SmemLayout<576, true, true>::total <= 227 * 1024, "three 576-wide 16-bit key tiles must fit an H100");
+static_assert(SmemLayout<576, true, true, true>::total <= 227 * 1024, "the 576-wide role layout must fit an H100");
 
 }  // namespace latentkv::decode::cuda

@@ -578,7 +578,17 @@ struct PackedRows {
 // tile halves and four warps multiply; each group reads Q (an n8 tile per warp instead of two: more
 // ldmatrix per MMA), which is why 32-row CTAs, whose two working pairs already fill the four
 // sub-partitions, measured slower with groups.
-template <class Source, bool kWide, int kGroups = 1>
+//
+// kRoles (16-bit keys in the deep layout on sm_90, one group, CTAs of at most 32 rows; the host
+// takes it where decode::cuda::roles_pay): the warps that would idle become score warps. Warps 4-7
+// (row tile (w - 4) / 2, token half w % 2) compute tile t's scores, masked and scaled, into shared
+// memory with their rows' maxima, while warps 0-3 (row tile w / 2, dims 256 (w % 2)..) run the
+// softmax and the value product of tile t - 1 from the scores stored a barrier earlier: one
+// CTA-wide barrier per tile orders both hand-offs, and each tile's time is the longer of the two
+// chains instead of their sum. The value warps read every score of their rows and keep the sums
+// of the two token halves apart, in the order the one-role kernel adds them, so both give the
+// same bytes.
+template <class Source, bool kWide, int kGroups = 1, bool kRoles = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     attend_kernel(const KernelParams<typename Source::Args> p) {
   constexpr int kDqk = Source::kDqk;
@@ -592,11 +602,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // sm_90: key rows (16-bit) or record data (quantized) arrive by bulk copies, completing on one
   // mbarrier per key tile or staging buffer.
   constexpr bool kBulk = kArchBulkCopy;
+  // Score and value warps (kRoles); compiled to the one-role kernel where there is no deep layout
+  // (the host launches it only on sm_90).
+  constexpr bool kRoleMode = kRoles && kDeep;
   // Score product shape: the Source's choice (score_dqk_half, score_tokens_half); the split's
   // exchange area exists for quantized storage only.
   constexpr bool kSplitDqk = Source::kSplitDqk;
   static_assert(!kSplitDqk || !kDirect, "the d_qk split's exchange area is laid out for quantized storage");
-  using L = SmemLayout<kDqk, kDirect, kOverlap || kDeep>;
+  static_assert(!kRoles || (kDirect && kGroups == 1 && !Source::kSplitDqk),
+                "score and value warps: 16-bit keys, one group, the unsplit score shape");
+  using L = SmemLayout<kDqk, kDirect, kOverlap || kDeep, kRoleMode>;
   static_assert(!kSplitDqk || L::xchg_bytes == 2 * 2 * 32 * 16, "exchange area: [2 writers][2 n8 tiles][32 lanes] float4");
   static_assert(kGroups == 1 || (kGroups == 2 && !kSplitDqk), "token groups take the unsplit score shape");
   // The groups' merge passes group 1's O through Q's area: [2 row tiles][2 warps][32 n8 tiles][32 lanes] float4.
@@ -656,7 +671,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
   // ---- 1. Q to shared memory (16-byte loads), zero rows past the CTA's.
   const uint16_t* q_row = g.q + r1 * g.stride_q_r1 + pr.r2_0 * g.stride_q_r2;  // the group's first query
-  for (int c = tid; c < kHeadsPerCta * (kDqk / 8); c += kThreads) {
+  for (int c = tid; c < L::q_rows * (kDqk / 8); c += kThreads) {
     const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (hr < rows_here)
@@ -677,7 +692,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   int row_lim[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t lim = pr.row_limit(g, rt * 16 + gr + 8 * r, heads_here, rows_here, src.candidates(), k_begin);
+    const int lim_rt = kRoleMode && warp >= 4 ? rt - 2 : rt;  // kRoles: score warps mask rows 16 (rt - 2)..
+    const int64_t lim = pr.row_limit(g, lim_rt * 16 + gr + 8 * r, heads_here, rows_here, src.candidates(), k_begin);
     row_lim[r] = static_cast<int>(lim < 0 ? 0 : lim > INT32_MAX ? INT32_MAX : lim);
   }
 
@@ -728,6 +744,150 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       dequantize_tile<kStorage, kDqk, L::raw_record, L::k_stride>(
           sData + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record, keys_out, tid);
   };
+  if constexpr (kRoleMode) {
+    float* sS = reinterpret_cast<float*>(smem + L::s_off);    // [2][32][s_stride] scaled scores
+    float* sPM = reinterpret_cast<float*>(smem + L::pm_off);  // [2][token half][32] their row maxima
+    const bool scorer = warp >= 4;
+    const int srt = rt - 2;  // a score warp's row tile
+    const bool s_active = scorer && srt * 16 < rows_here;
+    // Per token half, the value warp's running sums (the one-role kernel's pair of warps keeps one
+    // each; adding them in its order gives its bytes).
+    float half_sum[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+    // Tiles 0 and 1 resolved and their copies started, tile 2's index loads issued.
+    if (tid < kTileTokens) {
+      fetch(0);
+      resolve(&sData[tid], &sScale[tid]);
+      fetch(1);
+      resolve(&sData[kTileTokens + tid], &sScale[kTileTokens + tid]);
+      fetch(2);
+    }
+    if (tid == 0) {
+      for (int b = 0; b < 4; ++b) mbar_init(&sBar[b], 1);
+      mbar_init_fence();
+    }
+    __syncthreads();
+    issue(0, 0);
+    issue(1, 1);
+    // Iteration t: score warps on tile t (key tile t % 4), value warps on tile t - 1 (key tile
+    // (t - 1) % 4, scores buffer (t - 1) % 2); tiles t + 1 and t + 2 in flight.
+    for (int it = 0; it <= static_cast<int>(num_tiles); ++it) {
+      // ---- The first warp publishes tile t + 2's pointers (buffer (t + 2) % 4, tile t - 2's,
+      // last read by the score warps in iteration t - 2); every thread waits for tile t's keys;
+      // the barrier also tells that the value warps are done with key tile (t + 2) % 4 (tile
+      // t - 2's) and scores buffer t % 2 (tile t - 2's); then tile t + 2's copies start and tile
+      // t + 3's index loads are issued.
+      const int p2 = (it + 2) % kPtrBufs;
+      if (tid < kTileTokens) resolve(&sData[p2 * kTileTokens + tid], &sScale[p2 * kTileTokens + tid]);
+      if (it < static_cast<int>(num_tiles)) mbar_wait(&sBar[it % 4], (it / 4) & 1);
+      __syncthreads();
+      issue(p2, (it + 2) % 4);
+      if (tid < kTileTokens) fetch(it + 3);
+      if (scorer) {
+        if (!s_active || it >= static_cast<int>(num_tiles)) continue;
+        // ---- Scores of rows 16 srt.. and tokens 16 nh.. of tile t, masked and scaled as the
+        // one-role kernel's softmax does, with the rows' maxima over these 16 tokens.
+        const uint16_t* keys = sK + (it % 4) * kTileTokens * L::k_stride;
+        const uint8_t* const* tile_data = sData + (it % kPtrBufs) * kTileTokens;
+        float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        score_tokens_half<kF16, kDqk, L::q_stride, L::k_stride>(sc, sQ, keys, srt, nh, lane);
+        float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int tok = nh * 16 + nt * 8 + 2 * t4 + (e % 2);
+            const bool seen = tile_data[tok] && (!Source::kPacksRows || it * kTileTokens + tok < row_lim[e / 2]);
+            const float v = seen ? sc[nt][e] * scale_log2 : -INFINITY;
+            sc[nt][e] = v;
+            tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
+          }
+        float* srow = sS + (it % 2) * 32 * L::s_stride + (srt * 16 + gr) * L::s_stride;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int col = nh * 16 + nt * 8 + 2 * t4;
+          *reinterpret_cast<float2*>(srow + col) = make_float2(sc[nt][0], sc[nt][1]);
+          *reinterpret_cast<float2*>(srow + 8 * L::s_stride + col) = make_float2(sc[nt][2], sc[nt][3]);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+          tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+        }
+        if (t4 == 0) {
+          sPM[((it % 2) * 2 + nh) * 32 + srt * 16 + gr] = tile_max[0];
+          sPM[((it % 2) * 2 + nh) * 32 + srt * 16 + gr + 8] = tile_max[1];
+        }
+        continue;
+      }
+      if (!active || it == 0) continue;
+      // ---- Value warps: tile t - 1's softmax from its stored scores, then O += P V for rows
+      // 16 rt.. and dims 256 nh.. (32 n8 tiles).
+      const int j = it - 1, sb = j % 2;
+      const float* srows = sS + sb * 32 * L::s_stride + (rt * 16 + gr) * L::s_stride;
+      float alpha[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int hr = rt * 16 + gr + 8 * r;
+        const float new_max = fmaxf(row_max[r], fmaxf(sPM[(sb * 2) * 32 + hr], sPM[(sb * 2 + 1) * 32 + hr]));
+        alpha[r] = new_max == -INFINITY ? 1.0f : exp2f(row_max[r] - new_max);
+        row_max[r] = new_max;
+        half_sum[0][r] *= alpha[r];
+        half_sum[1][r] *= alpha[r];
+      }
+      // (The rescale skip of the one-role kernel, for the same reason.)
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+        for (int n = 0; n < 32; ++n) {
+          acc[n][0] *= alpha[0];
+          acc[n][1] *= alpha[0];
+          acc[n][2] *= alpha[1];
+          acc[n][3] *= alpha[1];
+        }
+      }
+      const uint16_t* keys = sK + (j % 4) * kTileTokens * L::k_stride;
+#pragma unroll
+      for (int kk = 0; kk < kTileTokens; kk += 16) {
+        // P's A fragment straight from the scores: rows gr and gr + 8, tokens kk + 2 t4 (+1) and
+        // kk + 8 + 2 t4 (+1); half kk / 16's sum in the one-role kernel's order.
+        float2 sv[4];
+        sv[0] = *reinterpret_cast<const float2*>(srows + kk + 2 * t4);
+        sv[1] = *reinterpret_cast<const float2*>(srows + 8 * L::s_stride + kk + 2 * t4);
+        sv[2] = *reinterpret_cast<const float2*>(srows + kk + 8 + 2 * t4);
+        sv[3] = *reinterpret_cast<const float2*>(srows + 8 * L::s_stride + kk + 8 + 2 * t4);
+        float prob[4][2];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float m = row_max[q % 2];
+          prob[q][0] = (sv[q].x == -INFINITY) ? 0.0f : exp2f(sv[q].x - m);
+          prob[q][1] = (sv[q].y == -INFINITY) ? 0.0f : exp2f(sv[q].y - m);
+        }
+        float(&hs)[2] = half_sum[kk / 16];
+        hs[0] += prob[0][0];
+        hs[0] += prob[0][1];
+        hs[1] += prob[1][0];
+        hs[1] += prob[1][1];
+        hs[0] += prob[2][0];
+        hs[0] += prob[2][1];
+        hs[1] += prob[3][0];
+        hs[1] += prob[3][1];
+        uint32_t a[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) a[q] = pack2<kF16>(prob[q][0], prob[q][1]);
+        const uint16_t* vb = keys + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
+#pragma unroll
+        for (int n = 0; n < 32; n += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vb + n * 8);
+          mma_16816<kF16>(acc[n], a, b[0], b[1]);
+          mma_16816<kF16>(acc[n + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    // The end adds the two warps' sums of a row: each value warp hands in its own token half.
+    // (Selected, not indexed by nh: a run-time index would put half_sum on the stack.)
+    row_sum[0] = nh ? half_sum[1][0] : half_sum[0][0];
+    row_sum[1] = nh ? half_sum[1][1] : half_sum[0][1];
+  } else {
   if constexpr (kOverlap) {
     // Tiles 0..2 resolved, the records of tiles 0 and 1 in flight, tile 0 dequantized.
     if (tid < kTileTokens)
@@ -979,6 +1139,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       if (tid < kTileTokens) resolve(&sData[p3 * kTileTokens + tid], &sScale[p3 * kTileTokens + tid]);
     }
   }
+  }  // kRoleMode
 
   // No copy may outlive the CTA's shared memory. (kBulk: the last iterations issued the tiles after
   // the last, whose keys are all unattended: no bulk copy is in flight.)

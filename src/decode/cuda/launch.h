@@ -67,6 +67,19 @@ inline bool deep_keys_pay(const Geometry& g) {
   return heads * g.pack < 64;
 }
 
+// Whether a launch of 16-bit keys in the deep layout runs score and value warps (kernel.cuh,
+// kRoles): CTAs of at most 32 rows, where half the warps would otherwise only wait. Rows 17-32
+// by default; LKV_ROLES=0 (read once per process) turns them off, LKV_ROLES=2 takes them for 16
+// rows and fewer too, instead of token groups (benchmarks time all three; set_roles_mode).
+int roles_mode();
+void set_roles_mode(int mode);
+inline bool roles_pay(const Geometry& g) {
+  const int64_t heads = g.heads_per_kv < kHeadsPerCta ? g.heads_per_kv : kHeadsPerCta;
+  const int64_t rows = heads * g.pack;
+  const int mode = roles_mode();
+  return mode != 0 && rows <= 32 && (mode == 2 || rows > 16);
+}
+
 // One instantiation per format and score-product shape (instantiations/*.cu).
 template <CacheFormat F>
 void launch_sparse(const KernelParams<SparseArgs>& p, Stream stream);
