@@ -4,7 +4,7 @@
 #   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
-#   [dense_portable_narrow] [dense_portable_noroles] [dense_portable_roles16]
+#   [dense_portable_narrow] [dense_portable_noroles]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -231,23 +231,20 @@ fi
 # *_nogroups: the portable kernel without token groups (LKV_TOKEN_GROUPS=0), to compare with them.
 # *_narrow: the portable kernel's narrow layouts (LKV_WIDE_LAYOUT=0: two 16-bit key tiles, quantized
 # keys dequantized in their own phase), to compare with the wide ones.
-# *_noroles / *_roles16: the portable kernel without score and value warps (LKV_ROLES=0), or with
-# them for CTAs of 16 rows and fewer too (LKV_ROLES=2).
+# *_noroles: the portable kernel without score and value warps (LKV_ROLES=0), to compare with them.
 for op in prefill dense prefill_portable dense_portable decode_ws prefill_ws dense_ws dense_nopack dense_portable_nopack \
           decode_portable_nogroups dense_portable_nogroups prefill_portable_narrow dense_portable_narrow \
-          dense_portable_noroles dense_portable_roles16; do
+          dense_portable_noroles; do
   if has $op; then
     kernel=auto ws=0 pack=1 groups=1 wide=1 roles=1
     [[ $op == *_nopack ]] && pack=0
     [[ $op == *_nogroups ]] && groups=0
     [[ $op == *_narrow ]] && wide=0
     [[ $op == *_noroles ]] && roles=0
-    [[ $op == *_roles16 ]] && roles=2
     base=${op%_nopack}
     base=${base%_nogroups}
     base=${base%_narrow}
     base=${base%_noroles}
-    base=${base%_roles16}
     [[ $base == *_portable ]] && kernel=portable
     [[ $base == *_ws ]] && ws=1
     base=${base%_portable}

@@ -428,7 +428,12 @@ TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
   // phase); for 16-bit keys the wide layout is three key tiles deep on sm_90 where a CTA has fewer
   // than 64 rows (decode::cuda::deep_keys_pay: prefill h_q 24 and dense h_q 40 here; prefill h_q 70
   // and elsewhere this checks that the switch changes nothing). Same arithmetic in the same order:
-  // same bytes.
+  // same bytes. (Score and value warps, which CTAs of at most 32 rows take in the deep layout, are
+  // turned off here: they agree to rounding, AttentionCuda.ScoreAndValueWarps.)
+  latentkv::decode::cuda::set_roles_allowed(false);
+  struct RestoreRoles {
+    ~RestoreRoles() { latentkv::decode::cuda::set_roles_allowed(true); }
+  } restore_roles;
   auto both = [](auto&& run) {
     const auto wide = run();
     latentkv::decode::cuda::set_wide_layout_allowed(false);
@@ -483,31 +488,21 @@ TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
 
 // Score and value warps (decode::cuda::roles_pay; kernel.cuh, kRoles): on sm_90, CTAs of at most 32
 // rows with 16-bit keys split their warps into score warps (tile t) and value warps (tile t - 1).
-// Every shape is checked against the oracle with the roles taken for all such CTAs (mode 2) and
-// with the default (mode 1: 17-32 rows, token groups below), and the roles' bytes must equal those
-// of the one-role kernel (mode 0), one token group both: the value warps add the two token halves'
-// sums in its order. (Elsewhere the roles are never taken, and the comparison is of one kernel with
-// itself.) Dense: bf16 and f16, 16-32 rows alone or as packed query tokens (causal), a long request
+// Every shape is checked against the oracle with them and without (token groups for 16 rows and
+// fewer, one role above), and the run with them is repeated bitwise. (Elsewhere they are never
+// taken.) Dense: bf16 and f16, 5-32 rows alone or as packed query tokens (causal), a long request
 // that splits; prefill: lengths, sink and adversarial indices.
 TEST(AttentionCuda, ScoreAndValueWarps) {
   REQUIRE_GPU();
   UseKernel use(KernelChoice::kPortable);
   namespace dc = latentkv::decode::cuda;
   struct Restore {
-    ~Restore() {
-      dc::set_roles_mode(1);
-      dc::set_token_groups_allowed(true);
-    }
+    ~Restore() { dc::set_roles_allowed(true); }
   } restore;
-  auto roles_and_none = [](auto&& run) {
-    dc::set_token_groups_allowed(false);
-    dc::set_roles_mode(2);
-    auto roles = run();
-    dc::set_roles_mode(0);
-    auto none = run();
-    dc::set_roles_mode(1);
-    dc::set_token_groups_allowed(true);
-    return std::pair{roles, none};
+  auto twice = [](auto&& run) {
+    auto first = run();
+    auto second = run();
+    return std::pair{first, second};
   };
   struct Shape { int64_t b, s_q, h_q, max_len; };
   const Shape shapes[] = {{4, 1, 32, 700}, {3, 1, 24, 500}, {4, 2, 16, 300}, {4, 3, 7, 200},
@@ -529,17 +524,17 @@ TEST(AttentionCuda, ScoreAndValueWarps) {
       const std::string label = std::string(variant == 0 ? "bf16" : "f16 d512") + " b" + std::to_string(sh.b) +
                                 " sq" + std::to_string(sh.s_q) + " h" + std::to_string(sh.h_q) + " len" +
                                 std::to_string(sh.max_len);
-      dc::set_roles_mode(2);
-      check_dense(o, "roles for all: dense " + label);
-      dc::set_roles_mode(1);
-      check_dense(o, "default: dense " + label);
+      dc::set_roles_allowed(false);
+      check_dense(o, "no roles: dense " + label);
+      dc::set_roles_allowed(true);
+      check_dense(o, "roles: dense " + label);
       DenseWorkload w = latentkv::testing::make_dense_workload(o);
-      const auto [roles, none] = roles_and_none([&] {
+      const auto [first, second] = twice([&] {
         w.poison_outputs();
         return run_dense_gpu(w);
       });
-      EXPECT_EQ(roles.out, none.out) << label;
-      EXPECT_EQ(0, std::memcmp(roles.lse.data(), none.lse.data(), roles.lse.size() * 4)) << label;
+      EXPECT_EQ(first.out, second.out) << label;
+      EXPECT_EQ(0, std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * 4)) << label;
     }
   for (const auto& [h, d] : {std::pair{20, 576}, std::pair{32, 512}, std::pair{9, 576}}) {
     PrefillWorkloadOptions o;
@@ -553,17 +548,18 @@ TEST(AttentionCuda, ScoreAndValueWarps) {
     o.adversarial = true;
     o.seed = 2400 + h;
     const std::string label = "prefill h" + std::to_string(h) + " d" + std::to_string(d);
-    dc::set_roles_mode(2);
-    check_prefill(o, "roles for all: " + label);
-    dc::set_roles_mode(1);
+    dc::set_roles_allowed(false);
+    check_prefill(o, "no roles: " + label);
+    dc::set_roles_allowed(true);
+    check_prefill(o, "roles: " + label);
     PrefillWorkload w = latentkv::testing::make_prefill_workload(o);
-    const auto [roles, none] = roles_and_none([&] {
+    const auto [first, second] = twice([&] {
       w.poison_outputs();
       return run_prefill_gpu(w);
     });
-    EXPECT_EQ(roles.out, none.out) << label;
-    EXPECT_EQ(0, std::memcmp(roles.lse.data(), none.lse.data(), roles.lse.size() * 4)) << label;
-    EXPECT_EQ(0, std::memcmp(roles.max_logits.data(), none.max_logits.data(), roles.lse.size() * 4)) << label;
+    EXPECT_EQ(first.out, second.out) << label;
+    EXPECT_EQ(0, std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * 4)) << label;
+    EXPECT_EQ(0, std::memcmp(first.max_logits.data(), second.max_logits.data(), first.lse.size() * 4)) << label;
   }
 }
 
@@ -574,8 +570,14 @@ TEST(AttentionCuda, ScoreAndValueWarps) {
 TEST(AttentionCuda, TokenGroups) {
   REQUIRE_GPU();
   UseKernel use(KernelChoice::kPortable);
+  // 16-bit keys on sm_90 take score and value warps before token groups; off here, so that the
+  // groups run on every device.
+  latentkv::decode::cuda::set_roles_allowed(false);
   struct Restore {
-    ~Restore() { latentkv::decode::cuda::set_token_groups_allowed(true); }
+    ~Restore() {
+      latentkv::decode::cuda::set_token_groups_allowed(true);
+      latentkv::decode::cuda::set_roles_allowed(true);
+    }
   } restore;
   auto both = [](auto&& check) {
     latentkv::decode::cuda::set_token_groups_allowed(false);

@@ -94,20 +94,17 @@ std::atomic<bool>& token_groups_flag() {
 bool token_groups_allowed() { return token_groups_flag().load(std::memory_order_relaxed); }
 void set_token_groups_allowed(bool allowed) { token_groups_flag().store(allowed, std::memory_order_relaxed); }
 
-// LKV_ROLES: 0 off, 2 for every CTA of at most 32 rows, anything else (or unset) the default 1.
 namespace {
-std::atomic<int>& roles_flag() {
-  static std::atomic<int> flag{[] {
+std::atomic<bool>& roles_flag() {
+  static std::atomic<bool> flag{[] {
     const char* e = std::getenv("LKV_ROLES");
-    if (e && std::strcmp(e, "0") == 0) return 0;
-    if (e && std::strcmp(e, "2") == 0) return 2;
-    return 1;
+    return !(e && std::strcmp(e, "0") == 0);
   }()};
   return flag;
 }
 }  // namespace
-int roles_mode() { return roles_flag().load(std::memory_order_relaxed); }
-void set_roles_mode(int mode) { roles_flag().store(mode, std::memory_order_relaxed); }
+bool roles_allowed() { return roles_flag().load(std::memory_order_relaxed); }
+void set_roles_allowed(bool allowed) { roles_flag().store(allowed, std::memory_order_relaxed); }
 
 void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream) {
   const int64_t rows = g.n1 * g.n2 * g.h_q;

@@ -49,7 +49,8 @@ inline bool split_dqk_pays(const Geometry& g) {
 // near their memory rate); with 32 rows 5-11% slower, as the two head tiles already working
 // there sit on all four sub-partitions and the groups' second reading of Q costs more than the
 // shorter chains save. On unless turned off (set_token_groups_allowed, or LKV_TOKEN_GROUPS=0 read
-// once per process: benchmarks measure both).
+// once per process: benchmarks measure both). 16-bit keys in the deep layout on sm_90 take score
+// and value warps instead (roles_pay, checked first).
 bool token_groups_allowed();
 void set_token_groups_allowed(bool allowed);
 inline bool token_groups_pay(const Geometry& g) {
@@ -67,17 +68,17 @@ inline bool deep_keys_pay(const Geometry& g) {
   return heads * g.pack < 64;
 }
 
-// Whether a launch of 16-bit keys in the deep layout runs score and value warps (kernel.cuh,
-// kRoles): CTAs of at most 32 rows, where half the warps would otherwise only wait. Rows 17-32
-// by default; LKV_ROLES=0 (read once per process) turns them off, LKV_ROLES=2 takes them for 16
-// rows and fewer too, instead of token groups (benchmarks time all three; set_roles_mode).
-int roles_mode();
-void set_roles_mode(int mode);
+// Whether a launch of 16-bit keys in the deep layout (sm_90) runs score and value warps
+// (kernel.cuh, kRoles): CTAs of at most 32 rows, where half the warps would otherwise only wait;
+// for 16 rows and fewer they replace token groups. Measured on the H200 (bench/NOTES.md, v13c):
+// dense bf16 h_q 16 s_q 1 18-19% faster than token groups, 32-row CTAs 1-3% faster than one role.
+// On unless turned off (set_roles_allowed, or LKV_ROLES=0 read once per process: benchmarks
+// measure both).
+bool roles_allowed();
+void set_roles_allowed(bool allowed);
 inline bool roles_pay(const Geometry& g) {
   const int64_t heads = g.heads_per_kv < kHeadsPerCta ? g.heads_per_kv : kHeadsPerCta;
-  const int64_t rows = heads * g.pack;
-  const int mode = roles_mode();
-  return mode != 0 && rows <= 32 && (mode == 2 || rows > 16);
+  return roles_allowed() && heads * g.pack <= 32;
 }
 
 // One instantiation per format and score-product shape (instantiations/*.cu).
