@@ -581,15 +581,16 @@ struct PackedRows {
 //
 // kRoles (16-bit keys in the deep layout on sm_90, one group, CTAs of at most 32 rows; the host
 // takes it where decode::cuda::roles_pay): the warps that would idle become score warps. Warps 4-7
-// (row tile (7 - w) / 2, token half w % 2) compute tile t's scores, masked and scaled, into shared
+// (row tile (w - 4) / 2, token half w % 2) compute tile t's scores, masked and scaled, into shared
 // memory with their rows' maxima, while warps 0-3 (row tile w / 2, dims 256 (w % 2)..) run the
 // softmax and the value product of tile t - 1 from the scores stored a barrier earlier: one
 // CTA-wide barrier per tile orders both hand-offs, and each tile's time is the longer of the two
-// chains instead of their sum. Row tile 0's score warps are 6 and 7, so that with 16 rows the four
-// working warps sit on the four sub-partitions (warp w issues on w % 4); warp 5, idle there, issues
-// the bulk copies. The value warps read every score of their rows; the products and the order of
-// the sums are the one-role kernel's, but where ptxas fuses a multiply into an add differs, so the
-// two agree to rounding, not bitwise.
+// chains instead of their sum. With 16 rows the four working warps share sub-partitions 0 and 1
+// (warp w issues on w % 4), a score and a value warp on each, which measured 7% faster than one
+// working warp on each of the four (bench/NOTES.md, v13c); the last warp issues the bulk copies,
+// as in the one-role kernel. The value warps read every score of their rows; the products and
+// the order of the sums are the one-role kernel's, but where ptxas fuses a multiply into an add
+// differs, so the two agree to rounding, not bitwise.
 template <class Source, bool kWide, int kGroups = 1, bool kRoles = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     attend_kernel(const KernelParams<typename Source::Args> p) {
@@ -694,7 +695,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   int row_lim[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int lim_rt = kRoleMode && warp >= 4 ? (7 - warp) / 2 : rt;  // kRoles: score warps' rows
+    const int lim_rt = kRoleMode && warp >= 4 ? rt - 2 : rt;  // kRoles: score warps mask rows 16 (rt - 2)..
     const int64_t lim = pr.row_limit(g, lim_rt * 16 + gr + 8 * r, heads_here, rows_here, src.candidates(), k_begin);
     row_lim[r] = static_cast<int>(lim < 0 ? 0 : lim > INT32_MAX ? INT32_MAX : lim);
   }
@@ -725,11 +726,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   };
   // Starts the copies of the keys listed in pointer buffer `pbuf` into key / staging buffer `buf`
   // (with kBulk: the last warp's bulk copies, completing on sBar[buf]).
-  // (kRoles: warp 5, a score warp of row tile 1, which has no rows in CTAs of at most 16.)
-  constexpr int kIssueWarp = kRoleMode ? 5 : kWarps - 1;
   auto issue = [&](int pbuf, int buf) {
     if constexpr (kBulk && kDirect) {
-      if (warp == kIssueWarp)
+      if (warp == kWarps - 1)
         issue_bulk_copies<kDqk, L::k_stride>(sData + pbuf * kTileTokens, sK + buf * kTileTokens * L::k_stride,
                                              sBar + buf, lane);
     } else if constexpr (kBulk) {
@@ -752,7 +751,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     float* sS = reinterpret_cast<float*>(smem + L::s_off);    // [2][32][s_stride] scaled scores
     float* sPM = reinterpret_cast<float*>(smem + L::pm_off);  // [2][token half][32] their row maxima
     const bool scorer = warp >= 4;
-    const int srt = (7 - warp) / 2;  // a score warp's row tile
+    const int srt = rt - 2;  // a score warp's row tile
     const bool s_active = scorer && srt * 16 < rows_here;
     // Per token half, the value warp's running sums (kept apart, as the one-role kernel's pair of
     // warps keeps them, and added the same way at the end).
