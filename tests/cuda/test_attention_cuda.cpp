@@ -430,10 +430,11 @@ TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
   // and elsewhere this checks that the switch changes nothing). Same arithmetic in the same order:
   // same bytes. (Score and value warps, which CTAs of at most 32 rows take in the deep layout, are
   // turned off here: they agree to rounding, AttentionCuda.ScoreAndValueWarps.)
-  latentkv::decode::cuda::set_roles_allowed(false);
   struct RestoreRoles {
-    ~RestoreRoles() { latentkv::decode::cuda::set_roles_allowed(true); }
+    bool was = latentkv::decode::cuda::roles_allowed();
+    ~RestoreRoles() { latentkv::decode::cuda::set_roles_allowed(was); }
   } restore_roles;
+  latentkv::decode::cuda::set_roles_allowed(false);
   auto both = [](auto&& run) {
     const auto wide = run();
     latentkv::decode::cuda::set_wide_layout_allowed(false);
@@ -494,10 +495,13 @@ TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
 // that splits; prefill: lengths, sink and adversarial indices.
 TEST(AttentionCuda, ScoreAndValueWarps) {
   REQUIRE_GPU();
-  UseKernel use(KernelChoice::kPortable);
   namespace dc = latentkv::decode::cuda;
+  if (!latentkv::decode::sm90::usable(0) || !dc::wide_layout_allowed())
+    GTEST_SKIP() << "score and value warps run on compute capability 9.0 with the wide layout only";
+  UseKernel use(KernelChoice::kPortable);
   struct Restore {
-    ~Restore() { dc::set_roles_allowed(true); }
+    bool was = dc::roles_allowed();
+    ~Restore() { dc::set_roles_allowed(was); }
   } restore;
   auto twice = [](auto&& run) {
     auto first = run();
@@ -572,13 +576,14 @@ TEST(AttentionCuda, TokenGroups) {
   UseKernel use(KernelChoice::kPortable);
   // 16-bit keys on sm_90 take score and value warps before token groups; off here, so that the
   // groups run on every device.
-  latentkv::decode::cuda::set_roles_allowed(false);
   struct Restore {
+    bool groups = latentkv::decode::cuda::token_groups_allowed(), roles = latentkv::decode::cuda::roles_allowed();
     ~Restore() {
-      latentkv::decode::cuda::set_token_groups_allowed(true);
-      latentkv::decode::cuda::set_roles_allowed(true);
+      latentkv::decode::cuda::set_token_groups_allowed(groups);
+      latentkv::decode::cuda::set_roles_allowed(roles);
     }
   } restore;
+  latentkv::decode::cuda::set_roles_allowed(false);
   auto both = [](auto&& check) {
     latentkv::decode::cuda::set_token_groups_allowed(false);
     check(std::string("one group: "));

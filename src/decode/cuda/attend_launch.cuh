@@ -51,11 +51,17 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
 // Two token groups (kernel.cuh, kGroups) where token_groups_pay (CTAs of at most 16 rows) and the
 // score product is not split over d_qk.
 // Score and value warps (kernel.cuh, kRoles) for 16-bit keys in the deep layout (kWide on sm_90:
-// attend_launch's caller chose it) where roles_pay.
+// launch_attend chose it) where roles_pay and the device has room for their layout (four key
+// tiles: 205,856 bytes at d_qk 576, against the deep layout's 195,104).
 template <class Source, bool kWide>
 void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream stream) {
   if constexpr (kWide && Source::kStorage == KeyStorage::kDirect16 && !Source::kSplitDqk) {
-    if (roles_pay(p.g)) return launch_attend_grouped<Source, true, 1, true>(p, stream);
+    if (roles_pay(p.g)) {
+      int device = 0;
+      LKV_CUDA_CHECK(cudaGetDevice(&device));
+      if (cuda_common::max_smem_per_block(device) >= SmemLayout<Source::kDqk, true, true, true>::total)
+        return launch_attend_grouped<Source, true, 1, true>(p, stream);
+    }
   }
   if constexpr (!Source::kSplitDqk) {
     if (token_groups_pay(p.g)) return launch_attend_grouped<Source, kWide, 2>(p, stream);
@@ -86,7 +92,9 @@ void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) 
   // The wide layout: quantized keys dequantized while the products run (any device with the
   // room); 16-bit keys three tiles deep, on sm_90 only (there the kernel's bulk copies keep two
   // tiles' copies in flight off the warps; with per-thread copies a third tile measured slower,
-  // bench NOTES v6 and v11c) and only where deep_keys_pay (CTAs of fewer than 64 rows).
+  // bench NOTES v6 and v11c) and only where deep_keys_pay (CTAs of fewer than 64 rows); within it,
+  // CTAs of at most 32 rows take score and value warps with four key tiles (launch_attend_as,
+  // which checks that their larger layout fits).
   bool wide = false;
   {
     constexpr bool kDirect = P::kStorage == KeyStorage::kDirect16;

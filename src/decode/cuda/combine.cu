@@ -72,37 +72,30 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
 }  // namespace
 
 namespace {
-// LKV_WIDE_LAYOUT=0 starts with the wide layouts off (benchmarks time both).
-std::atomic<bool> g_wide_allowed{[] {
-  const char* e = std::getenv("LKV_WIDE_LAYOUT");
+// The kernel's switches start on unless their variable is "0" (read once per process;
+// benchmarks time both): LKV_WIDE_LAYOUT, LKV_TOKEN_GROUPS, LKV_ROLES.
+bool env_on(const char* name) {
+  const char* e = std::getenv(name);
   return !(e && std::strcmp(e, "0") == 0);
-}()};
-}  // namespace
-
-void set_wide_layout_allowed(bool allowed) { g_wide_allowed = allowed; }
-bool wide_layout_allowed() { return g_wide_allowed; }
-
-namespace {
+}
+std::atomic<bool>& wide_flag() {
+  static std::atomic<bool> flag{env_on("LKV_WIDE_LAYOUT")};
+  return flag;
+}
 std::atomic<bool>& token_groups_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* e = std::getenv("LKV_TOKEN_GROUPS");
-    return !(e && std::strcmp(e, "0") == 0);
-  }()};
+  static std::atomic<bool> flag{env_on("LKV_TOKEN_GROUPS")};
+  return flag;
+}
+std::atomic<bool>& roles_flag() {
+  static std::atomic<bool> flag{env_on("LKV_ROLES")};
   return flag;
 }
 }  // namespace
+
+void set_wide_layout_allowed(bool allowed) { wide_flag().store(allowed, std::memory_order_relaxed); }
+bool wide_layout_allowed() { return wide_flag().load(std::memory_order_relaxed); }
 bool token_groups_allowed() { return token_groups_flag().load(std::memory_order_relaxed); }
 void set_token_groups_allowed(bool allowed) { token_groups_flag().store(allowed, std::memory_order_relaxed); }
-
-namespace {
-std::atomic<bool>& roles_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* e = std::getenv("LKV_ROLES");
-    return !(e && std::strcmp(e, "0") == 0);
-  }()};
-  return flag;
-}
-}  // namespace
 bool roles_allowed() { return roles_flag().load(std::memory_order_relaxed); }
 void set_roles_allowed(bool allowed) { roles_flag().store(allowed, std::memory_order_relaxed); }
 

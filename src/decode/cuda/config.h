@@ -15,7 +15,9 @@ inline constexpr int kHeadsPerCta = 64;
 // accumulator at 16 x 256 fp32 = 128 registers per thread. The two warps of a head tile are
 // neighbours, so when h_q < 64 leaves head tiles idle the working warps sit on different SM
 // sub-partitions (warp w issues on sub-partition w % 4). (With token groups, CTAs of at most 16
-// rows, the pairs split each tile's tokens instead: kernel.cuh, kGroups.)
+// rows, the pairs split each tile's tokens instead: kernel.cuh, kGroups. With score and value
+// warps, CTAs of at most 32 rows with 16-bit keys on sm_90, warps 4-7 compute the scores of rows
+// 16 ((w - 4) / 2).. and warps 0-3 the softmax and value product: kernel.cuh, kRoles.)
 inline constexpr int kWarps = 8;
 inline constexpr int kThreads = kWarps * 32;
 // Tokens per tile: 32 = 2 warps x 16 score columns. A tile of dequantized bf16 keys is 32 x 576 x 2
@@ -68,7 +70,8 @@ struct SmemLayout {
   // buffer is reused only once every pair is past the CTA-wide barrier that follows its tile's
   // softmax: overlapped, tile t + 3's pointers are written late in iteration t, while other pairs
   // may still read tile t's; 16-bit keys three tiles deep (kOverlap with kDirect) write tile
-  // t + 2's before iteration t's barrier, while other pairs may still read tile t - 1's; otherwise
+  // t + 2's before iteration t's barrier, while other pairs may still read tile t - 1's (the role
+  // layout likewise, while score warps may still read tile t - 1's for their masks); otherwise
   // tile t + 1's are written before iteration t's first barrier, while other pairs may still read
   // tile t - 1's.
   static constexpr int ptr_bufs = kOverlap ? 4 : 3;
@@ -87,7 +90,7 @@ struct SmemLayout {
   // One mbarrier per key tile or staging buffer (sm_90: keys and records arrive by bulk copies,
   // kernel.cuh), room for 4.
   static constexpr int bar_off = raw_off + raw_bytes;
-  // kRoles: 40 floats per score row, so that the float2 accesses of a half-warp (8 rows x 4
+  // kRoles: 40 floats per score row, so that the float2 accesses of a half-warp (4 rows x 4
   // column pairs in MMA fragment order) fall in 32 different banks.
   static constexpr int s_stride = kTileTokens + 8;
   static constexpr int s_off = bar_off + 4 * 8;

@@ -29,6 +29,9 @@
 //      only those two warps wait for each other (pair_sync); the CTA-wide barriers of step 2 order
 //      the shared key tiles, staging buffers and key pointers.
 //   5. O += P V with V = the first 512 dims of the same tile; warp w accumulates half the dims.
+//   (Score and value warps, kRoles below, CTAs of at most 32 rows with 16-bit keys on sm_90: warps
+//   4-7 do step 3 for tile t and store the scores; warps 0-3 do steps 4 and 5 for tile t - 1, each
+//   computing P for all 32 tokens of its rows, with no exchange.)
 //   6. The end: with one split, normalise, apply the sink and write out, lse (natural log) and, for
 //      prefill, max_logits; with several, write the split's normalised output, lse and max for the
 //      combine kernel (combine.cu).
@@ -347,7 +350,8 @@ __device__ __forceinline__ void issue_direct_copies(const uint8_t* const* data, 
 // of the samples in issuing a tile's copies and looking its keys up). The last warp issues them:
 // with at most 48 rows per CTA its head tile has no rows, so the copies stay off the working
 // warps' chains (issued by the first warp, a working one, the 16-32-row dense cases ran 14-20%
-// slower than with cp.async).
+// slower than with cp.async). (With score and value warps, kRoles, it is a score warp of row tile 1,
+// which works in CTAs of 17-32 rows.)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 inline constexpr bool kArchBulkCopy = true;
 #else
@@ -588,7 +592,7 @@ struct PackedRows {
 // chains instead of their sum. With 16 rows the four working warps share sub-partitions 0 and 1
 // (warp w issues on w % 4), a score and a value warp on each, which measured 7% faster than one
 // working warp on each of the four (bench/NOTES.md, v13c); the last warp issues the bulk copies,
-// as in the one-role kernel. The value warps read every score of their rows; the products and
+// as in the one-role kernel (with more than 16 rows it is also a working score warp). The value warps read every score of their rows; the products and
 // the order of the sums are the one-role kernel's, but where ptxas fuses a multiply into an add
 // differs, so the two agree to rounding, not bitwise.
 template <class Source, bool kWide, int kGroups = 1, bool kRoles = false>
@@ -747,16 +751,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       dequantize_tile<kStorage, kDqk, L::raw_record, L::k_stride>(
           sData + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record, keys_out, tid);
   };
-  if constexpr (kRoleMode) {
-    float* sS = reinterpret_cast<float*>(smem + L::s_off);    // [2][32][s_stride] scaled scores
-    float* sPM = reinterpret_cast<float*>(smem + L::pm_off);  // [2][token half][32] their row maxima
-    const bool scorer = warp >= 4;
-    const int srt = rt - 2;  // a score warp's row tile
-    const bool s_active = scorer && srt * 16 < rows_here;
-    // Per token half, the value warp's running sums (kept apart, as the one-role kernel's pair of
-    // warps keeps them, and added the same way at the end).
-    float half_sum[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-    // Tiles 0 and 1 resolved and their copies started, tile 2's index loads issued.
+  // Deep and role layouts (16-bit keys on sm_90): tiles 0 and 1 resolved and their copies started
+  // on one mbarrier per key tile, tile 2's index loads issued.
+  auto start_two_tiles = [&] {
     if (tid < kTileTokens) {
       fetch(0);
       resolve(&sData[tid], &sScale[tid]);
@@ -765,12 +762,24 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       fetch(2);
     }
     if (tid == 0) {
-      for (int b = 0; b < 4; ++b) mbar_init(&sBar[b], 1);
+      for (int b = 0; b < L::key_tiles; ++b) mbar_init(&sBar[b], 1);
       mbar_init_fence();
     }
     __syncthreads();
     issue(0, 0);
     issue(1, 1);
+  };
+  if constexpr (kRoleMode) {
+    static_assert(kPtrBufs == 4 && L::key_tiles == 4, "the role loop indexes pointer buffers and key tiles % 4");
+    float* sS = reinterpret_cast<float*>(smem + L::s_off);    // [2][32][s_stride] scaled scores
+    float* sPM = reinterpret_cast<float*>(smem + L::pm_off);  // [2][token half][32] their row maxima
+    const bool scorer = warp >= 4;
+    const int srt = rt - 2;  // a score warp's row tile
+    const bool s_active = scorer && srt * 16 < rows_here;
+    // Per token half, the value warp's running sums (kept apart, as the one-role kernel's pair of
+    // warps keeps them, and added the same way at the end).
+    float half_sum[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+    start_two_tiles();
     // Iteration t: score warps on tile t (key tile t % 4), value warps on tile t - 1 (key tile
     // (t - 1) % 4, scores buffer (t - 1) % 2); tiles t + 1 and t + 2 in flight.
     for (int it = 0; it <= static_cast<int>(num_tiles); ++it) {
@@ -915,21 +924,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     __syncthreads();
     dequantize(0, 0, sK);
   } else if constexpr (kDeep) {
-    // Tiles 0 and 1 resolved and their copies started, tile 2's index loads issued.
-    if (tid < kTileTokens) {
-      fetch(0);
-      resolve(&sData[tid], &sScale[tid]);
-      fetch(1);
-      resolve(&sData[kTileTokens + tid], &sScale[kTileTokens + tid]);
-      fetch(2);
-    }
-    if (tid == 0) {
-      for (int b = 0; b < 3; ++b) mbar_init(&sBar[b], 1);
-      mbar_init_fence();
-    }
-    __syncthreads();
-    issue(0, 0);
-    issue(1, 1);
+    start_two_tiles();
   } else {
     if (tid < kTileTokens) {
       fetch(0);
