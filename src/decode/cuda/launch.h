@@ -61,8 +61,8 @@ inline bool token_groups_pay(const Geometry& g) {
 // Whether 16-bit keys take the deep layout on sm_90 (three key tiles, two in flight by bulk
 // copies; kernel.cuh, kDeep): only for CTAs with fewer than 64 rows, where the products are short
 // and the kernel waits on its copies. Measured on the H200 against two key tiles (bench/NOTES.md,
-// v13): 16-row CTAs (token groups) 13-16% faster on bf16 pages, 32-row ones 0.4-1.5% faster,
-// 64-row ones (prefill, compute-bound dense) 0.3-1.5% slower.
+// v13): 16-row CTAs (token groups) 15-16% faster on bf16 pages, 32-row ones 0.5-1.3% faster,
+// 64-row ones no faster (dense within 0.6%, prefill 1.3-3.2% slower).
 inline bool deep_keys_pay(const Geometry& g) {
   const int64_t heads = g.heads_per_kv < kHeadsPerCta ? g.heads_per_kv : kHeadsPerCta;
   return heads * g.pack < 64;
