@@ -3,7 +3,6 @@
 // they compile in parallel.
 #pragma once
 
-#include <algorithm>
 #include <type_traits>
 
 #include "cuda_common/cuda_check.h"
@@ -22,10 +21,9 @@ template <class Source, bool kWide, int kGroups, bool kRoles = false>
 void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream stream) {
   // Two token groups, and score and value warps, cover rows 0..31 of a CTA only (kernel.cuh);
   // token_groups_pay asks for <= 16, roles_pay for <= 32.
-  LKV_CHECK((kGroups == 1 && !kRoles) ||
-                std::min<int64_t>(p.g.heads_per_kv, kHeadsPerCta) * p.g.pack <= kHeadsPerCta / 2,
+  LKV_CHECK((kGroups == 1 && !kRoles) || cta_rows(p.g) <= kHeadsPerCta / 2,
             "the attention kernel's token groups and score/value warps take at most 32 rows per CTA, got ",
-            std::min<int64_t>(p.g.heads_per_kv, kHeadsPerCta) * p.g.pack);
+            cta_rows(p.g));
   constexpr int kSmem =
       SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16, kWide, kRoles>::total;
   int device = 0;

@@ -34,6 +34,12 @@ bool use_sm90(int device);
 // The same as a name for reports: "sm90" or "portable".
 const char* kernel_for_device(int device);
 
+// Rows of a launch's CTAs that hold a (query, head): the heads of one head block times the packed
+// query tokens (the per-launch choices below go by it).
+inline int64_t cta_rows(const Geometry& g) {
+  return (g.heads_per_kv < kHeadsPerCta ? g.heads_per_kv : kHeadsPerCta) * g.pack;
+}
+
 // Whether the portable kernel's score product splits d_qk within a warp pair (kernel.cuh,
 // score_dqk_half): only where a CTA's 64 rows are all real (heads_per_kv a multiple of 64, or a
 // packed group of query tokens filling them); with 16-32 rows the split's extra pair barrier costs
@@ -54,8 +60,7 @@ inline bool split_dqk_pays(const Geometry& g) {
 bool token_groups_allowed();
 void set_token_groups_allowed(bool allowed);
 inline bool token_groups_pay(const Geometry& g) {
-  const int64_t heads = g.heads_per_kv < kHeadsPerCta ? g.heads_per_kv : kHeadsPerCta;
-  return token_groups_allowed() && heads * g.pack <= 16;
+  return token_groups_allowed() && cta_rows(g) <= 16;
 }
 
 // Whether 16-bit keys take the deep layout on sm_90 (three key tiles, two in flight by bulk
@@ -64,8 +69,7 @@ inline bool token_groups_pay(const Geometry& g) {
 // v13): 16-row CTAs (token groups) 15-16% faster on bf16 pages, 32-row ones 0.5-1.3% faster,
 // 64-row ones no faster (dense within 0.6%, prefill 1.3-3.2% slower).
 inline bool deep_keys_pay(const Geometry& g) {
-  const int64_t heads = g.heads_per_kv < kHeadsPerCta ? g.heads_per_kv : kHeadsPerCta;
-  return heads * g.pack < 64;
+  return cta_rows(g) < 64;
 }
 
 // Whether a launch of 16-bit keys in the deep layout (sm_90) runs score and value warps
@@ -77,8 +81,7 @@ inline bool deep_keys_pay(const Geometry& g) {
 bool roles_allowed();
 void set_roles_allowed(bool allowed);
 inline bool roles_pay(const Geometry& g) {
-  const int64_t heads = g.heads_per_kv < kHeadsPerCta ? g.heads_per_kv : kHeadsPerCta;
-  return roles_allowed() && heads * g.pack <= 32;
+  return roles_allowed() && cta_rows(g) <= 32;
 }
 
 // One instantiation per format and score-product shape (instantiations/*.cu).
