@@ -350,8 +350,8 @@ __device__ __forceinline__ void issue_direct_copies(const uint8_t* const* data, 
 // of the samples in issuing a tile's copies and looking its keys up). The last warp issues them:
 // with at most 48 rows per CTA its head tile has no rows, so the copies stay off the working
 // warps' chains (issued by the first warp, a working one, the 16-32-row dense cases ran 14-20%
-// slower than with cp.async). (With score and value warps, kRoles, it is a score warp of row tile 1,
-// which works in CTAs of 17-32 rows.)
+// slower than with cp.async). (With score and value warps, kRoles, the last two warps, score warps
+// of row tile 1 that work in CTAs of 17-32 rows, issue half a tile each.)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 inline constexpr bool kArchBulkCopy = true;
 #else
@@ -396,19 +396,21 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsign
       : "memory");
 }
 
-// The issuing warp's part: lane i copies token i's row (kDqk 16-bit values, its bytes announced on
-// `bar` by lane 0), and the warp zeroes the rows of unattended tokens with plain stores (so that
-// P = 0 never meets garbage in P V): per row, warp-wide 16-byte stores (2 at d_qk 512, 3 at 576,
-// the last partial).
-template <int kDqk, int kStride>
+// An issuing warp's part: lane i < kRows copies token i's row of the warp's kRows tokens (kDqk
+// 16-bit values, its bytes announced on `bar` by lane 0: one arrival per issuing warp), and the
+// warp zeroes the rows of its unattended tokens with plain stores (so that P = 0 never meets
+// garbage in P V): per row, warp-wide 16-byte stores (2 at d_qk 512, 3 at 576, the last partial).
+template <int kDqk, int kStride, int kRows = 32>
 __device__ __forceinline__ void issue_bulk_copies(const uint8_t* const* data, uint16_t* keys, uint64_t* bar,
                                                   int lane) {
   constexpr unsigned kRowBytes = kDqk * 2;
   static_assert(kRowBytes % 16 == 0 && (kStride * 2) % 16 == 0, "bulk copies move 16-byte multiples to 16-byte aligned rows");
-  const uint8_t* src = data[lane];
+  static_assert(kRows == 16 || kRows == 32, "a warp issues a whole tile or one half");
+  constexpr unsigned kMine = kRows == 32 ? 0xffffffffu : (1u << kRows) - 1u;
+  const uint8_t* src = lane < kRows ? data[lane] : nullptr;
   const unsigned valid = __ballot_sync(0xffffffffu, src != nullptr);
-  if (~valid) {  // warp-uniform; the fence only where plain stores were made
-    for (unsigned m = ~valid; m; m &= m - 1) {
+  if (~valid & kMine) {  // warp-uniform; the fence only where plain stores were made
+    for (unsigned m = ~valid & kMine; m; m &= m - 1) {
       uint16_t* row = keys + (__ffs(m) - 1) * kStride;
       for (int c = lane; c < static_cast<int>(kRowBytes / 16); c += 32)
         reinterpret_cast<uint4*>(row)[c] = make_uint4(0, 0, 0, 0);
@@ -591,8 +593,9 @@ struct PackedRows {
 // CTA-wide barrier per tile orders both hand-offs, and each tile's time is the longer of the two
 // chains instead of their sum. With 16 rows the four working warps share sub-partitions 0 and 1
 // (warp w issues on w % 4), a score and a value warp on each, which measured 7% faster than one
-// working warp on each of the four (bench/NOTES.md, v13c); the last warp issues the bulk copies,
-// as in the one-role kernel (with more than 16 rows it is also a working score warp). The value warps read every score of their rows; the products and
+// working warp on each of the four (bench/NOTES.md, v13c); the last two warps issue the bulk
+// copies, 16 rows each (with more than 16 rows they are working score warps, and one issuer
+// would carry all 32 copies on its chain). The value warps read every score of their rows; the products and
 // the order of the sums are the one-role kernel's, but where ptxas fuses a multiply into an add
 // differs, so the two agree to rounding, not bitwise.
 template <class Source, bool kWide, int kGroups = 1, bool kRoles = false>
@@ -612,6 +615,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // Score and value warps (kRoles); compiled to the one-role kernel where there is no deep layout
   // (the host launches it only on sm_90).
   constexpr bool kRoleMode = kRoles && kDeep;
+  // Arrivals per key tile's mbarrier phase: one per issuing warp.
+  constexpr int kIssueArrivals = kRoleMode ? 2 : 1;
   // Score product shape: the Source's choice (score_dqk_half, score_tokens_half); the split's
   // exchange area exists for quantized storage only.
   constexpr bool kSplitDqk = Source::kSplitDqk;
@@ -731,7 +736,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // Starts the copies of the keys listed in pointer buffer `pbuf` into key / staging buffer `buf`
   // (with kBulk: the last warp's bulk copies, completing on sBar[buf]).
   auto issue = [&](int pbuf, int buf) {
-    if constexpr (kBulk && kDirect) {
+    if constexpr (kRoleMode) {
+      // Score and value warps: the last two warps (score warps of row tile 1) issue 16 rows each,
+      // one arrival each on the tile's mbarrier (kIssueArrivals), so that a working score warp
+      // of a 17-32-row CTA carries half the copies.
+      if (warp >= kWarps - kIssueArrivals) {
+        const int half = warp - (kWarps - kIssueArrivals);
+        issue_bulk_copies<kDqk, L::k_stride, 16>(sData + pbuf * kTileTokens + half * 16,
+                                                 sK + (buf * kTileTokens + half * 16) * L::k_stride, sBar + buf, lane);
+      }
+    } else if constexpr (kBulk && kDirect) {
       if (warp == kWarps - 1)
         issue_bulk_copies<kDqk, L::k_stride>(sData + pbuf * kTileTokens, sK + buf * kTileTokens * L::k_stride,
                                              sBar + buf, lane);
@@ -762,7 +776,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       fetch(2);
     }
     if (tid == 0) {
-      for (int b = 0; b < L::key_tiles; ++b) mbar_init(&sBar[b], 1);
+      for (int b = 0; b < L::key_tiles; ++b) mbar_init(&sBar[b], kIssueArrivals);
       mbar_init_fence();
     }
     __syncthreads();
