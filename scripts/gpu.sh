@@ -4,7 +4,7 @@
 #   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
-#   [dense_portable_narrow] [dense_portable_noroles]
+#   [dense_portable_narrow] [dense_portable_noroles] [copy_warps]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -220,6 +220,32 @@ if has profile_compress; then
   ncu --import "$OUT/profc.ncu-rep" --page details 2>>"$OUT/ncu-compress.log" | grep -E "Duration|Throughput|Warp Cycles|Eligible|Grid Size|Registers|Achieved Occupancy" | head -20
   rm -f "$OUT/profc.ncu-rep"
   note "profile_compress rc=$rc"
+fi
+
+# copy_warps: the portable kernel's sm_90 bulk-copy issuers compared in one run (LKV_COPY_WARPS
+# 1, 2, 4, 8, or LKV_COPY_WARPS_LIST) on a sample of each op's cases: dense s_k 8192, sparse decode
+# b 128, prefill h_q 128 / d_qk 576. The JSONs travel as copy-warps.tgz; a table of times per count
+# is printed.
+if has copy_warps; then
+  mkdir -p "$OUT/copy-warps"
+  for n in ${LKV_COPY_WARPS_LIST:-1 2 4 8}; do
+    for spec in "dense sk8192" "decode b128" "prefill h128_d576"; do
+      set -- $spec
+      LKV_COPY_WARPS=$n ./build-gpu/latentkv bench "$1" --device cuda --kernel portable --filter "$2" \
+        --json "$OUT/copy-warps/$1-portable-copy-warps$n-h200.json" >>"$OUT/bench-copy-warps.log" 2>&1
+    done
+  done
+  python3 - "$OUT/copy-warps" ${LKV_COPY_WARPS_LIST:-1 2 4 8} <<'PY' | tee -a "$OUT/bench-copy-warps.log"
+import json, sys
+d, counts = sys.argv[1], sys.argv[2:]
+for op in ("dense", "decode", "prefill"):
+    runs = [{c["name"]: c["time_us"] for c in json.load(open(f"{d}/{op}-portable-copy-warps{n}-h200.json"))["cases"]} for n in counts]
+    print(f"{op + ' (us)':44s}" + "".join(f"{'warps ' + n:>12s}" for n in counts))
+    for name in runs[0]:
+        print(f"{name:44s}" + "".join(f"{r[name]:12.1f}" for r in runs))
+PY
+  (cd "$OUT" && tar czf copy-warps.tgz copy-warps && rm -rf copy-warps)
+  note "copy_warps: see bench-copy-warps.log"
 fi
 
 if has decode_portable; then

@@ -567,6 +567,96 @@ TEST(AttentionCuda, ScoreAndValueWarps) {
   }
 }
 
+// The tile copies' issuing warps (Geometry::copy_warps, 1, 2, 4 or 8 on sm_90) change no
+// arithmetic: every count gives the bytes of one issuer, checked against the oracle. Dense decode
+// with score and value warps (32 and 16 rows), the deep layout (40 rows, roles off), 64-row CTAs
+// (two tiles), v32_fp8 pages, and prefill (64 and 20 heads with lengths, sink and adversarial
+// indices).
+TEST(AttentionCuda, CopyWarpsAgreeBitwise) {
+  REQUIRE_GPU();
+  namespace dc = latentkv::decode::cuda;
+  UseKernel use(KernelChoice::kPortable);
+  struct Restore {
+    int was = dc::copy_warps_override();
+    bool roles = dc::roles_allowed();
+    ~Restore() {
+      dc::set_copy_warps_override(was);
+      dc::set_roles_allowed(roles);
+    }
+  } restore;
+  auto each_count = [&](auto&& run, auto&& same, const std::string& label) {
+    dc::set_copy_warps_override(1);
+    const auto one = run();
+    for (int warps : {2, 4, 8}) {
+      dc::set_copy_warps_override(warps);
+      same(one, run(), label + " copy warps " + std::to_string(warps));
+    }
+  };
+  struct Shape { int64_t b, s_q, h_q, max_len; bool fp8, roles; };
+  const Shape shapes[] = {{4, 1, 32, 700, false, true}, {4, 1, 16, 600, false, true}, {3, 1, 40, 500, false, false},
+                          {3, 2, 64, 400, false, true}, {3, 1, 16, 500, true, true},  {2, 1, 64, 300, true, true},
+                          {1, 1, 32, 7000, false, true}};
+  int n = 0;
+  for (const Shape& sh : shapes) {
+    DenseWorkloadOptions o;
+    o.b = sh.b;
+    o.s_q = sh.s_q;
+    o.h_q = sh.h_q;
+    o.d_qk = 576;
+    o.page_size = 53;
+    o.max_len = sh.max_len;
+    o.fp8 = sh.fp8;
+    o.causal = true;
+    o.garbage_block_table = true;
+    o.seed = 2500 + n++;
+    const std::string label = std::string(sh.fp8 ? "v32_fp8" : "bf16") + " b" + std::to_string(sh.b) + " sq" +
+                              std::to_string(sh.s_q) + " h" + std::to_string(sh.h_q) + " len" +
+                              std::to_string(sh.max_len) + (sh.roles ? "" : " no roles");
+    dc::set_roles_allowed(sh.roles);
+    dc::set_copy_warps_override(1);
+    check_dense(o, "copy warps 1: dense " + label);
+    DenseWorkload w = latentkv::testing::make_dense_workload(o);
+    each_count(
+        [&] {
+          w.poison_outputs();
+          return run_dense_gpu(w);
+        },
+        [](const DenseResult& a, const DenseResult& b, const std::string& l) {
+          EXPECT_EQ(a.out, b.out) << l;
+          EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4)) << l;
+        },
+        label);
+  }
+  dc::set_roles_allowed(true);
+  for (const auto& [h, d] : {std::pair{64, 576}, std::pair{20, 512}}) {
+    PrefillWorkloadOptions o;
+    o.s_q = 24;
+    o.s_kv = 3000;
+    o.h_q = h;
+    o.topk = 300;
+    o.d_qk = d;
+    o.topk_length = true;
+    o.sink = true;
+    o.adversarial = true;
+    o.seed = 2600 + h;
+    const std::string label = "prefill h" + std::to_string(h) + " d" + std::to_string(d);
+    dc::set_copy_warps_override(1);
+    check_prefill(o, "copy warps 1: " + label);
+    PrefillWorkload w = latentkv::testing::make_prefill_workload(o);
+    each_count(
+        [&] {
+          w.poison_outputs();
+          return run_prefill_gpu(w);
+        },
+        [](const PrefillResult& a, const PrefillResult& b, const std::string& l) {
+          EXPECT_EQ(a.out, b.out) << l;
+          EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4)) << l;
+          EXPECT_EQ(0, std::memcmp(a.max_logits.data(), b.max_logits.data(), a.lse.size() * 4)) << l;
+        },
+        label);
+  }
+}
+
 // CTAs of at most 16 rows run two token groups in the portable kernel
 // (decode::cuda::token_groups_pay): dense decode with 16-bit and v32_fp8 pages (h_q 16 and 11 alone,
 // packed 2 x 8 and 5 x 3 query tokens, causal, a split case) and prefill (h_q 16 and 12 with sink,

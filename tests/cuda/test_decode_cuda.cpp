@@ -292,6 +292,55 @@ TEST(DecodeCuda, WideAndNarrowLayoutsAgreeBitwise) {
     }
 }
 
+// On sm_90 the portable kernel's tile copies are bulk copies issued by the last 1, 2, 4 or 8 warps
+// (Geometry::copy_warps): who issues them changes no arithmetic, so every count must give the
+// same bytes as one issuer, which is checked against the oracle. v4_fp8 exercises the 8 scale
+// bytes each issuing lane copies beside a record; 70 heads (a 64-row and a 6-row CTA), 16 heads
+// (token groups), 128; partial tiles, adversarial indices, NaN-filled slots, the extra cache.
+// (Elsewhere there are no bulk copies and the counts are checked all the same.)
+TEST(DecodeCuda, CopyWarpsAgreeBitwise) {
+  REQUIRE_GPU();
+  namespace dc = latentkv::decode::cuda;
+  UseKernel use(KernelChoice::kPortable);
+  struct Restore {
+    int was = dc::copy_warps_override();
+    ~Restore() { dc::set_copy_warps_override(was); }
+  } restore;
+  int n = 0;
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+    for (int shape = 0; shape < 3; ++shape) {
+      DecodeWorkloadOptions o;
+      o.format = f;
+      o.b = shape == 2 ? 9 : 4;
+      o.s_q = 2;
+      o.h_q = shape == 0 ? 70 : (shape == 1 ? 16 : 128);
+      o.topk = shape == 1 ? 2048 : 200;
+      o.page_size = 61;
+      o.topk_length = true;
+      o.sink = true;
+      o.adversarial = shape == 0;
+      o.nan_unused = shape == 0;
+      o.extra = f == CacheFormat::v4_fp8;
+      o.extra_topk = 100;
+      o.extra_page_size = 2;
+      o.seed = 950 + n++;
+      const std::string label = std::string(format_info(f).name) + " h" + std::to_string(o.h_q);
+      dc::set_copy_warps_override(1);
+      check_case(o, "copy warps 1: " + label);
+      DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+      w.poison_outputs();
+      const GpuResult one = run_gpu(w);
+      for (int warps : {2, 4, 8}) {
+        dc::set_copy_warps_override(warps);
+        w.poison_outputs();
+        const GpuResult got = run_gpu(w);
+        EXPECT_EQ(one.out, got.out) << label << " copy warps " << warps;
+        EXPECT_EQ(0, std::memcmp(one.lse.data(), got.lse.data(), one.lse.size() * 4)) << label << " copy warps " << warps;
+      }
+    }
+  EXPECT_THROW(dc::set_copy_warps_override(3), Error);
+}
+
 // CTAs of at most 16 rows (h_q <= 16 here) run two token groups in the portable kernel
 // (decode::cuda::token_groups_pay); each case is checked against the oracle with the groups and
 // without, and the grouped run repeated bitwise. Partial tiles (topk 200, 100), adversarial and

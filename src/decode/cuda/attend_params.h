@@ -28,6 +28,9 @@ struct Geometry {
   float* partial_out;                           // [rows, h_q, num_splits, 512] fp32
   float* partial_lse;                           // [rows, h_q, num_splits]
   float* partial_max;                           // [rows, h_q, num_splits]; null without max_logits
+  // Portable kernel on sm_90: how many warps (the last ones) issue a key tile's bulk copies,
+  // 32 / copy_warps tokens each: 1, 2, 4 or 8 (launch.h, copy_warps_for).
+  int32_t copy_warps = 1;
 };
 
 // Where the results go. out's element type (bf16 or f16) is the Source's.

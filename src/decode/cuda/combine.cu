@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "decode/cuda/attend_launch.cuh"
 
@@ -90,7 +91,26 @@ std::atomic<bool>& roles_flag() {
   static std::atomic<bool> flag{env_on("LKV_ROLES")};
   return flag;
 }
+// LKV_COPY_WARPS: 1, 2, 4 or 8 (anything else is an error when first read); unset: no override.
+int copy_warps_from_env() {
+  const char* e = std::getenv("LKV_COPY_WARPS");
+  if (!e || !*e) return 0;
+  const std::string v(e);
+  LKV_CHECK(v == "0" || v == "1" || v == "2" || v == "4" || v == "8",
+            "LKV_COPY_WARPS must be 0, 1, 2, 4 or 8, got '", v, "'");
+  return std::stoi(v);
+}
+std::atomic<int>& copy_warps_flag() {
+  static std::atomic<int> n{copy_warps_from_env()};
+  return n;
+}
 }  // namespace
+
+int copy_warps_override() { return copy_warps_flag().load(std::memory_order_relaxed); }
+void set_copy_warps_override(int n) {
+  LKV_CHECK(n == 0 || n == 1 || n == 2 || n == 4 || n == 8, "copy warps must be 0 (no override), 1, 2, 4 or 8, got ", n);
+  copy_warps_flag().store(n, std::memory_order_relaxed);
+}
 
 void set_wide_layout_allowed(bool allowed) { wide_flag().store(allowed, std::memory_order_relaxed); }
 bool wide_layout_allowed() { return wide_flag().load(std::memory_order_relaxed); }

@@ -396,21 +396,20 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsign
       : "memory");
 }
 
-// An issuing warp's part: lane i < kRows copies token i's row of the warp's kRows tokens (kDqk
+// An issuing warp's part: lane i < rows copies token i's row of the warp's `rows` tokens (kDqk
 // 16-bit values, its bytes announced on `bar` by lane 0: one arrival per issuing warp), and the
 // warp zeroes the rows of its unattended tokens with plain stores (so that P = 0 never meets
 // garbage in P V): per row, warp-wide 16-byte stores (2 at d_qk 512, 3 at 576, the last partial).
-template <int kDqk, int kStride, int kRows = 32>
+template <int kDqk, int kStride>
 __device__ __forceinline__ void issue_bulk_copies(const uint8_t* const* data, uint16_t* keys, uint64_t* bar,
-                                                  int lane) {
+                                                  int lane, int rows) {
   constexpr unsigned kRowBytes = kDqk * 2;
   static_assert(kRowBytes % 16 == 0 && (kStride * 2) % 16 == 0, "bulk copies move 16-byte multiples to 16-byte aligned rows");
-  static_assert(kRows == 16 || kRows == 32, "a warp issues a whole tile or one half");
-  constexpr unsigned kMine = kRows == 32 ? 0xffffffffu : (1u << kRows) - 1u;
-  const uint8_t* src = lane < kRows ? data[lane] : nullptr;
+  const unsigned mine = rows >= 32 ? 0xffffffffu : (1u << rows) - 1u;
+  const uint8_t* src = lane < rows ? data[lane] : nullptr;
   const unsigned valid = __ballot_sync(0xffffffffu, src != nullptr);
-  if (~valid & kMine) {  // warp-uniform; the fence only where plain stores were made
-    for (unsigned m = ~valid & kMine; m; m &= m - 1) {
+  if (~valid & mine) {  // warp-uniform; the fence only where plain stores were made
+    for (unsigned m = ~valid & mine; m; m &= m - 1) {
       uint16_t* row = keys + (__ffs(m) - 1) * kStride;
       for (int c = lane; c < static_cast<int>(kRowBytes / 16); c += 32)
         reinterpret_cast<uint4*>(row)[c] = make_uint4(0, 0, 0, 0);
@@ -422,19 +421,19 @@ __device__ __forceinline__ void issue_bulk_copies(const uint8_t* const* data, ui
   if (src) bulk_copy_g2s(keys + lane * kStride, src, kRowBytes, bar);
 }
 
-// The records' counterpart (quantized storage on sm_90): lane i copies token i's record data (656
+// The records' counterpart (quantized storage on sm_90): lane i < rows copies token i's record data (656
 // bytes v32, 576 v4) into the staging buffer by one bulk copy on `bar`; a v4 record's 8 scale
 // bytes, elsewhere in the page and too short for a bulk copy, by cp.async as before (awaited with
 // the thread's cp.async groups). Unattended tokens copy nothing (their keys are zeroed at
 // dequantization), so no plain store meets a bulk copy's target.
 template <KeyStorage S, int kRawRecord>
 __device__ __forceinline__ void issue_bulk_records(const uint8_t* const* data, const uint8_t* const* scale,
-                                                   uint8_t* raw, uint64_t* bar, int lane) {
+                                                   uint8_t* raw, uint64_t* bar, int lane, int rows) {
   using T = StorageTraits<S>;
   constexpr unsigned kDataBytes = T::kDataChunks * 16;
   static_assert(kRawRecord % 16 == 0, "bulk copies land on 16-byte aligned records");
   static_assert(kDataBytes + (T::kScaleRow ? 8 : 0) <= kRawRecord, "a record's data and scale bytes fit its slot");
-  const uint8_t* src = data[lane];
+  const uint8_t* src = lane < rows ? data[lane] : nullptr;
   const unsigned valid = __ballot_sync(0xffffffffu, src != nullptr);
   if (lane == 0) mbar_arrive_expect(bar, __popc(valid) * kDataBytes);
   if (src) {
@@ -615,8 +614,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // Score and value warps (kRoles); compiled to the one-role kernel where there is no deep layout
   // (the host launches it only on sm_90).
   constexpr bool kRoleMode = kRoles && kDeep;
-  // Arrivals per key tile's mbarrier phase: one per issuing warp.
-  constexpr int kIssueArrivals = kRoleMode ? 2 : 1;
   // Score product shape: the Source's choice (score_dqk_half, score_tokens_half); the split's
   // exchange area exists for quantized storage only.
   constexpr bool kSplitDqk = Source::kSplitDqk;
@@ -734,25 +731,25 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     if (pending_k >= 0) *data = src.locate_index(p.src, pending_k, pending_index, scale);
   };
   // Starts the copies of the keys listed in pointer buffer `pbuf` into key / staging buffer `buf`
-  // (with kBulk: the last warp's bulk copies, completing on sBar[buf]).
+  // (with kBulk: bulk copies, completing on sBar[buf]: the last g.copy_warps warps issue a tile's bulk copies, kTileTokens / copy_warps rows
+  // each, one arrival each on the tile's mbarrier. A bulk copy takes its addresses in uniform
+  // registers, so a warp issues its lanes' copies one lane at a time, a loop of ~8 instructions
+  // per copy on that warp's chain; more issuers shorten the loop each runs.)
+  const int copy_first = kWarps - g.copy_warps, copy_rows = kTileTokens / g.copy_warps;
   auto issue = [&](int pbuf, int buf) {
-    if constexpr (kRoleMode) {
-      // Score and value warps: the last two warps (score warps of row tile 1) issue 16 rows each,
-      // one arrival each on the tile's mbarrier (kIssueArrivals), so that a working score warp
-      // of a 17-32-row CTA carries half the copies.
-      if (warp >= kWarps - kIssueArrivals) {
-        const int half = warp - (kWarps - kIssueArrivals);
-        issue_bulk_copies<kDqk, L::k_stride, 16>(sData + pbuf * kTileTokens + half * 16,
-                                                 sK + (buf * kTileTokens + half * 16) * L::k_stride, sBar + buf, lane);
+    if constexpr (kBulk && kDirect) {
+      if (warp >= copy_first) {
+        const int t0 = (warp - copy_first) * copy_rows;
+        issue_bulk_copies<kDqk, L::k_stride>(sData + pbuf * kTileTokens + t0,
+                                             sK + (buf * kTileTokens + t0) * L::k_stride, sBar + buf, lane, copy_rows);
       }
-    } else if constexpr (kBulk && kDirect) {
-      if (warp == kWarps - 1)
-        issue_bulk_copies<kDqk, L::k_stride>(sData + pbuf * kTileTokens, sK + buf * kTileTokens * L::k_stride,
-                                             sBar + buf, lane);
     } else if constexpr (kBulk) {
-      if (warp == kWarps - 1)
-        issue_bulk_records<kStorage, L::raw_record>(sData + pbuf * kTileTokens, sScale + pbuf * kTileTokens,
-                                                    sRaw + buf * kTileTokens * L::raw_record, sBar + buf, lane);
+      if (warp >= copy_first) {
+        const int t0 = (warp - copy_first) * copy_rows;
+        issue_bulk_records<kStorage, L::raw_record>(sData + pbuf * kTileTokens + t0, sScale + pbuf * kTileTokens + t0,
+                                                    sRaw + (buf * kTileTokens + t0) * L::raw_record, sBar + buf, lane,
+                                                    copy_rows);
+      }
     } else if constexpr (kDirect)
       issue_direct_copies<kDqk, L::k_stride>(sData + pbuf * kTileTokens,
                                              sK + buf * kTileTokens * L::k_stride, tid);
@@ -776,7 +773,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       fetch(2);
     }
     if (tid == 0) {
-      for (int b = 0; b < L::key_tiles; ++b) mbar_init(&sBar[b], kIssueArrivals);
+      for (int b = 0; b < L::key_tiles; ++b) mbar_init(&sBar[b], g.copy_warps);
       mbar_init_fence();
     }
     __syncthreads();
@@ -923,8 +920,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       }
     if constexpr (kBulk) {
       if (tid == 0) {
-        mbar_init(&sBar[0], 1);
-        mbar_init(&sBar[1], 1);
+        mbar_init(&sBar[0], g.copy_warps);
+        mbar_init(&sBar[1], g.copy_warps);
         mbar_init_fence();
       }
     }
@@ -947,8 +944,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
     if constexpr (kBulk) {
       if (tid == 0) {
-        mbar_init(&sBar[0], 1);
-        mbar_init(&sBar[1], 1);
+        mbar_init(&sBar[0], g.copy_warps);
+        mbar_init(&sBar[1], g.copy_warps);
         mbar_init_fence();
       }
     }

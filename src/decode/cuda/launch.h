@@ -84,6 +84,18 @@ inline bool roles_pay(const Geometry& g) {
   return roles_allowed() && cta_rows(g) <= 32;
 }
 
+// How many warps issue a key tile's bulk copies on sm_90 (Geometry::copy_warps; kernel.cuh,
+// issue). The default per launch is set from the H200 measurements (bench/NOTES.md, v14);
+// LKV_COPY_WARPS=1|2|4|8 (read once per process) or set_copy_warps_override overrides it for every
+// launch, so that benchmarks can compare; 0 removes the override.
+int copy_warps_override();
+void set_copy_warps_override(int n);
+inline int copy_warps_for(const Geometry& /*g*/, bool roles) {
+  const int n = copy_warps_override();
+  if (n) return n;
+  return roles ? 2 : 1;
+}
+
 // One instantiation per format and score-product shape (instantiations/*.cu).
 template <CacheFormat F>
 void launch_sparse(const KernelParams<SparseArgs>& p, Stream stream);
