@@ -43,7 +43,7 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(head_blocks),
                   static_cast<unsigned>(p.g.num_splits));
   KernelParams<typename Source::Args> kp = p;
-  kp.g.copy_warps = copy_warps_for(p.g, kRoles);
+  kp.g.copy_warps = copy_warps_for(p.g, kRoles, kGroups > 1);
   attend_kernel<Source, kWide, kGroups, kRoles><<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(kp);
   LKV_CUDA_CHECK_LAUNCH();
 }

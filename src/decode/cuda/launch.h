@@ -84,16 +84,24 @@ inline bool roles_pay(const Geometry& g) {
   return roles_allowed() && cta_rows(g) <= 32;
 }
 
-// How many warps issue a key tile's bulk copies on sm_90 (Geometry::copy_warps; kernel.cuh,
-// issue). The default per launch is set from the H200 measurements (bench/NOTES.md, v14);
-// LKV_COPY_WARPS=1|2|4|8 (read once per process) or set_copy_warps_override overrides it for every
-// launch, so that benchmarks can compare; 0 removes the override.
+// How many warps (the last ones) issue a key tile's bulk copies on sm_90 (Geometry::copy_warps;
+// kernel.cuh, issue). A warp issues its lanes' bulk copies one lane at a time, so one issuer
+// runs a 32-step loop per tile. Measured on the H200 with 1, 2, 4 and 8 issuers (bench/NOTES.md,
+// v14): score and value warps take 2 (their row tile 1 score warps; 4 puts the copies on working
+// score warps), 21-26% faster on 16-32 rows than 1; CTAs of more than 48 rows, whose last warp
+// works, take 4 (+5-6% dense, +7-8% prefill, +6-12% sparse decode against 1; 8 is slower than 1
+// everywhere, as it puts the copies on the first warp, which resolves the next tiles); token
+// groups (at most 16 rows, quantized keys) take 4 (+1.5-2%); one-role CTAs of 17-48 rows keep the
+// last warp alone, which is idle there (2 and 4 measured 2% slower on quantized keys).
+// LKV_COPY_WARPS=1|2|4|8 (read once per process) or set_copy_warps_override overrides the choice
+// for every launch, so that benchmarks can compare; 0 removes the override.
 int copy_warps_override();
 void set_copy_warps_override(int n);
-inline int copy_warps_for(const Geometry& /*g*/, bool roles) {
+inline int copy_warps_for(const Geometry& g, bool roles, bool groups) {
   const int n = copy_warps_override();
   if (n) return n;
-  return roles ? 2 : 1;
+  if (roles) return 2;
+  return cta_rows(g) > 48 || groups ? 4 : 1;
 }
 
 // One instantiation per format and score-product shape (instantiations/*.cu).
