@@ -14,8 +14,8 @@
 //      read) and bring them to shared memory as bf16 / f16. Quantized records (v32_fp8, v4_fp8) land
 //      in a staging buffer by cp.async and are dequantized from there (exact: payload x power-of-two
 //      scale); 16-bit keys go straight to a double-buffered key tile by cp.async. On sm_90 both
-//      come by one bulk copy per token (row or record), issued by the last warp and completing on
-//      the key tile's or staging buffer's mbarrier. Either way the
+//      come by one bulk copy per token (row or record), issued by the last 1, 2 or 4 warps
+//      (Geometry::copy_warps) and completing on the key tile's or staging buffer's mbarrier. Either way the
 //      memory latency stays off the critical path: the key addresses of tile t + 2 and the bytes of
 //      tile t + 1 are in flight while tile t is computed.
 //   3. S = Q K^T with tensor-core MMAs (m16n8k16, fp32 accumulation); warp w computes rows
@@ -347,11 +347,14 @@ __device__ __forceinline__ void issue_direct_copies(const uint8_t* const* data, 
 // copy engine, completing on an mbarrier), issued by one warp: one bulk-copy instruction (32
 // lanes) per tile instead of 2304 16-byte cp.async at d_qk 576 (2048 at 512) spread over every
 // thread (prefill's stall profile, bench NOTES v12: 18%
-// of the samples in issuing a tile's copies and looking its keys up). The last warp issues them:
-// with at most 48 rows per CTA its head tile has no rows, so the copies stay off the working
-// warps' chains (issued by the first warp, a working one, the 16-32-row dense cases ran 14-20%
-// slower than with cp.async). (With score and value warps, kRoles, the last two warps, score warps
-// of row tile 1 that work in CTAs of 17-32 rows, issue half a tile each.)
+// of the samples in issuing a tile's copies and looking its keys up). The last warps issue them
+// (with at most 48 rows per CTA the last head tile has no rows, so the copies stay off the
+// working warps' chains; issued by the first warp, a working one, the 16-32-row dense cases ran
+// 14-20% slower than with cp.async). A bulk copy takes its addresses in uniform registers, so a
+// warp issues its lanes' copies one lane at a time (a loop of ~8 instructions per copy), and
+// how many warps share a tile (Geometry::copy_warps, launch.h copy_warps_for) sets how long
+// that loop is on each: two or four issuers made the kernels 5-26% faster than one (bench
+// NOTES v14).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 inline constexpr bool kArchBulkCopy = true;
 #else
@@ -731,10 +734,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     if (pending_k >= 0) *data = src.locate_index(p.src, pending_k, pending_index, scale);
   };
   // Starts the copies of the keys listed in pointer buffer `pbuf` into key / staging buffer `buf`
-  // (with kBulk: bulk copies, completing on sBar[buf]: the last g.copy_warps warps issue a tile's bulk copies, kTileTokens / copy_warps rows
-  // each, one arrival each on the tile's mbarrier. A bulk copy takes its addresses in uniform
-  // registers, so a warp issues its lanes' copies one lane at a time, a loop of ~8 instructions
-  // per copy on that warp's chain; more issuers shorten the loop each runs.)
+  // (with kBulk: bulk copies completing on sBar[buf], issued by the last g.copy_warps warps,
+  // kTileTokens / copy_warps tokens each, one arrival each on the tile's mbarrier.)
   const int copy_first = kWarps - g.copy_warps, copy_rows = kTileTokens / g.copy_warps;
   auto issue = [&](int pbuf, int buf) {
     if constexpr (kBulk && kDirect) {
