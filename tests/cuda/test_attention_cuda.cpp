@@ -567,6 +567,38 @@ TEST(AttentionCuda, ScoreAndValueWarps) {
   }
 }
 
+// The per-launch choice of copy issuers (decode::cuda::copy_warps_for; host code, no GPU needed):
+// score and value warps 2, CTAs of more than 48 rows or token groups 4, other one-role CTAs 1; the
+// override replaces every choice, 0 removes it, other counts are refused.
+TEST(AttentionLaunch, CopyWarpsChoice) {
+  namespace dc = latentkv::decode::cuda;
+  struct Restore {
+    int was = dc::copy_warps_override();
+    ~Restore() { dc::set_copy_warps_override(was); }
+  } restore;
+  dc::set_copy_warps_override(0);
+  auto geometry = [](int64_t heads_per_kv, int64_t pack) {
+    latentkv::decode::cuda::Geometry g{};
+    g.heads_per_kv = heads_per_kv;
+    g.pack = pack;
+    return g;
+  };
+  EXPECT_EQ(dc::copy_warps_for(geometry(32, 1), true, false), 2);
+  EXPECT_EQ(dc::copy_warps_for(geometry(16, 1), true, false), 2);
+  EXPECT_EQ(dc::copy_warps_for(geometry(128, 1), false, false), 4);
+  EXPECT_EQ(dc::copy_warps_for(geometry(16, 4), false, false), 4);  // 64 packed rows
+  EXPECT_EQ(dc::copy_warps_for(geometry(49, 1), false, false), 4);
+  EXPECT_EQ(dc::copy_warps_for(geometry(48, 1), false, false), 1);
+  EXPECT_EQ(dc::copy_warps_for(geometry(32, 1), false, false), 1);
+  EXPECT_EQ(dc::copy_warps_for(geometry(16, 1), false, true), 4);
+  dc::set_copy_warps_override(8);
+  EXPECT_EQ(dc::copy_warps_for(geometry(32, 1), true, false), 8);
+  EXPECT_EQ(dc::copy_warps_for(geometry(128, 1), false, false), 8);
+  dc::set_copy_warps_override(0);
+  EXPECT_EQ(dc::copy_warps_for(geometry(128, 1), false, false), 4);
+  for (int bad : {-1, 3, 5, 16}) EXPECT_THROW(dc::set_copy_warps_override(bad), Error) << bad;
+}
+
 // The tile copies' issuing warps (Geometry::copy_warps, 1, 2, 4 or 8 on sm_90) change no
 // arithmetic: every count gives the bytes of one issuer, checked against the oracle. Dense decode
 // with score and value warps (32 and 16 rows), the deep layout (40 rows, roles off), 64-row CTAs
