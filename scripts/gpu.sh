@@ -4,7 +4,8 @@
 #   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
-#   [dense_portable_narrow] [dense_portable_noroles] [copy_warps]
+#   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [decode_portable_deeprec]
+#   [dense_portable_deeprec]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -105,11 +106,12 @@ fi
 
 # racecheck_portable: the same check on the portable kernel alone, both shared-memory layouts
 # (wide: dequantization overlapped with the products; narrow: the A100 one), sparse decode's
-# v32_fp8 / v4_fp8 records and dense decode's bf16 / v32_fp8 pages, with token groups and without;
+# v32_fp8 / v4_fp8 records and dense decode's bf16 / v32_fp8 pages, with token groups and without,
+# score and value warps, and each copy-issuer count and deep records against their defaults;
 # these tests run no sm90 kernel.
 if has racecheck_portable; then
-  timeout 300 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
-    --gtest_filter='DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise:DecodeCuda.TokenGroups:AttentionCuda.TokenGroups:AttentionCuda.ScoreAndValueWarps' >"$OUT/racecheck-portable.log" 2>&1
+  timeout 420 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
+    --gtest_filter='DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise:DecodeCuda.TokenGroups:AttentionCuda.TokenGroups:AttentionCuda.ScoreAndValueWarps:*CopyWarpsAgreeBitwise:*DeepRecordsAgreeBitwise' >"$OUT/racecheck-portable.log" 2>&1
   note "racecheck (portable) rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck-portable.log" | tail -1)"
 fi
 
@@ -258,24 +260,28 @@ fi
 # *_narrow: the portable kernel's narrow layouts (LKV_WIDE_LAYOUT=0: two 16-bit key tiles, quantized
 # keys dequantized in their own phase), to compare with the wide ones.
 # *_noroles: the portable kernel without score and value warps (LKV_ROLES=0), to compare with them.
+# *_deeprec: the portable kernel with four staging buffers for quantized keys in CTAs of at most 32
+# rows (LKV_DEEP_RECORDS=1, off by default), to compare with two.
 for op in prefill dense prefill_portable dense_portable decode_ws prefill_ws dense_ws dense_nopack dense_portable_nopack \
           decode_portable_nogroups dense_portable_nogroups prefill_portable_narrow dense_portable_narrow \
-          dense_portable_noroles; do
+          dense_portable_noroles decode_portable_deeprec dense_portable_deeprec; do
   if has $op; then
-    kernel=auto ws=0 pack=1 groups=1 wide=1 roles=1
+    kernel=auto ws=0 pack=1 groups=1 wide=1 roles=1 deeprec=0
     [[ $op == *_nopack ]] && pack=0
     [[ $op == *_nogroups ]] && groups=0
     [[ $op == *_narrow ]] && wide=0
     [[ $op == *_noroles ]] && roles=0
+    [[ $op == *_deeprec ]] && deeprec=1
     base=${op%_nopack}
     base=${base%_nogroups}
     base=${base%_narrow}
     base=${base%_noroles}
+    base=${base%_deeprec}
     [[ $base == *_portable ]] && kernel=portable
     [[ $base == *_ws ]] && ws=1
     base=${base%_portable}
     base=${base%_ws}
-    LKV_SM90_WS=$ws LKV_DENSE_PACK=$pack LKV_TOKEN_GROUPS=$groups LKV_WIDE_LAYOUT=$wide LKV_ROLES=$roles ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
+    LKV_SM90_WS=$ws LKV_DENSE_PACK=$pack LKV_TOKEN_GROUPS=$groups LKV_WIDE_LAYOUT=$wide LKV_ROLES=$roles LKV_DEEP_RECORDS=$deeprec ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
     note "bench $op: $(grep -E '_h128_d576_len$|^sq4096_skv65536_topk2048_h128_d576 |_h16_sq[12]|_h128_sq2|v32_b128_h128|peak' "$OUT/bench-$op.log" | tr -s ' ' | tr '\n' ';')"
   fi
 done

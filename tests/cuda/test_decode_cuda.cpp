@@ -341,6 +341,55 @@ TEST(DecodeCuda, CopyWarpsAgreeBitwise) {
   EXPECT_THROW(dc::set_copy_warps_override(3), Error);
 }
 
+// Deep records (decode::cuda::deep_records_pay, off by default; kernel.cuh, kDeepRecords): CTAs of
+// at most 32 rows with quantized keys keep four staging buffers where the device has room for the
+// wide layout (H100/H200). The pipeline's depth changes no arithmetic, so every case must give
+// the bytes of two buffers, which are checked against the oracle: v32_fp8 and v4_fp8 (extra
+// cache, scale bytes), 16 heads (token groups), 32 and 7 heads, partial tiles, adversarial and
+// NaN-filled slots, a split case; a 64-row CTA (h_q 70's first) never takes them.
+TEST(DecodeCuda, DeepRecordsAgreeBitwise) {
+  REQUIRE_GPU();
+  namespace dc = latentkv::decode::cuda;
+  UseKernel use(KernelChoice::kPortable);
+  struct Restore {
+    bool was = dc::deep_records_allowed();
+    ~Restore() { dc::set_deep_records_allowed(was); }
+  } restore;
+  struct Shape { int64_t b, h_q, topk; };
+  const Shape shapes[] = {{4, 16, 2048}, {3, 32, 300}, {4, 7, 200}, {2, 70, 200}, {2, 16, 5000}};
+  int n = 0;
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+    for (const Shape& sh : shapes) {
+      DecodeWorkloadOptions o;
+      o.format = f;
+      o.b = sh.b;
+      o.s_q = 2;
+      o.h_q = sh.h_q;
+      o.topk = sh.topk;
+      o.page_size = 61;
+      o.topk_length = true;
+      o.sink = true;
+      o.adversarial = n % 2 == 0;
+      o.nan_unused = n % 2 == 0;
+      o.extra = f == CacheFormat::v4_fp8;
+      o.extra_topk = 100;
+      o.extra_page_size = 2;
+      o.seed = 980 + n++;
+      const std::string label = std::string(format_info(f).name) + " b" + std::to_string(sh.b) + " h" +
+                                std::to_string(sh.h_q) + " topk" + std::to_string(sh.topk);
+      dc::set_deep_records_allowed(true);
+      check_case(o, "deep records: " + label);
+      DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+      w.poison_outputs();
+      const GpuResult deep = run_gpu(w);
+      dc::set_deep_records_allowed(false);
+      w.poison_outputs();
+      const GpuResult two = run_gpu(w);
+      EXPECT_EQ(deep.out, two.out) << label;
+      EXPECT_EQ(0, std::memcmp(deep.lse.data(), two.lse.data(), deep.lse.size() * 4)) << label;
+    }
+}
+
 // CTAs of at most 16 rows (h_q <= 16 here) run two token groups in the portable kernel
 // (decode::cuda::token_groups_pay); each case is checked against the oracle with the groups and
 // without, and the grouped run repeated bitwise. Partial tiles (topk 200, 100), adversarial and
