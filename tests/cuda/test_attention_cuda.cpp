@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/device_buffer.h"
+#include "cuda/switches.h"
 #include "decode/cuda/launch.h"
 #include "decode/sm90/launch.h"
 #include "dense/cuda/launch.h"
@@ -151,6 +152,60 @@ DenseResult check_dense(const DenseWorkloadOptions& o, const std::string& label)
               static_cast<long long>(d.nan_out));
   EXPECT_TRUE(latentkv::testing::attention_close(d)) << g_kernel << " " << label;
   return got;
+}
+
+// The prefill case on which the kernel's variants are compared: s_kv 3000, topk 300 with lengths,
+// a sink and adversarial index values.
+PrefillWorkloadOptions variant_prefill(int64_t s_q, int64_t h_q, int64_t d_qk, uint64_t seed) {
+  PrefillWorkloadOptions o;
+  o.s_q = s_q;
+  o.s_kv = 3000;
+  o.h_q = h_q;
+  o.topk = 300;
+  o.d_qk = d_qk;
+  o.topk_length = true;
+  o.sink = true;
+  o.adversarial = true;
+  o.seed = seed;
+  return o;
+}
+
+// The dense case on which the kernel's variants are compared: d_qk 576 on 53-token pages, causal,
+// garbage block-table entries past each request's pages.
+DenseWorkloadOptions variant_dense(int64_t b, int64_t s_q, int64_t h_q, int64_t max_len, bool fp8, uint64_t seed) {
+  DenseWorkloadOptions o;
+  o.b = b;
+  o.s_q = s_q;
+  o.h_q = h_q;
+  o.d_qk = 576;
+  o.page_size = 53;
+  o.max_len = max_len;
+  o.fp8 = fp8;
+  o.causal = true;
+  o.garbage_block_table = true;
+  o.seed = seed;
+  return o;
+}
+
+// Two runs gave the same bytes.
+void expect_same(const DenseResult& a, const DenseResult& b, const std::string& label) {
+  EXPECT_EQ(a.out, b.out) << label;
+  EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4)) << label;
+}
+void expect_same(const PrefillResult& a, const PrefillResult& b, const std::string& label) {
+  EXPECT_EQ(a.out, b.out) << label;
+  EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4)) << label;
+  EXPECT_EQ(0, std::memcmp(a.max_logits.data(), b.max_logits.data(), a.lse.size() * 4)) << label;
+}
+
+// The workload run again on the GPU, its outputs poisoned first.
+DenseResult rerun_dense(DenseWorkload& w) {
+  w.poison_outputs();
+  return run_dense_gpu(w);
+}
+PrefillResult rerun_prefill(PrefillWorkload& w) {
+  w.poison_outputs();
+  return run_prefill_gpu(w);
 }
 
 }  // namespace
@@ -443,15 +498,7 @@ TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
     return std::pair{wide, narrow};
   };
   for (const auto& [d, h] : {std::pair{512, 70}, std::pair{576, 24}, std::pair{512, 24}}) {
-    PrefillWorkloadOptions o;
-    o.s_q = 9;
-    o.s_kv = 3000;
-    o.h_q = h;
-    o.topk = 300;
-    o.d_qk = d;
-    o.topk_length = true;
-    o.sink = true;
-    o.adversarial = true;
+    const PrefillWorkloadOptions o = variant_prefill(9, h, d, 1);
     check_prefill(o, "layouts: prefill d" + std::to_string(d) + " h" + std::to_string(h));
     PrefillWorkload w = latentkv::testing::make_prefill_workload(o);
     const auto [wide, narrow] = both([&] {
@@ -541,16 +588,7 @@ TEST(AttentionCuda, ScoreAndValueWarps) {
       EXPECT_EQ(0, std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * 4)) << label;
     }
   for (const auto& [h, d] : {std::pair{20, 576}, std::pair{32, 512}, std::pair{9, 576}}) {
-    PrefillWorkloadOptions o;
-    o.s_q = 40;
-    o.s_kv = 3000;
-    o.h_q = h;
-    o.topk = 300;
-    o.d_qk = d;
-    o.topk_length = true;
-    o.sink = true;
-    o.adversarial = true;
-    o.seed = 2400 + h;
+    const PrefillWorkloadOptions o = variant_prefill(40, h, d, 2400 + h);
     const std::string label = "prefill h" + std::to_string(h) + " d" + std::to_string(d);
     dc::set_roles_allowed(false);
     check_prefill(o, "no roles: " + label);
@@ -574,35 +612,19 @@ TEST(AttentionCuda, DeepRecordsAgreeBitwise) {
   REQUIRE_GPU();
   namespace dc = latentkv::decode::cuda;
   UseKernel use(KernelChoice::kPortable);
-  struct Restore {
-    bool was = dc::deep_records_allowed();
-    ~Restore() { dc::set_deep_records_allowed(was); }
-  } restore;
+  latentkv::testing::RestoreSwitch<bool> restore(dc::deep_records_allowed, dc::set_deep_records_allowed);
   struct Shape { int64_t b, s_q, h_q, max_len; };
   const Shape shapes[] = {{4, 1, 16, 700}, {3, 1, 32, 500}, {4, 2, 16, 300}, {4, 3, 5, 200}, {1, 1, 16, 7000}};
   int n = 0;
   for (const Shape& sh : shapes) {
-    DenseWorkloadOptions o;
-    o.b = sh.b;
-    o.s_q = sh.s_q;
-    o.h_q = sh.h_q;
-    o.d_qk = 576;
-    o.page_size = 53;
-    o.max_len = sh.max_len;
-    o.fp8 = true;
-    o.causal = true;
-    o.garbage_block_table = true;
-    o.seed = 2700 + n++;
+    const DenseWorkloadOptions o = variant_dense(sh.b, sh.s_q, sh.h_q, sh.max_len, true, 2700 + n++);
     const std::string label = "v32_fp8 b" + std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" +
                               std::to_string(sh.h_q) + " len" + std::to_string(sh.max_len);
     dc::set_deep_records_allowed(true);
     const DenseResult deep = check_dense(o, "deep records: dense " + label);
     dc::set_deep_records_allowed(false);
     DenseWorkload w = latentkv::testing::make_dense_workload(o);
-    w.poison_outputs();
-    const DenseResult two = run_dense_gpu(w);
-    EXPECT_EQ(deep.out, two.out) << label;
-    EXPECT_EQ(0, std::memcmp(deep.lse.data(), two.lse.data(), deep.lse.size() * 4)) << label;
+    expect_same(deep, rerun_dense(w), label);
   }
 }
 
@@ -611,10 +633,7 @@ TEST(AttentionCuda, DeepRecordsAgreeBitwise) {
 // override replaces every choice, 0 removes it, other counts are refused.
 TEST(AttentionLaunch, CopyWarpsChoice) {
   namespace dc = latentkv::decode::cuda;
-  struct Restore {
-    int was = dc::copy_warps_override();
-    ~Restore() { dc::set_copy_warps_override(was); }
-  } restore;
+  latentkv::testing::RestoreSwitch<int> restore(dc::copy_warps_override, dc::set_copy_warps_override);
   dc::set_copy_warps_override(0);
   auto geometry = [](int64_t heads_per_kv, int64_t pack) {
     latentkv::decode::cuda::Geometry g{};
@@ -641,10 +660,7 @@ TEST(AttentionLaunch, CopyWarpsChoice) {
 // Deep records are taken, once allowed, for CTAs of at most 32 rows.
 TEST(AttentionLaunch, DeepRecordsChoice) {
   namespace dc = latentkv::decode::cuda;
-  struct Restore {
-    bool was = dc::deep_records_allowed();
-    ~Restore() { dc::set_deep_records_allowed(was); }
-  } restore;
+  latentkv::testing::RestoreSwitch<bool> restore(dc::deep_records_allowed, dc::set_deep_records_allowed);
   latentkv::decode::cuda::Geometry g{};
   g.heads_per_kv = 32;
   g.pack = 1;
@@ -671,20 +687,15 @@ TEST(AttentionCuda, CopyWarpsAgreeBitwise) {
   REQUIRE_GPU();
   namespace dc = latentkv::decode::cuda;
   UseKernel use(KernelChoice::kPortable);
-  struct Restore {
-    int was = dc::copy_warps_override();
-    bool roles = dc::roles_allowed();
-    ~Restore() {
-      dc::set_copy_warps_override(was);
-      dc::set_roles_allowed(roles);
-    }
-  } restore;
-  auto each_count = [&](auto&& run, auto&& same, const std::string& label) {
+  latentkv::testing::RestoreSwitch<int> restore_warps(dc::copy_warps_override, dc::set_copy_warps_override);
+  latentkv::testing::RestoreSwitch<bool> restore_roles(dc::roles_allowed, dc::set_roles_allowed);
+  // One issuer's bytes, then every other count's against them.
+  auto each_count = [&](auto&& run, const std::string& label) {
     dc::set_copy_warps_override(1);
     const auto one = run();
     for (int warps : {2, 4, 8}) {
       dc::set_copy_warps_override(warps);
-      same(one, run(), label + " copy warps " + std::to_string(warps));
+      expect_same(one, run(), label + " copy warps " + std::to_string(warps));
     }
   };
   struct Shape { int64_t b, s_q, h_q, max_len; bool fp8, roles; };
@@ -693,17 +704,7 @@ TEST(AttentionCuda, CopyWarpsAgreeBitwise) {
                           {1, 1, 32, 7000, false, true}};
   int n = 0;
   for (const Shape& sh : shapes) {
-    DenseWorkloadOptions o;
-    o.b = sh.b;
-    o.s_q = sh.s_q;
-    o.h_q = sh.h_q;
-    o.d_qk = 576;
-    o.page_size = 53;
-    o.max_len = sh.max_len;
-    o.fp8 = sh.fp8;
-    o.causal = true;
-    o.garbage_block_table = true;
-    o.seed = 2500 + n++;
+    const DenseWorkloadOptions o = variant_dense(sh.b, sh.s_q, sh.h_q, sh.max_len, sh.fp8, 2500 + n++);
     const std::string label = std::string(sh.fp8 ? "v32_fp8" : "bf16") + " b" + std::to_string(sh.b) + " sq" +
                               std::to_string(sh.s_q) + " h" + std::to_string(sh.h_q) + " len" +
                               std::to_string(sh.max_len) + (sh.roles ? "" : " no roles");
@@ -711,44 +712,16 @@ TEST(AttentionCuda, CopyWarpsAgreeBitwise) {
     dc::set_copy_warps_override(1);
     check_dense(o, "copy warps 1: dense " + label);
     DenseWorkload w = latentkv::testing::make_dense_workload(o);
-    each_count(
-        [&] {
-          w.poison_outputs();
-          return run_dense_gpu(w);
-        },
-        [](const DenseResult& a, const DenseResult& b, const std::string& l) {
-          EXPECT_EQ(a.out, b.out) << l;
-          EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4)) << l;
-        },
-        label);
+    each_count([&] { return rerun_dense(w); }, label);
   }
   dc::set_roles_allowed(true);
   for (const auto& [h, d] : {std::pair{64, 576}, std::pair{20, 512}}) {
-    PrefillWorkloadOptions o;
-    o.s_q = 24;
-    o.s_kv = 3000;
-    o.h_q = h;
-    o.topk = 300;
-    o.d_qk = d;
-    o.topk_length = true;
-    o.sink = true;
-    o.adversarial = true;
-    o.seed = 2600 + h;
+    const PrefillWorkloadOptions o = variant_prefill(24, h, d, 2600 + h);
     const std::string label = "prefill h" + std::to_string(h) + " d" + std::to_string(d);
     dc::set_copy_warps_override(1);
     check_prefill(o, "copy warps 1: " + label);
     PrefillWorkload w = latentkv::testing::make_prefill_workload(o);
-    each_count(
-        [&] {
-          w.poison_outputs();
-          return run_prefill_gpu(w);
-        },
-        [](const PrefillResult& a, const PrefillResult& b, const std::string& l) {
-          EXPECT_EQ(a.out, b.out) << l;
-          EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4)) << l;
-          EXPECT_EQ(0, std::memcmp(a.max_logits.data(), b.max_logits.data(), a.lse.size() * 4)) << l;
-        },
-        label);
+    each_count([&] { return rerun_prefill(w); }, label);
   }
 }
 
@@ -798,16 +771,7 @@ TEST(AttentionCuda, TokenGroups) {
       both([&](const std::string& how) { check_dense(o, how + "dense " + label); });
     }
   for (int64_t h : {16, 12}) {
-    PrefillWorkloadOptions o;
-    o.s_q = 40;
-    o.s_kv = 3000;
-    o.h_q = h;
-    o.topk = 300;
-    o.d_qk = h == 16 ? 576 : 512;
-    o.topk_length = true;
-    o.sink = true;
-    o.adversarial = true;
-    o.seed = 2200 + static_cast<int>(h);
+    const PrefillWorkloadOptions o = variant_prefill(40, h, h == 16 ? 576 : 512, 2200 + static_cast<int>(h));
     both([&](const std::string& how) { check_prefill(o, how + "prefill h" + std::to_string(h)); });
   }
 }

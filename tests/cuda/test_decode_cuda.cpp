@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/device_buffer.h"
+#include "cuda/switches.h"
 #include "latentkv/decode.h"
 #include "latentkv/error.h"
 #include "decode/cuda/launch.h"
@@ -121,6 +122,40 @@ struct UseKernel {
 
 #define REQUIRE_GPU() \
   if (!latentkv::testing::has_cuda_device()) GTEST_SKIP() << "no CUDA device"
+
+// The cases on which the kernel's variants (layouts, copy issuers, staging depth) are compared:
+// s_q 2 on 61-token pages with lengths and a sink, v4's extra cache on 2-token pages, and, where
+// `hostile`, adversarial index values and NaN in the unattended slots.
+DecodeWorkloadOptions variant_case(CacheFormat f, int64_t b, int64_t h_q, int64_t topk, bool hostile, uint64_t seed) {
+  DecodeWorkloadOptions o;
+  o.format = f;
+  o.b = b;
+  o.s_q = 2;
+  o.h_q = h_q;
+  o.topk = topk;
+  o.page_size = 61;
+  o.topk_length = true;
+  o.sink = true;
+  o.adversarial = hostile;
+  o.nan_unused = hostile;
+  o.extra = f == CacheFormat::v4_fp8;
+  o.extra_topk = 100;
+  o.extra_page_size = 2;
+  o.seed = seed;
+  return o;
+}
+
+// The workload run again on the GPU, its outputs poisoned first.
+GpuResult rerun_gpu(DecodeWorkload& w) {
+  w.poison_outputs();
+  return run_gpu(w);
+}
+
+// Two runs gave the same bytes.
+void expect_same(const GpuResult& a, const GpuResult& b, const std::string& label) {
+  EXPECT_EQ(a.out, b.out) << label;
+  EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4)) << label;
+}
 
 }  // namespace
 
@@ -258,21 +293,8 @@ TEST(DecodeCuda, WideAndNarrowLayoutsAgreeBitwise) {
   int n = 0;
   for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
     for (int shape = 0; shape < 3; ++shape) {
-      DecodeWorkloadOptions o;
-      o.format = f;
-      o.b = shape == 2 ? 74 : 4;
-      o.s_q = 2;
-      o.h_q = shape == 0 ? 70 : (shape == 1 ? 16 : 128);
-      o.topk = shape == 1 ? 2048 : 200;
-      o.page_size = 61;
-      o.topk_length = true;
-      o.sink = true;
-      o.adversarial = shape == 0;
-      o.nan_unused = shape == 0;
-      o.extra = f == CacheFormat::v4_fp8;
-      o.extra_topk = 100;
-      o.extra_page_size = 2;
-      o.seed = 900 + n++;
+      const DecodeWorkloadOptions o = variant_case(f, shape == 2 ? 74 : 4, shape == 0 ? 70 : (shape == 1 ? 16 : 128),
+                                                   shape == 1 ? 2048 : 200, shape == 0, 900 + n++);
       const std::string label = std::string(format_info(f).name) + " shape " + std::to_string(shape);
       DecodeWorkload w = latentkv::testing::make_decode_workload(o);
       const GpuResult ref = run_oracle(w);
@@ -302,40 +324,20 @@ TEST(DecodeCuda, CopyWarpsAgreeBitwise) {
   REQUIRE_GPU();
   namespace dc = latentkv::decode::cuda;
   UseKernel use(KernelChoice::kPortable);
-  struct Restore {
-    int was = dc::copy_warps_override();
-    ~Restore() { dc::set_copy_warps_override(was); }
-  } restore;
+  latentkv::testing::RestoreSwitch<int> restore(dc::copy_warps_override, dc::set_copy_warps_override);
   int n = 0;
   for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
     for (int shape = 0; shape < 3; ++shape) {
-      DecodeWorkloadOptions o;
-      o.format = f;
-      o.b = shape == 2 ? 9 : 4;
-      o.s_q = 2;
-      o.h_q = shape == 0 ? 70 : (shape == 1 ? 16 : 128);
-      o.topk = shape == 1 ? 2048 : 200;
-      o.page_size = 61;
-      o.topk_length = true;
-      o.sink = true;
-      o.adversarial = shape == 0;
-      o.nan_unused = shape == 0;
-      o.extra = f == CacheFormat::v4_fp8;
-      o.extra_topk = 100;
-      o.extra_page_size = 2;
-      o.seed = 950 + n++;
+      const DecodeWorkloadOptions o = variant_case(f, shape == 2 ? 9 : 4, shape == 0 ? 70 : (shape == 1 ? 16 : 128),
+                                                   shape == 1 ? 2048 : 200, shape == 0, 950 + n++);
       const std::string label = std::string(format_info(f).name) + " h" + std::to_string(o.h_q);
       dc::set_copy_warps_override(1);
       check_case(o, "copy warps 1: " + label);
       DecodeWorkload w = latentkv::testing::make_decode_workload(o);
-      w.poison_outputs();
-      const GpuResult one = run_gpu(w);
+      const GpuResult one = rerun_gpu(w);
       for (int warps : {2, 4, 8}) {
         dc::set_copy_warps_override(warps);
-        w.poison_outputs();
-        const GpuResult got = run_gpu(w);
-        EXPECT_EQ(one.out, got.out) << label << " copy warps " << warps;
-        EXPECT_EQ(0, std::memcmp(one.lse.data(), got.lse.data(), one.lse.size() * 4)) << label << " copy warps " << warps;
+        expect_same(one, rerun_gpu(w), label + " copy warps " + std::to_string(warps));
       }
     }
   EXPECT_THROW(dc::set_copy_warps_override(3), Error);
@@ -351,42 +353,22 @@ TEST(DecodeCuda, DeepRecordsAgreeBitwise) {
   REQUIRE_GPU();
   namespace dc = latentkv::decode::cuda;
   UseKernel use(KernelChoice::kPortable);
-  struct Restore {
-    bool was = dc::deep_records_allowed();
-    ~Restore() { dc::set_deep_records_allowed(was); }
-  } restore;
+  latentkv::testing::RestoreSwitch<bool> restore(dc::deep_records_allowed, dc::set_deep_records_allowed);
   struct Shape { int64_t b, h_q, topk; };
   const Shape shapes[] = {{4, 16, 2048}, {3, 32, 300}, {4, 7, 200}, {2, 70, 200}, {2, 16, 5000}};
   int n = 0;
   for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
     for (const Shape& sh : shapes) {
-      DecodeWorkloadOptions o;
-      o.format = f;
-      o.b = sh.b;
-      o.s_q = 2;
-      o.h_q = sh.h_q;
-      o.topk = sh.topk;
-      o.page_size = 61;
-      o.topk_length = true;
-      o.sink = true;
-      o.adversarial = n % 2 == 0;
-      o.nan_unused = n % 2 == 0;
-      o.extra = f == CacheFormat::v4_fp8;
-      o.extra_topk = 100;
-      o.extra_page_size = 2;
-      o.seed = 980 + n++;
+      const DecodeWorkloadOptions o = variant_case(f, sh.b, sh.h_q, sh.topk, n % 2 == 0, 980 + n);
+      ++n;
       const std::string label = std::string(format_info(f).name) + " b" + std::to_string(sh.b) + " h" +
                                 std::to_string(sh.h_q) + " topk" + std::to_string(sh.topk);
       dc::set_deep_records_allowed(true);
       check_case(o, "deep records: " + label);
       DecodeWorkload w = latentkv::testing::make_decode_workload(o);
-      w.poison_outputs();
-      const GpuResult deep = run_gpu(w);
+      const GpuResult deep = rerun_gpu(w);
       dc::set_deep_records_allowed(false);
-      w.poison_outputs();
-      const GpuResult two = run_gpu(w);
-      EXPECT_EQ(deep.out, two.out) << label;
-      EXPECT_EQ(0, std::memcmp(deep.lse.data(), two.lse.data(), deep.lse.size() * 4)) << label;
+      expect_same(deep, rerun_gpu(w), label);
     }
 }
 
