@@ -607,14 +607,17 @@ TEST(AttentionCuda, ScoreAndValueWarps) {
 
 // Deep records (off by default; kernel.cuh, kDeepRecords) on dense v32_fp8 pages: 16 heads (token
 // groups), 32 heads, 16 heads x 2 packed query tokens (causal), 5 heads x 3, a long request that
-// splits; each against the oracle and bitwise against two staging buffers.
+// splits; each against the oracle and bitwise against two staging buffers. The batches are large
+// enough that the device's planner cuts each request into at most a few splits, so that a CTA
+// walks dozens of tiles and reuses every staging buffer, mbarrier and key-pointer buffer with
+// real records.
 TEST(AttentionCuda, DeepRecordsAgreeBitwise) {
   REQUIRE_GPU();
   namespace dc = latentkv::decode::cuda;
   UseKernel use(KernelChoice::kPortable);
   latentkv::testing::RestoreSwitch<bool> restore(dc::deep_records_allowed, dc::set_deep_records_allowed);
   struct Shape { int64_t b, s_q, h_q, max_len; };
-  const Shape shapes[] = {{4, 1, 16, 700}, {3, 1, 32, 500}, {4, 2, 16, 300}, {4, 3, 5, 200}, {1, 1, 16, 7000}};
+  const Shape shapes[] = {{40, 1, 16, 3000}, {40, 1, 32, 3000}, {40, 2, 16, 2000}, {64, 3, 5, 1500}, {1, 1, 16, 7000}};
   int n = 0;
   for (const Shape& sh : shapes) {
     const DenseWorkloadOptions o = variant_dense(sh.b, sh.s_q, sh.h_q, sh.max_len, true, 2700 + n++);

@@ -86,11 +86,12 @@ int64_t lse_errors(const std::vector<float>& got, const std::vector<float>& ref,
   return bad;
 }
 
-void check_case(const DecodeWorkloadOptions& o, const std::string& label) {
+// (plan: the split plan of the GPU run; null: the planner's for this device.)
+void check_case(const DecodeWorkloadOptions& o, const std::string& label, const DecodePlan* plan = nullptr) {
   DecodeWorkload w = latentkv::testing::make_decode_workload(o);
   const GpuResult ref = run_oracle(w);
   w.poison_outputs();
-  const GpuResult got = run_gpu(w);
+  const GpuResult got = run_gpu(w, plan);
   const auto d = latentkv::testing::compare_decode(w, got.out, got.lse, ref.out, ref.lse);
   double lse_max_err = 0;
   const int64_t lse_bad = lse_errors(got.lse, ref.lse, &lse_max_err);
@@ -146,9 +147,9 @@ DecodeWorkloadOptions variant_case(CacheFormat f, int64_t b, int64_t h_q, int64_
 }
 
 // The workload run again on the GPU, its outputs poisoned first.
-GpuResult rerun_gpu(DecodeWorkload& w) {
+GpuResult rerun_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr) {
   w.poison_outputs();
-  return run_gpu(w);
+  return run_gpu(w, plan);
 }
 
 // Two runs gave the same bytes.
@@ -346,16 +347,19 @@ TEST(DecodeCuda, CopyWarpsAgreeBitwise) {
 // Deep records (decode::cuda::deep_records_pay, off by default; kernel.cuh, kDeepRecords): CTAs of
 // at most 32 rows with quantized keys keep four staging buffers where the device has room for the
 // wide layout (H100/H200). The pipeline's depth changes no arithmetic, so every case must give
-// the bytes of two buffers, which are checked against the oracle: v32_fp8 and v4_fp8 (extra
-// cache, scale bytes), 16 heads (token groups), 32 and 7 heads, partial tiles, adversarial and
-// NaN-filled slots, a split case; a 64-row CTA (h_q 70's first) never takes them.
+// the bytes of two buffers, and is checked against the oracle: v32_fp8 and v4_fp8 (extra cache,
+// scale bytes), 16 heads (token groups), 32 and 7 heads, partial tiles, adversarial and
+// NaN-filled slots; a 64-row CTA (h_q 70's first) never takes them. Each case runs unsplit (a
+// plan for one SM), so that a CTA walks 64-160 tiles and reuses every staging buffer, mbarrier
+// and key-pointer buffer many times with real records, and once more as the device's planner
+// splits it.
 TEST(DecodeCuda, DeepRecordsAgreeBitwise) {
   REQUIRE_GPU();
   namespace dc = latentkv::decode::cuda;
   UseKernel use(KernelChoice::kPortable);
   latentkv::testing::RestoreSwitch<bool> restore(dc::deep_records_allowed, dc::set_deep_records_allowed);
   struct Shape { int64_t b, h_q, topk; };
-  const Shape shapes[] = {{4, 16, 2048}, {3, 32, 300}, {4, 7, 200}, {2, 70, 200}, {2, 16, 5000}};
+  const Shape shapes[] = {{4, 16, 2048}, {3, 32, 2048}, {4, 7, 2100}, {2, 70, 300}, {2, 16, 5000}};
   int n = 0;
   for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
     for (const Shape& sh : shapes) {
@@ -363,12 +367,17 @@ TEST(DecodeCuda, DeepRecordsAgreeBitwise) {
       ++n;
       const std::string label = std::string(format_info(f).name) + " b" + std::to_string(sh.b) + " h" +
                                 std::to_string(sh.h_q) + " topk" + std::to_string(sh.topk);
-      dc::set_deep_records_allowed(true);
-      check_case(o, "deep records: " + label);
+      const DecodePlan unsplit = plan_decode(o.b, o.s_q, o.h_q, o.topk, o.extra ? o.extra_topk : 0, 1);
+      EXPECT_EQ(unsplit.num_splits, 1) << label;
       DecodeWorkload w = latentkv::testing::make_decode_workload(o);
-      const GpuResult deep = rerun_gpu(w);
-      dc::set_deep_records_allowed(false);
-      expect_same(deep, rerun_gpu(w), label);
+      for (const DecodePlan* plan : {&unsplit, static_cast<const DecodePlan*>(nullptr)}) {
+        const std::string how = plan ? " unsplit" : " planned";
+        dc::set_deep_records_allowed(true);
+        check_case(o, "deep records: " + label + how, plan);
+        const GpuResult deep = rerun_gpu(w, plan);
+        dc::set_deep_records_allowed(false);
+        expect_same(deep, rerun_gpu(w, plan), label + how);
+      }
     }
 }
 

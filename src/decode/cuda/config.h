@@ -46,9 +46,10 @@ inline constexpr int kCtasPerSm = 1;
 // with their per-half row maxima (`pm`, [2][2][32] fp32).
 //
 // kDeepRecords (quantized keys in the wide layout, CTAs of at most 32 rows; kernel.cuh): Q holds 32
-// rows, and the 37 KB that frees pay for two more staging buffers, four in all, so that the
-// records of tiles t + 2 .. t + 4 are in flight while tile t is computed (two otherwise: one
-// tile's records in flight), with six key-pointer buffers (tiles t .. t + 5).
+// rows, and the 37 KB that frees pay for most of two more staging buffers (41 KB at d_qk 576:
+// 208,416 bytes in all, against the wide layout's 202,784), four in all, so that the records of
+// tiles t + 2 .. t + 4 are in flight while tile t is computed (two otherwise: one tile's records
+// in flight), with six key-pointer buffers (tiles t .. t + 5).
 template <int kDqk, bool kDirect, bool kOverlap = false, bool kRoles = false, bool kDeepRecords = false>
 struct SmemLayout {
   static_assert(!kRoles || (kDirect && kOverlap), "the role layout is a wide 16-bit-key layout");
