@@ -5,7 +5,7 @@
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
 #   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [decode_portable_deeprec]
-#   [dense_portable_deeprec]
+#   [dense_portable_deeprec] [uniform_issue]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -248,6 +248,32 @@ for op in ("dense", "decode", "prefill"):
 PY
   (cd "$OUT" && tar czf copy-warps.tgz copy-warps && rm -rf copy-warps)
   note "copy_warps: see bench-copy-warps.log"
+fi
+
+# uniform_issue: a second build with -DLKV_UNIFORM_BULK_ISSUE=ON (the portable kernel's bulk copies
+# issued from warp-uniform addresses by one elected thread, kernel.cuh kUniformBulkIssue) into
+# build-gpu-uniform: its Decode, Prefill, Dense and Attention suites, then the three portable
+# benches, to compare with the default build's decode_portable, dense_portable and prefill_portable.
+if has uniform_issue; then
+  start=$(date +%s)
+  cmake -S . -B build-gpu-uniform -G Ninja -DCMAKE_BUILD_TYPE=Release -DLKV_UNIFORM_BULK_ISSUE=ON \
+    -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" >"$OUT/build-uniform.log" 2>&1 &&
+    cmake --build build-gpu-uniform -j "$(nproc)" >>"$OUT/build-uniform.log" 2>&1
+  rc=$?
+  note "build (uniform issue) rc=$rc ($(( $(date +%s) - start )) s)"
+  if [ $rc -eq 0 ]; then
+    timeout 420 ./build-gpu-uniform/lkv_cuda_tests --gtest_filter='Decode*:Prefill*:Dense*:Attention*' \
+      >"$OUT/cuda_tests-uniform.log" 2>&1
+    note "cuda tests (uniform issue) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests-uniform.log" | tr '\n' ' ')"
+    mkdir -p "$OUT/uniform-issue"
+    for op in decode dense prefill; do
+      ./build-gpu-uniform/latentkv bench $op --device cuda --kernel portable \
+        --json "$OUT/uniform-issue/$op-portable-uniform-h200.json" >"$OUT/bench-$op-portable-uniform.log" 2>&1
+      note "bench $op portable (uniform issue): $(grep -E 'v32_b128_h128|_h16_sq[12]|^sq4096_skv65536_topk2048_h128_d576 ' "$OUT/bench-$op-portable-uniform.log" | tr -s ' ' | tr '\n' ';')"
+    done
+    # (At most 8 files come back from the device machine: the JSONs travel as one archive.)
+    (cd "$OUT" && tar czf uniform-issue.tgz uniform-issue && rm -rf uniform-issue)
+  fi
 fi
 
 if has decode_portable; then

@@ -360,6 +360,15 @@ inline constexpr bool kArchBulkCopy = true;
 #else
 inline constexpr bool kArchBulkCopy = false;
 #endif
+// The form without the lane loop (bench/probes/bulk_issue_sass.cu): each copy's address made
+// warp-uniform by a shuffle from its lane and the copy issued by one elected thread, a straight
+// run of instructions per copy on the uniform datapath. Prepared, not yet measured: off unless
+// the build defines LKV_UNIFORM_BULK_ISSUE (CMake option of that name).
+#if defined(LKV_UNIFORM_BULK_ISSUE) && LKV_UNIFORM_BULK_ISSUE
+inline constexpr bool kUniformBulkIssue = true;
+#else
+inline constexpr bool kUniformBulkIssue = false;
+#endif
 
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
@@ -398,6 +407,22 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsign
       "l"(src), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
 }
+// True in one thread of the (fully active) warp.
+__device__ __forceinline__ bool elect_one_lane() {
+  unsigned elected = 0;
+  asm volatile("{\n.reg .pred p;\nelect.sync _|p, 0xffffffff;\nselp.u32 %0, 1, 0, p;\n}\n" : "=r"(elected));
+  return elected != 0;
+}
+// kUniformBulkIssue: the copies of lanes i < rows (`bytes` from lane i's src, null: none, to
+// dst0 + i * dst_stride), the warp walking the lanes: each address shuffled to every lane, the
+// copy issued by one elected thread. Called by a whole warp.
+__device__ __forceinline__ void bulk_copy_rows_uniform(uint8_t* dst0, unsigned dst_stride, const void* src,
+                                                       unsigned bytes, uint64_t* bar, int rows) {
+  for (int i = 0; i < rows; ++i) {
+    const auto s = reinterpret_cast<const void*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), i));
+    if (s && elect_one_lane()) bulk_copy_g2s(dst0 + i * dst_stride, s, bytes, bar);
+  }
+}
 
 // An issuing warp's part: lane i < rows copies token i's row of the warp's `rows` tokens (kDqk
 // 16-bit values, its bytes announced on `bar` by lane 0: one arrival per issuing warp), and the
@@ -421,7 +446,10 @@ __device__ __forceinline__ void issue_bulk_copies(const uint8_t* const* data, ui
   }
   __syncwarp();
   if (lane == 0) mbar_arrive_expect(bar, __popc(valid) * kRowBytes);
-  if (src) bulk_copy_g2s(keys + lane * kStride, src, kRowBytes, bar);
+  if constexpr (kUniformBulkIssue)
+    bulk_copy_rows_uniform(reinterpret_cast<uint8_t*>(keys), kStride * 2, src, kRowBytes, bar, rows);
+  else if (src)
+    bulk_copy_g2s(keys + lane * kStride, src, kRowBytes, bar);
 }
 
 // The records' counterpart (quantized storage on sm_90): lane i < rows copies token i's record data (656
@@ -439,7 +467,12 @@ __device__ __forceinline__ void issue_bulk_records(const uint8_t* const* data, c
   const uint8_t* src = lane < rows ? data[lane] : nullptr;
   const unsigned valid = __ballot_sync(0xffffffffu, src != nullptr);
   if (lane == 0) mbar_arrive_expect(bar, __popc(valid) * kDataBytes);
-  if (src) {
+  if constexpr (kUniformBulkIssue) {
+    bulk_copy_rows_uniform(raw, kRawRecord, src, kDataBytes, bar, rows);
+    if constexpr (T::kScaleRow) {
+      if (src) cp_async_8(raw + lane * kRawRecord + kDataBytes, scale[lane]);
+    }
+  } else if (src) {
     uint8_t* dst = raw + lane * kRawRecord;
     bulk_copy_g2s(dst, src, kDataBytes, bar);
     if constexpr (T::kScaleRow) cp_async_8(dst + kDataBytes, scale[lane]);
