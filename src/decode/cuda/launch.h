@@ -100,10 +100,11 @@ inline bool deep_records_pay(const Geometry& g) {
 // runs a 32-step loop per tile. Measured on the H200 with 1, 2, 4 and 8 issuers (bench/NOTES.md,
 // v14): score and value warps take 2 (their row tile 1 score warps; 4 puts the copies on working
 // score warps), 21-26% faster on 16-32 rows than 1; CTAs of more than 48 rows, whose last warp
-// works, take 4 (+5-6% dense, +7-8% prefill, +6-12% sparse decode against 1; 8 is slower than 1
+// works, take 4 (+5-11% dense, +7-9% prefill, +9-12% sparse decode against 1; 8 is slower than 1
 // everywhere, as it puts the copies on the first warp, which resolves the next tiles); token
 // groups (at most 16 rows, quantized keys) take 4 (+1.5-2%); one-role CTAs of 17-48 rows keep the
-// last warp alone, which is idle there (2 and 4 measured 2% slower on quantized keys).
+// last warp alone, which is idle there (2 and 4 measured 1.6-2.1% slower in two of the three
+// quantized-key cases, level in the third).
 // LKV_COPY_WARPS=1|2|4|8 (read once per process) or set_copy_warps_override overrides the choice
 // for every launch, so that benchmarks can compare; 0 removes the override.
 int copy_warps_override();
