@@ -410,10 +410,8 @@ TEST(DenseCuda, CornerCasesAndDeterminism) {
 // docs/dense.md.)
 TEST(DenseCuda, PackedQueryTokens) {
   REQUIRE_GPU();
-  struct RestorePack {
-    bool was = latentkv::dense::cuda::pack_allowed();
-    ~RestorePack() { latentkv::dense::cuda::set_pack_allowed(was); }
-  } restore;
+  latentkv::testing::RestoreSwitch<bool> restore(latentkv::dense::cuda::pack_allowed,
+                                                  latentkv::dense::cuda::set_pack_allowed);
   // pack = min(s_q, 64 / heads_per_kv): one group per request (2 x 16, 3 x 8, 5 x 3, 4 x 16 of
   // h_kv 2), several with a partial last one (9 x 16: groups of 4, 4, 1; 3 x 32: 2, 1; 70 x 1:
   // 64, 6), and long contexts that split, where a split can hold keys the last query of a group
@@ -485,10 +483,8 @@ TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
   // and elsewhere this checks that the switch changes nothing). Same arithmetic in the same order:
   // same bytes. (Score and value warps, which CTAs of at most 32 rows take in the deep layout, are
   // turned off here: they agree to rounding, AttentionCuda.ScoreAndValueWarps.)
-  struct RestoreRoles {
-    bool was = latentkv::decode::cuda::roles_allowed();
-    ~RestoreRoles() { latentkv::decode::cuda::set_roles_allowed(was); }
-  } restore_roles;
+  latentkv::testing::RestoreSwitch<bool> restore_roles(latentkv::decode::cuda::roles_allowed,
+                                                        latentkv::decode::cuda::set_roles_allowed);
   latentkv::decode::cuda::set_roles_allowed(false);
   auto both = [](auto&& run) {
     const auto wide = run();
@@ -546,10 +542,7 @@ TEST(AttentionCuda, ScoreAndValueWarps) {
   if (!latentkv::decode::sm90::usable(0) || !dc::wide_layout_allowed())
     GTEST_SKIP() << "score and value warps run on compute capability 9.0 with the wide layout only";
   UseKernel use(KernelChoice::kPortable);
-  struct Restore {
-    bool was = dc::roles_allowed();
-    ~Restore() { dc::set_roles_allowed(was); }
-  } restore;
+  latentkv::testing::RestoreSwitch<bool> restore(dc::roles_allowed, dc::set_roles_allowed);
   auto twice = [](auto&& run) {
     auto first = run();
     auto second = run();
@@ -737,13 +730,10 @@ TEST(AttentionCuda, TokenGroups) {
   UseKernel use(KernelChoice::kPortable);
   // 16-bit keys on sm_90 take score and value warps before token groups; off here, so that the
   // groups run on every device.
-  struct Restore {
-    bool groups = latentkv::decode::cuda::token_groups_allowed(), roles = latentkv::decode::cuda::roles_allowed();
-    ~Restore() {
-      latentkv::decode::cuda::set_token_groups_allowed(groups);
-      latentkv::decode::cuda::set_roles_allowed(roles);
-    }
-  } restore;
+  latentkv::testing::RestoreSwitch<bool> restore_groups(latentkv::decode::cuda::token_groups_allowed,
+                                                         latentkv::decode::cuda::set_token_groups_allowed);
+  latentkv::testing::RestoreSwitch<bool> restore_roles(latentkv::decode::cuda::roles_allowed,
+                                                        latentkv::decode::cuda::set_roles_allowed);
   latentkv::decode::cuda::set_roles_allowed(false);
   auto both = [](auto&& check) {
     latentkv::decode::cuda::set_token_groups_allowed(false);

@@ -14,6 +14,7 @@
 #include "compress/cuda/launch.h"
 #include "compress/params.h"
 #include "cuda/device_buffer.h"
+#include "cuda/switches.h"
 #include "latentkv/compress.h"
 #include "latentkv/error.h"
 #include "testing/compress_workload.h"
@@ -254,10 +255,7 @@ TEST(CompressCuda, CallerWorkspaceOnAStreamCapturedInAGraph) {
   // call with latentkv's own workspace.
   // C = 512: 16 outputs in many splits, so the counters matter; C = 128: 8 splits per output,
   // merged inside clusters on sm_90 when those are switched on (both settings run).
-  struct Restore {
-    bool was = compress::cuda::compress_clusters();
-    ~Restore() { compress::cuda::set_compress_clusters(was); }
-  } restore;
+  latentkv::testing::RestoreSwitch<bool> restore(compress::cuda::compress_clusters, compress::cuda::set_compress_clusters);
   for (bool clusters : {false, true})
   for (int64_t C : {512, 128}) {
     compress::cuda::set_compress_clusters(clusters);
@@ -326,14 +324,10 @@ TEST(CompressCuda, ClusterMergeMatchesGlobalMergeBitwise) {
   REQUIRE_GPU();
   struct S { int64_t reqs, tokens, C; };
   const S cases[] = {{1, 8192, 128}, {1, 8192, 256}, {1, 8192, 512}, {2, 4096, 96}, {1, 2048, 1000}};
-  struct Restore {
-    bool was = compress::cuda::compress_clusters();
-    int64_t slices = compress::cuda::compress_max_slices();
-    ~Restore() {
-      compress::cuda::set_compress_clusters(was);
-      compress::cuda::set_compress_max_slices(slices);
-    }
-  } restore;
+  latentkv::testing::RestoreSwitch<bool> restore_clusters(compress::cuda::compress_clusters,
+                                                           compress::cuda::set_compress_clusters);
+  latentkv::testing::RestoreSwitch<int64_t> restore_slices(compress::cuda::compress_max_slices,
+                                                            compress::cuda::set_compress_max_slices);
   compress::cuda::set_compress_max_slices(1);  // clusters hold window splits only
   int n = 0, clustered = 0;
   for (const S& c : cases)
@@ -392,10 +386,8 @@ TEST(CompressCuda, EveryDimensionSlicingAgainstOracle) {
   struct S { int64_t reqs, tokens, C, bs; };
   const S cases[] = {{1, 8192, 128, 64}, {1, 8192, 256, 64}, {1, 8192, 512, 64},
                      {1, 2048, 1000, 8}, {2, 300, 37, 3}, {1, 8192, 4096, 16}};
-  struct Restore {
-    int64_t slices = compress::cuda::compress_max_slices();
-    ~Restore() { compress::cuda::set_compress_max_slices(slices); }
-  } restore;
+  latentkv::testing::RestoreSwitch<int64_t> restore(compress::cuda::compress_max_slices,
+                                                     compress::cuda::set_compress_max_slices);
   bool seen[compress::kMaxDimSlices + 1] = {};
   int n = 0;
   for (const S& c : cases)

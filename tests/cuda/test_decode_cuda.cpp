@@ -388,9 +388,8 @@ TEST(DecodeCuda, DeepRecordsAgreeBitwise) {
 TEST(DecodeCuda, TokenGroups) {
   REQUIRE_GPU();
   UseKernel use(KernelChoice::kPortable);
-  struct Restore {
-    ~Restore() { latentkv::decode::cuda::set_token_groups_allowed(true); }
-  } restore;
+  latentkv::testing::RestoreSwitch<bool> restore(latentkv::decode::cuda::token_groups_allowed,
+                                                  latentkv::decode::cuda::set_token_groups_allowed);
   struct Shape { CacheFormat f; int64_t b, h_q, topk; bool hard; };
   const Shape shapes[] = {{CacheFormat::v32_fp8, 5, 16, 200, true},  {CacheFormat::v32_fp8, 4, 8, 2048, false},
                           {CacheFormat::v32_fp8, 6, 1, 100, true},   {CacheFormat::v4_fp8, 5, 13, 200, true},
@@ -502,10 +501,7 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
   if (!latentkv::decode::sm90::usable(0)) GTEST_SKIP() << "no sm_90a device";
   UseKernel use(KernelChoice::kSm90);
   // Restores the pair setting however the test ends.
-  struct RestorePairs {
-    bool was = latentkv::decode::sm90::cta_pairs();
-    ~RestorePairs() { latentkv::decode::sm90::set_cta_pairs(was); }
-  } restore;
+  latentkv::testing::RestoreSwitch<bool> restore(latentkv::decode::sm90::cta_pairs, latentkv::decode::sm90::set_cta_pairs);
   int n = 0;
   for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
     for (int64_t h_q : {128, 100, 192})
