@@ -5,7 +5,7 @@
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
 #   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [decode_portable_deeprec]
-#   [dense_portable_deeprec] [uniform_issue]
+#   [dense_portable_deeprec] [uniform_issue] [deeprec_ab] [uniform_ab]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -25,10 +25,11 @@ mkdir -p "$OUT"
 stages="${*:-build test sanitize reference bench decode decode_portable prefill dense prefill_portable dense_portable demo python}"
 has() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
-note() { summary+=("$1"); echo "== $1"; }
+# Each note is also appended to summary.log, so a run cut short still brings its summary back.
+note() { summary+=("$1"); echo "== $1"; echo "$1" >>"$OUT/summary.log"; }
 # At most 8 files come back from the device machine: the logs travel as one archive.
 finish() {
-  (cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
+  (cd "$OUT" && tar czf logs.tgz ./*.log ./*.txt && rm -f ./*.log)
   echo
   echo "==================== summary ===================="
   printf '%s\n' "${summary[@]}"
@@ -37,12 +38,32 @@ finish() {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
   | tee "$OUT/gpu.txt"
 
+# LKV_BUILD_TARGETS: build only these targets (e.g. "latentkv lkv_cuda_tests"), default all.
+# With uniform_ab the -DLKV_UNIFORM_BULK_ISSUE=ON build (build-gpu-uniform) runs beside the default
+# one, each on half the cores.
+targets=()
+for t in ${LKV_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
 if has build; then
   start=$(date +%s)
+  jobs=$(nproc)
+  upid=
+  if has uniform_ab; then
+    jobs=$(( jobs / 2 ))
+    (cmake -S . -B build-gpu-uniform -G Ninja -DCMAKE_BUILD_TYPE=Release -DLKV_UNIFORM_BULK_ISSUE=ON \
+       -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" >"$OUT/build-uniform.log" 2>&1 &&
+     cmake --build build-gpu-uniform -j "$jobs" "${targets[@]}" >>"$OUT/build-uniform.log" 2>&1) &
+    upid=$!
+  fi
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" >"$OUT/build.log" 2>&1 &&
-    cmake --build build-gpu -j "$(nproc)" >>"$OUT/build.log" 2>&1
+    cmake --build build-gpu -j "$jobs" "${targets[@]}" >>"$OUT/build.log" 2>&1
   rc=$?
+  if [ -n "$upid" ]; then
+    wait "$upid"
+    urc=$?
+    note "build (uniform issue) rc=$urc"
+    [ $urc -eq 0 ] || rc=$urc
+  fi
   tail -5 "$OUT/build.log"
   note "build rc=$rc ($(( $(date +%s) - start )) s)"
   [ $rc -eq 0 ] || { printf '%s\n' "${summary[@]}"; exit 1; }
@@ -108,10 +129,10 @@ fi
 # (wide: dequantization overlapped with the products; narrow: the A100 one), sparse decode's
 # v32_fp8 / v4_fp8 records and dense decode's bf16 / v32_fp8 pages, with token groups and without,
 # score and value warps, and each copy-issuer count and deep records against their defaults;
-# these tests run no sm90 kernel.
+# these tests run no sm90 kernel (LKV_RACECHECK_PORTABLE_FILTER: another gtest filter).
 if has racecheck_portable; then
   timeout 420 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
-    --gtest_filter='DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise:DecodeCuda.TokenGroups:AttentionCuda.TokenGroups:AttentionCuda.ScoreAndValueWarps:*CopyWarpsAgreeBitwise:*DeepRecordsAgreeBitwise' >"$OUT/racecheck-portable.log" 2>&1
+    --gtest_filter="${LKV_RACECHECK_PORTABLE_FILTER:-DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise:DecodeCuda.TokenGroups:AttentionCuda.TokenGroups:AttentionCuda.ScoreAndValueWarps:*CopyWarpsAgreeBitwise:*DeepRecordsAgreeBitwise}" >"$OUT/racecheck-portable.log" 2>&1
   note "racecheck (portable) rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck-portable.log" | tail -1)"
 fi
 
@@ -274,6 +295,56 @@ if has uniform_issue; then
     # (At most 8 files come back from the device machine: the JSONs travel as one archive.)
     (cd "$OUT" && tar czf uniform-issue.tgz uniform-issue && rm -rf uniform-issue)
   fi
+fi
+
+# deeprec_ab: LKV_DEEP_RECORDS 0 and 1 side by side on the cases deep records apply to (quantized
+# keys, CTAs of at most 32 rows): sparse decode tp_*, dense v32_fp8 pages with h_q 16 / s_q 1-2 and
+# h_q 32 / s_q 1. Runs alternate (0, 1, 0, 1) so drift shows up as a difference between repeats.
+if has deeprec_ab; then
+  mkdir -p "$OUT/deeprec-ab"
+  for rep in a b; do
+    for d in 0 1; do
+      for spec in "decode tp_" "dense fp8_b128_sk8192_h16" "dense fp8_b128_sk8192_h32_sq1"; do
+        set -- $spec
+        LKV_DEEP_RECORDS=$d ./build-gpu/latentkv bench "$1" --device cuda --kernel portable --filter "$2" \
+          --json "$OUT/deeprec-ab/$1-$2-deeprec$d-$rep.json" >>"$OUT/bench-deeprec-ab.log" 2>&1
+      done
+    done
+  done
+  for spec in "decode tp_" "dense fp8_b128_sk8192_h16" "dense fp8_b128_sk8192_h32_sq1"; do
+    set -- $spec
+    python3 scripts/ab_table.py off=$OUT/deeprec-ab/$1-$2-deeprec0-a.json on=$OUT/deeprec-ab/$1-$2-deeprec1-a.json \
+      off2=$OUT/deeprec-ab/$1-$2-deeprec0-b.json on2=$OUT/deeprec-ab/$1-$2-deeprec1-b.json | tee -a "$OUT/ab-deeprec.txt"
+  done
+  (cd "$OUT" && tar czf deeprec-ab.tgz deeprec-ab && rm -rf deeprec-ab)
+  note "deeprec_ab: see ab-deeprec.txt"
+fi
+
+# uniform_ab: the uniform-issue build (built beside the default one by the build stage) against
+# the default build, alternating, on a sample of each portable op: sparse decode b 128, dense s_k
+# 8192, prefill s_kv 65536 h_q 128 d_qk 576. Its test suites first (LKV_UNIFORM_TEST_FILTER).
+if has uniform_ab; then
+  timeout 300 ./build-gpu-uniform/lkv_cuda_tests --gtest_filter="${LKV_UNIFORM_TEST_FILTER:-Decode*:Prefill*:Dense*:Attention*}" \
+    >"$OUT/cuda_tests-uniform.log" 2>&1
+  note "cuda tests (uniform issue) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests-uniform.log" | tr '\n' ' ')"
+  mkdir -p "$OUT/uniform-ab"
+  specs=("decode b128" "dense sk8192" "prefill skv65536_topk2048_h128_d576")
+  for rep in a b; do
+    for b in gpu gpu-uniform; do
+      for spec in "${specs[@]}"; do
+        set -- $spec
+        ./build-$b/latentkv bench "$1" --device cuda --kernel portable --filter "$2" \
+          --json "$OUT/uniform-ab/$1-$b-$rep.json" >>"$OUT/bench-uniform-ab.log" 2>&1
+      done
+    done
+  done
+  for spec in "${specs[@]}"; do
+    set -- $spec
+    python3 scripts/ab_table.py default=$OUT/uniform-ab/$1-gpu-a.json uniform=$OUT/uniform-ab/$1-gpu-uniform-a.json \
+      default2=$OUT/uniform-ab/$1-gpu-b.json uniform2=$OUT/uniform-ab/$1-gpu-uniform-b.json | tee -a "$OUT/ab-uniform.txt"
+  done
+  (cd "$OUT" && tar czf uniform-ab.tgz uniform-ab && rm -rf uniform-ab)
+  note "uniform_ab: see ab-uniform.txt"
 fi
 
 if has decode_portable; then
