@@ -4,8 +4,7 @@
 #   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
-#   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [decode_portable_deeprec]
-#   [dense_portable_deeprec] [uniform_issue] [deeprec_ab] [uniform_ab]
+#   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [env_ab] [variant_ab]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -39,19 +38,19 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
   | tee "$OUT/gpu.txt"
 
 # LKV_BUILD_TARGETS: build only these targets (e.g. "latentkv lkv_cuda_tests"), default all.
-# With uniform_ab the -DLKV_UNIFORM_BULK_ISSUE=ON build (build-gpu-uniform) runs beside the default
-# one, each on half the cores.
+# With variant_ab the LKV_VARIANT_CMAKE build (build-gpu-variant) runs beside the default one, each
+# on half the cores.
 targets=()
 for t in ${LKV_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
 if has build; then
   start=$(date +%s)
   jobs=$(nproc)
   upid=
-  if has uniform_ab; then
+  if has variant_ab; then
     jobs=$(( jobs / 2 ))
-    (cmake -S . -B build-gpu-uniform -G Ninja -DCMAKE_BUILD_TYPE=Release -DLKV_UNIFORM_BULK_ISSUE=ON \
-       -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" >"$OUT/build-uniform.log" 2>&1 &&
-     cmake --build build-gpu-uniform -j "$jobs" "${targets[@]}" >>"$OUT/build-uniform.log" 2>&1) &
+    (cmake -S . -B build-gpu-variant -G Ninja -DCMAKE_BUILD_TYPE=Release ${LKV_VARIANT_CMAKE:-} \
+       -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" >"$OUT/build-variant.log" 2>&1 &&
+     cmake --build build-gpu-variant -j "$jobs" "${targets[@]}" >>"$OUT/build-variant.log" 2>&1) &
     upid=$!
   fi
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -61,7 +60,7 @@ if has build; then
   if [ -n "$upid" ]; then
     wait "$upid"
     urc=$?
-    note "build (uniform issue) rc=$urc"
+    note "build (variant) rc=$urc"
     [ $urc -eq 0 ] || rc=$urc
   fi
   tail -5 "$OUT/build.log"
@@ -128,11 +127,11 @@ fi
 # racecheck_portable: the same check on the portable kernel alone, both shared-memory layouts
 # (wide: dequantization overlapped with the products; narrow: the A100 one), sparse decode's
 # v32_fp8 / v4_fp8 records and dense decode's bf16 / v32_fp8 pages, with token groups and without,
-# score and value warps, and each copy-issuer count and deep records against their defaults;
+# score and value warps, and each copy-issuer count against the default;
 # these tests run no sm90 kernel (LKV_RACECHECK_PORTABLE_FILTER: another gtest filter).
 if has racecheck_portable; then
   timeout 420 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
-    --gtest_filter="${LKV_RACECHECK_PORTABLE_FILTER:-DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise:DecodeCuda.TokenGroups:AttentionCuda.TokenGroups:AttentionCuda.ScoreAndValueWarps:*CopyWarpsAgreeBitwise:*DeepRecordsAgreeBitwise}" >"$OUT/racecheck-portable.log" 2>&1
+    --gtest_filter="${LKV_RACECHECK_PORTABLE_FILTER:-DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise:DecodeCuda.TokenGroups:AttentionCuda.TokenGroups:AttentionCuda.ScoreAndValueWarps:*CopyWarpsAgreeBitwise}" >"$OUT/racecheck-portable.log" 2>&1
   note "racecheck (portable) rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck-portable.log" | tail -1)"
 fi
 
@@ -271,80 +270,62 @@ PY
   note "copy_warps: see bench-copy-warps.log"
 fi
 
-# uniform_issue: a second build with -DLKV_UNIFORM_BULK_ISSUE=ON (the portable kernel's bulk copies
-# issued from warp-uniform addresses by one elected thread, kernel.cuh kUniformBulkIssue) into
-# build-gpu-uniform: its Decode, Prefill, Dense and Attention suites, then the three portable
-# benches, to compare with the default build's decode_portable, dense_portable and prefill_portable.
-if has uniform_issue; then
-  start=$(date +%s)
-  cmake -S . -B build-gpu-uniform -G Ninja -DCMAKE_BUILD_TYPE=Release -DLKV_UNIFORM_BULK_ISSUE=ON \
-    -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" >"$OUT/build-uniform.log" 2>&1 &&
-    cmake --build build-gpu-uniform -j "$(nproc)" >>"$OUT/build-uniform.log" 2>&1
-  rc=$?
-  note "build (uniform issue) rc=$rc ($(( $(date +%s) - start )) s)"
-  if [ $rc -eq 0 ]; then
-    timeout 420 ./build-gpu-uniform/lkv_cuda_tests --gtest_filter='Decode*:Prefill*:Dense*:Attention*' \
-      >"$OUT/cuda_tests-uniform.log" 2>&1
-    note "cuda tests (uniform issue) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests-uniform.log" | tr '\n' ' ')"
-    mkdir -p "$OUT/uniform-issue"
-    for op in decode dense prefill; do
-      ./build-gpu-uniform/latentkv bench $op --device cuda --kernel portable \
-        --json "$OUT/uniform-issue/$op-portable-uniform-h200.json" >"$OUT/bench-$op-portable-uniform.log" 2>&1
-      note "bench $op portable (uniform issue): $(grep -E 'v32_b128_h128|_h16_sq[12]|^sq4096_skv65536_topk2048_h128_d576 ' "$OUT/bench-$op-portable-uniform.log" | tr -s ' ' | tr '\n' ';')"
+# A/B stages: variants measured alternately in one run (a, b, a, b), so drift shows up as a
+# difference between a variant's two repeats; one side-by-side table per bench spec
+# (scripts/ab_table.py). Specs: LKV_AB_SPECS, ';'-separated "op filter" pairs (default: sparse
+# decode b 128, dense s_k 8192, prefill s_kv 65536 h_q 128 d_qk 576); the portable kernel unless
+# LKV_AB_KERNEL names another.
+IFS=';' read -r -a ab_specs <<<"${LKV_AB_SPECS:-decode b128;dense sk8192;prefill skv65536_topk2048_h128_d576}"
+ab_tables() {  # ab_tables DIR TXT LABEL...: tables of DIR/<op>-<filter>-<label>-<a|b>.json
+  local dir=$1 txt=$2 spec op filter rep l
+  shift 2
+  for spec in "${ab_specs[@]}"; do
+    read -r op filter <<<"$spec"
+    local args=()
+    for rep in a b; do
+      for l in "$@"; do args+=("$l$([ $rep = b ] && echo .2)=$dir/$op-$filter-$l-$rep.json"); done
     done
-    # (At most 8 files come back from the device machine: the JSONs travel as one archive.)
-    (cd "$OUT" && tar czf uniform-issue.tgz uniform-issue && rm -rf uniform-issue)
-  fi
+    { echo "== $op $filter (repeats: .2)"; python3 scripts/ab_table.py "${args[@]}"; } | tee -a "$txt"
+  done
+}
+ab_bench() {  # ab_bench DIR LABEL BINARY [VAR=VALUE]: every spec once, JSONs named for ab_tables
+  local dir=$1 label=$2 bin=$3 rep=$4 spec op filter
+  shift 4
+  for spec in "${ab_specs[@]}"; do
+    read -r op filter <<<"$spec"
+    env "$@" "$bin" bench "$op" --device cuda --kernel "${LKV_AB_KERNEL:-portable}" --filter "$filter" \
+      --json "$dir/$op-$filter-$label-$rep.json" >>"$OUT/bench-ab.log" 2>&1
+  done
+}
+
+# env_ab: one environment switch (LKV_AB_VAR, e.g. LKV_COPY_WARPS) at each of LKV_AB_VALUES.
+if has env_ab; then
+  mkdir -p "$OUT/env-ab"
+  labels=()
+  for v in ${LKV_AB_VALUES:-0 1}; do labels+=("v$v"); done
+  for rep in a b; do
+    for v in ${LKV_AB_VALUES:-0 1}; do ab_bench "$OUT/env-ab" "v$v" ./build-gpu/latentkv $rep "$LKV_AB_VAR=$v"; done
+  done
+  ab_tables "$OUT/env-ab" "$OUT/ab-env.txt" "${labels[@]}"
+  (cd "$OUT" && tar czf env-ab.tgz env-ab && rm -rf env-ab)
+  note "env_ab ($LKV_AB_VAR = ${LKV_AB_VALUES:-0 1}): see ab-env.txt"
 fi
 
-# deeprec_ab: LKV_DEEP_RECORDS 0 and 1 side by side on the cases deep records apply to (quantized
-# keys, CTAs of at most 32 rows): sparse decode tp_*, dense v32_fp8 pages with h_q 16 / s_q 1-2 and
-# h_q 32 / s_q 1. Runs alternate (0, 1, 0, 1) so drift shows up as a difference between repeats.
-if has deeprec_ab; then
-  mkdir -p "$OUT/deeprec-ab"
+# variant_ab: the default build against one configured with the extra CMake flags LKV_VARIANT_CMAKE
+# (built into build-gpu-variant by the build stage, beside the default one), after the variant's
+# attention suites (LKV_VARIANT_TEST_FILTER).
+if has variant_ab; then
+  timeout 300 ./build-gpu-variant/lkv_cuda_tests --gtest_filter="${LKV_VARIANT_TEST_FILTER:-Decode*:Prefill*:Dense*:Attention*}" \
+    >"$OUT/cuda_tests-variant.log" 2>&1
+  note "cuda tests (variant) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests-variant.log" | tr '\n' ' ')"
+  mkdir -p "$OUT/variant-ab"
   for rep in a b; do
-    for d in 0 1; do
-      for spec in "decode tp_" "dense fp8_b128_sk8192_h16" "dense fp8_b128_sk8192_h32_sq1"; do
-        set -- $spec
-        LKV_DEEP_RECORDS=$d ./build-gpu/latentkv bench "$1" --device cuda --kernel portable --filter "$2" \
-          --json "$OUT/deeprec-ab/$1-$2-deeprec$d-$rep.json" >>"$OUT/bench-deeprec-ab.log" 2>&1
-      done
-    done
+    ab_bench "$OUT/variant-ab" default ./build-gpu/latentkv $rep
+    ab_bench "$OUT/variant-ab" variant ./build-gpu-variant/latentkv $rep
   done
-  for spec in "decode tp_" "dense fp8_b128_sk8192_h16" "dense fp8_b128_sk8192_h32_sq1"; do
-    set -- $spec
-    python3 scripts/ab_table.py off=$OUT/deeprec-ab/$1-$2-deeprec0-a.json on=$OUT/deeprec-ab/$1-$2-deeprec1-a.json \
-      off2=$OUT/deeprec-ab/$1-$2-deeprec0-b.json on2=$OUT/deeprec-ab/$1-$2-deeprec1-b.json | tee -a "$OUT/ab-deeprec.txt"
-  done
-  (cd "$OUT" && tar czf deeprec-ab.tgz deeprec-ab && rm -rf deeprec-ab)
-  note "deeprec_ab: see ab-deeprec.txt"
-fi
-
-# uniform_ab: the uniform-issue build (built beside the default one by the build stage) against
-# the default build, alternating, on a sample of each portable op: sparse decode b 128, dense s_k
-# 8192, prefill s_kv 65536 h_q 128 d_qk 576. Its test suites first (LKV_UNIFORM_TEST_FILTER).
-if has uniform_ab; then
-  timeout 300 ./build-gpu-uniform/lkv_cuda_tests --gtest_filter="${LKV_UNIFORM_TEST_FILTER:-Decode*:Prefill*:Dense*:Attention*}" \
-    >"$OUT/cuda_tests-uniform.log" 2>&1
-  note "cuda tests (uniform issue) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests-uniform.log" | tr '\n' ' ')"
-  mkdir -p "$OUT/uniform-ab"
-  specs=("decode b128" "dense sk8192" "prefill skv65536_topk2048_h128_d576")
-  for rep in a b; do
-    for b in gpu gpu-uniform; do
-      for spec in "${specs[@]}"; do
-        set -- $spec
-        ./build-$b/latentkv bench "$1" --device cuda --kernel portable --filter "$2" \
-          --json "$OUT/uniform-ab/$1-$b-$rep.json" >>"$OUT/bench-uniform-ab.log" 2>&1
-      done
-    done
-  done
-  for spec in "${specs[@]}"; do
-    set -- $spec
-    python3 scripts/ab_table.py default=$OUT/uniform-ab/$1-gpu-a.json uniform=$OUT/uniform-ab/$1-gpu-uniform-a.json \
-      default2=$OUT/uniform-ab/$1-gpu-b.json uniform2=$OUT/uniform-ab/$1-gpu-uniform-b.json | tee -a "$OUT/ab-uniform.txt"
-  done
-  (cd "$OUT" && tar czf uniform-ab.tgz uniform-ab && rm -rf uniform-ab)
-  note "uniform_ab: see ab-uniform.txt"
+  ab_tables "$OUT/variant-ab" "$OUT/ab-variant.txt" default variant
+  (cd "$OUT" && tar czf variant-ab.tgz variant-ab && rm -rf variant-ab)
+  note "variant_ab ($LKV_VARIANT_CMAKE): see ab-variant.txt"
 fi
 
 if has decode_portable; then
@@ -357,28 +338,24 @@ fi
 # *_narrow: the portable kernel's narrow layouts (LKV_WIDE_LAYOUT=0: two 16-bit key tiles, quantized
 # keys dequantized in their own phase), to compare with the wide ones.
 # *_noroles: the portable kernel without score and value warps (LKV_ROLES=0), to compare with them.
-# *_deeprec: the portable kernel with four staging buffers for quantized keys in CTAs of at most 32
-# rows (LKV_DEEP_RECORDS=1, off by default), to compare with two.
 for op in prefill dense prefill_portable dense_portable decode_ws prefill_ws dense_ws dense_nopack dense_portable_nopack \
           decode_portable_nogroups dense_portable_nogroups prefill_portable_narrow dense_portable_narrow \
-          dense_portable_noroles decode_portable_deeprec dense_portable_deeprec; do
+          dense_portable_noroles; do
   if has $op; then
-    kernel=auto ws=0 pack=1 groups=1 wide=1 roles=1 deeprec=0
+    kernel=auto ws=0 pack=1 groups=1 wide=1 roles=1
     [[ $op == *_nopack ]] && pack=0
     [[ $op == *_nogroups ]] && groups=0
     [[ $op == *_narrow ]] && wide=0
     [[ $op == *_noroles ]] && roles=0
-    [[ $op == *_deeprec ]] && deeprec=1
     base=${op%_nopack}
     base=${base%_nogroups}
     base=${base%_narrow}
     base=${base%_noroles}
-    base=${base%_deeprec}
     [[ $base == *_portable ]] && kernel=portable
     [[ $base == *_ws ]] && ws=1
     base=${base%_portable}
     base=${base%_ws}
-    LKV_SM90_WS=$ws LKV_DENSE_PACK=$pack LKV_TOKEN_GROUPS=$groups LKV_WIDE_LAYOUT=$wide LKV_ROLES=$roles LKV_DEEP_RECORDS=$deeprec ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
+    LKV_SM90_WS=$ws LKV_DENSE_PACK=$pack LKV_TOKEN_GROUPS=$groups LKV_WIDE_LAYOUT=$wide LKV_ROLES=$roles ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
     note "bench $op: $(grep -E '_h128_d576_len$|^sq4096_skv65536_topk2048_h128_d576 |_h16_sq[12]|_h128_sq2|v32_b128_h128|peak' "$OUT/bench-$op.log" | tr -s ' ' | tr '\n' ';')"
   fi
 done

@@ -598,32 +598,6 @@ TEST(AttentionCuda, ScoreAndValueWarps) {
   }
 }
 
-// Deep records (off by default; kernel.cuh, kDeepRecords) on dense v32_fp8 pages: 16 heads (token
-// groups), 32 heads, 16 heads x 2 packed query tokens (causal), 5 heads x 3, a long request that
-// splits; each against the oracle and bitwise against two staging buffers. The batches are large
-// enough that the device's planner cuts each request into at most a few splits, so that a CTA
-// walks dozens of tiles and reuses every staging buffer, mbarrier and key-pointer buffer with
-// real records.
-TEST(AttentionCuda, DeepRecordsAgreeBitwise) {
-  REQUIRE_GPU();
-  namespace dc = latentkv::decode::cuda;
-  UseKernel use(KernelChoice::kPortable);
-  latentkv::testing::RestoreSwitch<bool> restore(dc::deep_records_allowed, dc::set_deep_records_allowed);
-  struct Shape { int64_t b, s_q, h_q, max_len; };
-  const Shape shapes[] = {{40, 1, 16, 3000}, {40, 1, 32, 3000}, {40, 2, 16, 2000}, {64, 3, 5, 1500}, {1, 1, 16, 7000}};
-  int n = 0;
-  for (const Shape& sh : shapes) {
-    const DenseWorkloadOptions o = variant_dense(sh.b, sh.s_q, sh.h_q, sh.max_len, true, 2700 + n++);
-    const std::string label = "v32_fp8 b" + std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" +
-                              std::to_string(sh.h_q) + " len" + std::to_string(sh.max_len);
-    dc::set_deep_records_allowed(true);
-    const DenseResult deep = check_dense(o, "deep records: dense " + label);
-    dc::set_deep_records_allowed(false);
-    DenseWorkload w = latentkv::testing::make_dense_workload(o);
-    expect_same(deep, rerun_dense(w), label);
-  }
-}
-
 // The per-launch choice of copy issuers (decode::cuda::copy_warps_for; host code, no GPU needed):
 // score and value warps 2, CTAs of more than 48 rows or token groups 4, other one-role CTAs 1; the
 // override replaces every choice, 0 removes it, other counts are refused.
@@ -651,27 +625,6 @@ TEST(AttentionLaunch, CopyWarpsChoice) {
   dc::set_copy_warps_override(0);
   EXPECT_EQ(dc::copy_warps_for(geometry(128, 1), false, false), 4);
   for (int bad : {-1, 3, 5, 16}) EXPECT_THROW(dc::set_copy_warps_override(bad), Error) << bad;
-}
-
-// Deep records are taken, once allowed, for CTAs of at most 32 rows.
-TEST(AttentionLaunch, DeepRecordsChoice) {
-  namespace dc = latentkv::decode::cuda;
-  latentkv::testing::RestoreSwitch<bool> restore(dc::deep_records_allowed, dc::set_deep_records_allowed);
-  latentkv::decode::cuda::Geometry g{};
-  g.heads_per_kv = 32;
-  g.pack = 1;
-  dc::set_deep_records_allowed(false);
-  EXPECT_FALSE(dc::deep_records_pay(g));
-  dc::set_deep_records_allowed(true);
-  EXPECT_TRUE(dc::deep_records_pay(g));
-  g.pack = 2;  // 64 rows
-  EXPECT_FALSE(dc::deep_records_pay(g));
-  g.heads_per_kv = 11;
-  g.pack = 2;
-  EXPECT_TRUE(dc::deep_records_pay(g));
-  g.heads_per_kv = 33;
-  g.pack = 1;
-  EXPECT_FALSE(dc::deep_records_pay(g));
 }
 
 // The tile copies' issuing warps (Geometry::copy_warps, 1, 2, 4 or 8 on sm_90) change no

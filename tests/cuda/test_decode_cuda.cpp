@@ -86,12 +86,11 @@ int64_t lse_errors(const std::vector<float>& got, const std::vector<float>& ref,
   return bad;
 }
 
-// (plan: the split plan of the GPU run; null: the planner's for this device.)
-void check_case(const DecodeWorkloadOptions& o, const std::string& label, const DecodePlan* plan = nullptr) {
+void check_case(const DecodeWorkloadOptions& o, const std::string& label) {
   DecodeWorkload w = latentkv::testing::make_decode_workload(o);
   const GpuResult ref = run_oracle(w);
   w.poison_outputs();
-  const GpuResult got = run_gpu(w, plan);
+  const GpuResult got = run_gpu(w);
   const auto d = latentkv::testing::compare_decode(w, got.out, got.lse, ref.out, ref.lse);
   double lse_max_err = 0;
   const int64_t lse_bad = lse_errors(got.lse, ref.lse, &lse_max_err);
@@ -124,7 +123,7 @@ struct UseKernel {
 #define REQUIRE_GPU() \
   if (!latentkv::testing::has_cuda_device()) GTEST_SKIP() << "no CUDA device"
 
-// The cases on which the kernel's variants (layouts, copy issuers, staging depth) are compared:
+// The cases on which the kernel's variants (layouts, copy issuers) are compared:
 // s_q 2 on 61-token pages with lengths and a sink, v4's extra cache on 2-token pages, and, where
 // `hostile`, adversarial index values and NaN in the unattended slots.
 DecodeWorkloadOptions variant_case(CacheFormat f, int64_t b, int64_t h_q, int64_t topk, bool hostile, uint64_t seed) {
@@ -147,9 +146,9 @@ DecodeWorkloadOptions variant_case(CacheFormat f, int64_t b, int64_t h_q, int64_
 }
 
 // The workload run again on the GPU, its outputs poisoned first.
-GpuResult rerun_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr) {
+GpuResult rerun_gpu(DecodeWorkload& w) {
   w.poison_outputs();
-  return run_gpu(w, plan);
+  return run_gpu(w);
 }
 
 // Two runs gave the same bytes.
@@ -342,43 +341,6 @@ TEST(DecodeCuda, CopyWarpsAgreeBitwise) {
       }
     }
   EXPECT_THROW(dc::set_copy_warps_override(3), Error);
-}
-
-// Deep records (decode::cuda::deep_records_pay, off by default; kernel.cuh, kDeepRecords): CTAs of
-// at most 32 rows with quantized keys keep four staging buffers where the device has room for the
-// wide layout (H100/H200). The pipeline's depth changes no arithmetic, so every case must give
-// the bytes of two buffers, and is checked against the oracle: v32_fp8 and v4_fp8 (extra cache,
-// scale bytes), 16 heads (token groups), 32 and 7 heads, partial tiles, adversarial and
-// NaN-filled slots; a 64-row CTA (h_q 70's first) never takes them. Each case runs unsplit (a
-// plan for one SM), so that a CTA walks 64-160 tiles and reuses every staging buffer, mbarrier
-// and key-pointer buffer many times with real records, and once more as the device's planner
-// splits it.
-TEST(DecodeCuda, DeepRecordsAgreeBitwise) {
-  REQUIRE_GPU();
-  namespace dc = latentkv::decode::cuda;
-  UseKernel use(KernelChoice::kPortable);
-  latentkv::testing::RestoreSwitch<bool> restore(dc::deep_records_allowed, dc::set_deep_records_allowed);
-  struct Shape { int64_t b, h_q, topk; };
-  const Shape shapes[] = {{4, 16, 2048}, {3, 32, 2048}, {4, 7, 2100}, {2, 70, 300}, {2, 16, 5000}};
-  int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
-    for (const Shape& sh : shapes) {
-      const DecodeWorkloadOptions o = variant_case(f, sh.b, sh.h_q, sh.topk, n % 2 == 0, 980 + n);
-      ++n;
-      const std::string label = std::string(format_info(f).name) + " b" + std::to_string(sh.b) + " h" +
-                                std::to_string(sh.h_q) + " topk" + std::to_string(sh.topk);
-      const DecodePlan unsplit = plan_decode(o.b, o.s_q, o.h_q, o.topk, o.extra ? o.extra_topk : 0, 1);
-      EXPECT_EQ(unsplit.num_splits, 1) << label;
-      DecodeWorkload w = latentkv::testing::make_decode_workload(o);
-      for (const DecodePlan* plan : {&unsplit, static_cast<const DecodePlan*>(nullptr)}) {
-        const std::string how = plan ? " unsplit" : " planned";
-        dc::set_deep_records_allowed(true);
-        check_case(o, "deep records: " + label + how, plan);
-        const GpuResult deep = rerun_gpu(w, plan);
-        dc::set_deep_records_allowed(false);
-        expect_same(deep, rerun_gpu(w, plan), label + how);
-      }
-    }
 }
 
 // CTAs of at most 16 rows (h_q <= 16 here) run two token groups in the portable kernel

@@ -17,15 +17,15 @@ namespace latentkv::decode::cuda {
 // Merges the splits' partial results by LSE (combine.cu). out is f16 when f16, else bf16.
 void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream);
 
-template <class Source, bool kWide, int kGroups, bool kRoles = false, bool kDeepRecords = false>
+template <class Source, bool kWide, int kGroups, bool kRoles = false>
 void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream stream) {
-  // Two token groups, score and value warps, and deep records (Q of 32 rows) cover rows 0..31 of a
-  // CTA only (kernel.cuh); token_groups_pay asks for <= 16, roles_pay and deep_records_pay for <= 32.
-  LKV_CHECK((kGroups == 1 && !kRoles && !kDeepRecords) || cta_rows(p.g) <= kHeadsPerCta / 2,
-            "the attention kernel's token groups, score/value warps and deep records take at most 32 rows per CTA, got ",
+  // Two token groups, and score and value warps, cover rows 0..31 of a CTA only (kernel.cuh);
+  // token_groups_pay asks for <= 16, roles_pay for <= 32.
+  LKV_CHECK((kGroups == 1 && !kRoles) || cta_rows(p.g) <= kHeadsPerCta / 2,
+            "the attention kernel's token groups and score/value warps take at most 32 rows per CTA, got ",
             cta_rows(p.g));
   constexpr int kSmem =
-      SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16, kWide, kRoles, kDeepRecords>::total;
+      SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16, kWide, kRoles>::total;
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
   const int smem_limit = cuda_common::max_smem_per_block(device);
@@ -38,14 +38,13 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
             "and 65535 splits, got ", rows, " row groups (", p.g.n1, " x ", p.g.n2, " / ", p.g.pack, "), ", head_blocks,
             " head blocks, ", p.g.num_splits, " splits");
   // Set on every launch: the attribute belongs to the current device, and setting it is cheap.
-  LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source, kWide, kGroups, kRoles, kDeepRecords>,
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source, kWide, kGroups, kRoles>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(head_blocks),
                   static_cast<unsigned>(p.g.num_splits));
   KernelParams<typename Source::Args> kp = p;
   kp.g.copy_warps = copy_warps_for(p.g, kRoles, kGroups > 1);
-  attend_kernel<Source, kWide, kGroups, kRoles, kDeepRecords>
-      <<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(kp);
+  attend_kernel<Source, kWide, kGroups, kRoles><<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(kp);
   LKV_CUDA_CHECK_LAUNCH();
 }
 
@@ -54,9 +53,6 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
 // Score and value warps (kernel.cuh, kRoles) for 16-bit keys in the deep layout (kWide on sm_90:
 // launch_attend chose it) where roles_pay and the device has room for their layout (four key
 // tiles: 205,856 bytes at d_qk 576, against the deep layout's 195,104).
-// Deep records (kernel.cuh, kDeepRecords: four staging buffers) for quantized keys in the wide
-// layout where deep_records_pay and the device has room for their layout (208,416 bytes for
-// v32_fp8), with or without token groups.
 template <class Source, bool kWide>
 void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream stream) {
   if constexpr (kWide && Source::kStorage == KeyStorage::kDirect16 && !Source::kSplitDqk) {
@@ -65,16 +61,6 @@ void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream strea
       LKV_CUDA_CHECK(cudaGetDevice(&device));
       if (cuda_common::max_smem_per_block(device) >= SmemLayout<Source::kDqk, true, true, true>::total)
         return launch_attend_grouped<Source, true, 1, true>(p, stream);
-    }
-  }
-  if constexpr (kWide && Source::kStorage != KeyStorage::kDirect16 && !Source::kSplitDqk) {
-    if (deep_records_pay(p.g)) {
-      int device = 0;
-      LKV_CUDA_CHECK(cudaGetDevice(&device));
-      if (cuda_common::max_smem_per_block(device) >= SmemLayout<Source::kDqk, false, true, false, true>::total) {
-        if (token_groups_pay(p.g)) return launch_attend_grouped<Source, true, 2, false, true>(p, stream);
-        return launch_attend_grouped<Source, true, 1, false, true>(p, stream);
-      }
     }
   }
   if constexpr (!Source::kSplitDqk) {

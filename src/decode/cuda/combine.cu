@@ -91,14 +91,6 @@ std::atomic<bool>& roles_flag() {
   static std::atomic<bool> flag{env_on("LKV_ROLES")};
   return flag;
 }
-// LKV_DEEP_RECORDS starts off unless its variable is "1" (prepared, not yet measured).
-std::atomic<bool>& deep_records_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* e = std::getenv("LKV_DEEP_RECORDS");
-    return e && std::strcmp(e, "1") == 0;
-  }()};
-  return flag;
-}
 // LKV_COPY_WARPS: 1, 2, 4 or 8 (anything else is an error when first read); unset: no override.
 int copy_warps_from_env() {
   const char* e = std::getenv("LKV_COPY_WARPS");
@@ -114,8 +106,6 @@ std::atomic<int>& copy_warps_flag() {
 }
 }  // namespace
 
-bool deep_records_allowed() { return deep_records_flag().load(std::memory_order_relaxed); }
-void set_deep_records_allowed(bool allowed) { deep_records_flag().store(allowed, std::memory_order_relaxed); }
 int copy_warps_override() { return copy_warps_flag().load(std::memory_order_relaxed); }
 void set_copy_warps_override(int n) {
   LKV_CHECK(n == 0 || n == 1 || n == 2 || n == 4 || n == 8, "copy warps must be 0 (no override), 1, 2, 4 or 8, got ", n);

@@ -44,20 +44,13 @@ inline constexpr int kCtasPerSm = 1;
 // tiles (tile t's values, tile t + 1's scores, tiles t + 2 and t + 3 in flight), and the scores of
 // two tiles pass from the score warps to the value warps through `s` ([2][32][s_stride] fp32)
 // with their per-half row maxima (`pm`, [2][2][32] fp32).
-//
-// kDeepRecords (quantized keys in the wide layout, CTAs of at most 32 rows; kernel.cuh): Q holds 32
-// rows, and the 37 KB that frees pay for most of two more staging buffers (41 KB at d_qk 576:
-// 208,416 bytes in all, against the wide layout's 202,784), four in all, so that the records of
-// tiles t + 2 .. t + 4 are in flight while tile t is computed (two otherwise: one tile's records
-// in flight), with six key-pointer buffers (tiles t .. t + 5).
-template <int kDqk, bool kDirect, bool kOverlap = false, bool kRoles = false, bool kDeepRecords = false>
+template <int kDqk, bool kDirect, bool kOverlap = false, bool kRoles = false>
 struct SmemLayout {
   static_assert(!kRoles || (kDirect && kOverlap), "the role layout is a wide 16-bit-key layout");
-  static_assert(!kDeepRecords || (!kDirect && kOverlap && !kRoles), "deep records: the wide layout of quantized keys");
   static constexpr int q_stride = kDqk + kRowPad;            // 16-bit elements per Q row
   static constexpr int k_stride = kDqk + kRowPad;            // 16-bit elements per K row
   static constexpr int p_stride = kTileTokens + kRowPad;     // 16-bit elements per P row
-  static constexpr int q_rows = kRoles || kDeepRecords ? 32 : kHeadsPerCta;
+  static constexpr int q_rows = kRoles ? 32 : kHeadsPerCta;
   static constexpr int q_bytes = q_rows * q_stride * 2;
   static constexpr int key_tiles = kRoles ? 4 : kDirect ? (kOverlap ? 3 : 2) : (kOverlap ? 2 : 1);
   static constexpr int k_bytes = key_tiles * kTileTokens * k_stride * 2;
@@ -81,16 +74,13 @@ struct SmemLayout {
   // layout likewise, while score warps may still read tile t - 1's for their masks); otherwise
   // tile t + 1's are written before iteration t's first barrier, while other pairs may still read
   // tile t - 1's.
-  // (Deep records: tiles t .. t + 5, as the overlapped layout's t - 1 .. t + 2 with two more
-  // staging buffers: tile t + 5's pointers are written late in iteration t.)
-  static constexpr int ptr_bufs = kDeepRecords ? 6 : kOverlap ? 4 : 3;
+  static constexpr int ptr_bufs = kOverlap ? 4 : 3;
   static constexpr int slot_bytes = ptr_bufs * 2 * kTileTokens * 8;
   // Raw records of the next tile land here by cp.async (sm_90: bulk copies) while the current tile
   // is computed; a
   // v32 record is 656 bytes, a v4 one 576 data bytes plus its 8 scale bytes (padded to 16).
   static constexpr int raw_record = kDqk == 576 ? 656 : 592;
-  static constexpr int stages = kDeepRecords ? 4 : 2;  // staging buffers (quantized storage)
-  static constexpr int raw_bytes = kDirect ? 0 : stages * kTileTokens * raw_record;
+  static constexpr int raw_bytes = kDirect ? 0 : 2 * kTileTokens * raw_record;
   static constexpr int q_off = 0;
   static constexpr int k_off = q_off + q_bytes;
   static constexpr int p_off = k_off + k_bytes;
@@ -115,6 +105,5 @@ static_assert(SmemLayout<576, true>::total <= 163 * 1024, "576-wide 16-bit keys 
 static_assert(SmemLayout<576, false, true>::total <= 227 * 1024, "overlapped v32_fp8 must fit an H100");
 static_assert(SmemLayout<576, true, true>::total <= 227 * 1024, "three 576-wide 16-bit key tiles must fit an H100");
 static_assert(SmemLayout<576, true, true, true>::total <= 227 * 1024, "the 576-wide role layout must fit an H100");
-static_assert(SmemLayout<576, false, true, false, true>::total <= 227 * 1024, "deep v32_fp8 records must fit an H100");
 
 }  // namespace latentkv::decode::cuda

@@ -360,15 +360,6 @@ inline constexpr bool kArchBulkCopy = true;
 #else
 inline constexpr bool kArchBulkCopy = false;
 #endif
-// The form without the lane loop (bench/probes/bulk_issue_sass.cu): each copy's address made
-// warp-uniform by a shuffle from its lane and the copy issued by one elected thread, a straight
-// run of instructions per copy on the uniform datapath. Prepared, not yet measured: off unless
-// the build defines LKV_UNIFORM_BULK_ISSUE (CMake option of that name).
-#if defined(LKV_UNIFORM_BULK_ISSUE) && LKV_UNIFORM_BULK_ISSUE
-inline constexpr bool kUniformBulkIssue = true;
-#else
-inline constexpr bool kUniformBulkIssue = false;
-#endif
 
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
@@ -407,22 +398,6 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsign
       "l"(src), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
 }
-// True in one thread of the (fully active) warp.
-__device__ __forceinline__ bool elect_one_lane() {
-  unsigned elected = 0;
-  asm volatile("{\n.reg .pred p;\nelect.sync _|p, 0xffffffff;\nselp.u32 %0, 1, 0, p;\n}\n" : "=r"(elected));
-  return elected != 0;
-}
-// kUniformBulkIssue: the copies of lanes i < rows (`bytes` from lane i's src, null: none, to
-// dst0 + i * dst_stride), the warp walking the lanes: each address shuffled to every lane, the
-// copy issued by one elected thread. Called by a whole warp.
-__device__ __forceinline__ void bulk_copy_rows_uniform(uint8_t* dst0, unsigned dst_stride, const void* src,
-                                                       unsigned bytes, uint64_t* bar, int rows) {
-  for (int i = 0; i < rows; ++i) {
-    const auto s = reinterpret_cast<const void*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), i));
-    if (s && elect_one_lane()) bulk_copy_g2s(dst0 + i * dst_stride, s, bytes, bar);
-  }
-}
 
 // An issuing warp's part: lane i < rows copies token i's row of the warp's `rows` tokens (kDqk
 // 16-bit values, its bytes announced on `bar` by lane 0: one arrival per issuing warp), and the
@@ -446,10 +421,7 @@ __device__ __forceinline__ void issue_bulk_copies(const uint8_t* const* data, ui
   }
   __syncwarp();
   if (lane == 0) mbar_arrive_expect(bar, __popc(valid) * kRowBytes);
-  if constexpr (kUniformBulkIssue)
-    bulk_copy_rows_uniform(reinterpret_cast<uint8_t*>(keys), kStride * 2, src, kRowBytes, bar, rows);
-  else if (src)
-    bulk_copy_g2s(keys + lane * kStride, src, kRowBytes, bar);
+  if (src) bulk_copy_g2s(keys + lane * kStride, src, kRowBytes, bar);
 }
 
 // The records' counterpart (quantized storage on sm_90): lane i < rows copies token i's record data (656
@@ -467,12 +439,7 @@ __device__ __forceinline__ void issue_bulk_records(const uint8_t* const* data, c
   const uint8_t* src = lane < rows ? data[lane] : nullptr;
   const unsigned valid = __ballot_sync(0xffffffffu, src != nullptr);
   if (lane == 0) mbar_arrive_expect(bar, __popc(valid) * kDataBytes);
-  if constexpr (kUniformBulkIssue) {
-    bulk_copy_rows_uniform(raw, kRawRecord, src, kDataBytes, bar, rows);
-    if constexpr (T::kScaleRow) {
-      if (src) cp_async_8(raw + lane * kRawRecord + kDataBytes, scale[lane]);
-    }
-  } else if (src) {
+  if (src) {
     uint8_t* dst = raw + lane * kRawRecord;
     bulk_copy_g2s(dst, src, kDataBytes, bar);
     if constexpr (T::kScaleRow) cp_async_8(dst + kDataBytes, scale[lane]);
@@ -633,14 +600,7 @@ struct PackedRows {
 // would carry all 32 copies on its chain). The value warps read every score of their rows; the products and
 // the order of the sums are the one-role kernel's, but where ptxas fuses a multiply into an add
 // differs, so the two agree to rounding, not bitwise.
-//
-// kDeepRecords (quantized keys in the wide layout, CTAs of at most 32 rows; the host takes it
-// where decode::cuda::deep_records_pay): four staging buffers instead of two, so that the records
-// of tiles t + 2 .. t + 4 are in flight while tile t is computed instead of tile t + 2's alone.
-// With at most 32 rows a tile's products are short and the one tile in flight left the kernel
-// waiting on memory (v32_fp8 pages with h_q 16: 29% of HBM). Same arithmetic in the same order:
-// the same bytes as two buffers.
-template <class Source, bool kWide, int kGroups = 1, bool kRoles = false, bool kDeepRecords = false>
+template <class Source, bool kWide, int kGroups = 1, bool kRoles = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     attend_kernel(const KernelParams<typename Source::Args> p) {
   constexpr int kDqk = Source::kDqk;
@@ -663,16 +623,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   static_assert(!kSplitDqk || !kDirect, "the d_qk split's exchange area is laid out for quantized storage");
   static_assert(!kRoles || (kDirect && kGroups == 1 && !Source::kSplitDqk),
                 "score and value warps: 16-bit keys, one group, the unsplit score shape");
-  static_assert(!kDeepRecords || kOverlap, "deep records: quantized keys in the wide layout");
-  using L = SmemLayout<kDqk, kDirect, kOverlap || kDeep, kRoleMode, kDeepRecords>;
-  // Staging buffers of quantized records: tile j's go to buffer j % kStages, and tiles t + 2 ..
-  // t + kStages are in flight while tile t is computed.
-  constexpr int kStages = L::stages;
+  using L = SmemLayout<kDqk, kDirect, kOverlap || kDeep, kRoleMode>;
   static_assert(!kSplitDqk || L::xchg_bytes == 2 * 2 * 32 * 16, "exchange area: [2 writers][2 n8 tiles][32 lanes] float4");
   static_assert(kGroups == 1 || (kGroups == 2 && !kSplitDqk), "token groups take the unsplit score shape");
   // The groups' merge passes group 1's O through Q's area: [2 row tiles][2 warps][32 n8 tiles][32 lanes] float4.
-  static_assert(kGroups == 1 || (kDeepRecords ? L::raw_bytes : L::q_bytes) >= 2 * 2 * 32 * 32 * 16,
-                "Q's area (deep records: the staging buffers) holds group 1's O at the end");
+  static_assert(kGroups == 1 || L::q_bytes >= 2 * 2 * 32 * 32 * 16, "Q's area holds group 1's O at the end");
   constexpr int kGroupTokens = kTileTokens / kGroups;  // tokens of a tile per group: 32 or 16
   constexpr int kNT = kGroupTokens / 16;                // n8 score tiles per warp: 2 or 1
   // Key pointer buffers (SmemLayout::ptr_bufs says why tile t - 1's is kept).
@@ -686,7 +641,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // [kPtrBufs][32] data pointers, then [kPtrBufs][32] scale pointers
   const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::slot_off);
   const uint8_t** sScale = sData + kPtrBufs * kTileTokens;
-  uint8_t* sRaw = smem + L::raw_off;  // [kStages][32][raw_record] (quantized storage only)
+  uint8_t* sRaw = smem + L::raw_off;  // [2][32][raw_record] (quantized storage only)
   uint64_t* sBar = reinterpret_cast<uint64_t*>(smem + L::bar_off);  // [key tiles] (kBulk only)
 
   const Geometry& g = p.g;
@@ -958,13 +913,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     row_sum[1] = nh ? half_sum[1][1] : half_sum[0][1];
   } else {
   if constexpr (kOverlap) {
-    // Tiles 0..kStages resolved, the records of tiles 0..kStages - 1 in flight (one commit group
-    // each), tile 0 dequantized.
-    // (Written out for two and four buffers: the two-buffer kernels keep the form they were
-    // measured in.)
-    static_assert(kStages == 2 || kStages == 4, "two or four staging buffers");
+    // Tiles 0..2 resolved, the records of tiles 0 and 1 in flight, tile 0 dequantized.
     if (tid < kTileTokens)
-      for (int t = 0; t < kStages + 1; ++t) {
+      for (int t = 0; t < 3; ++t) {
         fetch(t);
         resolve(&sData[t * kTileTokens + tid], &sScale[t * kTileTokens + tid]);
       }
@@ -972,10 +923,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       if (tid == 0) {
         mbar_init(&sBar[0], g.copy_warps);
         mbar_init(&sBar[1], g.copy_warps);
-        if constexpr (kStages == 4) {
-          mbar_init(&sBar[2], g.copy_warps);
-          mbar_init(&sBar[3], g.copy_warps);
-        }
         mbar_init_fence();
       }
     }
@@ -984,13 +931,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     cp_async_commit();
     issue(1, 1);
     cp_async_commit();
-    if constexpr (kStages == 4) {
-      issue(2, 2);
-      cp_async_commit();
-      issue(3, 3);
-      cp_async_commit();
-    }
-    cp_async_wait<kStages - 1>();
+    cp_async_wait<1>();
     if constexpr (kBulk) mbar_wait(&sBar[0], 0);
     __syncthreads();
     dequantize(0, 0, sK);
@@ -1020,21 +961,17 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     const int pcur = tile % kPtrBufs;
     const uint8_t* const* tile_data = sData + pcur * kTileTokens;
     const uint16_t* keys = sK;
-    // Staging buffer of tile t + 1 (kStages 2: the key tile's nxt).
-    [[maybe_unused]] const int snxt = kStages == 2 ? nxt : (tile + 1) % kStages;
     if constexpr (kOverlap) {
-      const int scur = kStages == 2 ? cur : tile % kStages;  // tile t's
       // ---- 2. Tile t + 1's records have landed (and tile t was dequantized during the previous
-      // iteration); start tile t + kStages's copies into the staging buffer tile t used, and issue
-      // tile t + kStages + 1's index loads (resolved at the end of the iteration). (Tile t + 1's
-      // cp.async group is followed by those of tiles t + 2 .. t + kStages - 1; kBulk: tile t + 1
-      // is the ((t + 1) / kStages)-th use of staging buffer (t + 1) % kStages.)
-      cp_async_wait<kStages - 2>();
-      if constexpr (kBulk) mbar_wait(&sBar[snxt], (kStages == 2 ? (tile + 1) >> 1 : (tile + 1) / kStages) & 1);
+      // iteration); start tile t + 2's copies into the staging buffer tile t used, and issue tile
+      // t + 3's index loads (resolved at the end of the iteration). (kBulk: tile t + 1 is the
+      // ((t + 1) / 2)-th use of staging buffer (t + 1) % 2.)
+      cp_async_wait<0>();
+      if constexpr (kBulk) mbar_wait(&sBar[nxt], ((tile + 1) >> 1) & 1);
       __syncthreads();  // also: every warp is done with the previous tile's keys, P and staging
-      issue((tile + kStages) % kPtrBufs, scur);
+      issue((tile + 2) % kPtrBufs, cur);
       cp_async_commit();
-      if (tid < kTileTokens) fetch(tile + kStages + 1);
+      if (tid < kTileTokens) fetch(tile + 3);
       keys = sK + cur * kTileTokens * L::k_stride;
     } else if constexpr (kDeep) {
       // ---- 2. 16-bit keys, three key tiles (sm_90): the first warp publishes tile t + 2's
@@ -1111,7 +1048,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
     // ---- 3b. Overlapped: dequantize tile t + 1 into the other key tile while other warps still
     // multiply.
-    if constexpr (kOverlap) dequantize((tile + 1) % kPtrBufs, snxt, sK + nxt * kTileTokens * L::k_stride);
+    if constexpr (kOverlap) dequantize((tile + 1) % kPtrBufs, nxt, sK + nxt * kTileTokens * L::k_stride);
 
     // ---- 3c. d_qk split: the full scores of this warp's tokens, its own half-sum plus the other
     // warp's (fp32 addition commutes, so the order of the halves does not matter: the result is
@@ -1204,11 +1141,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         mma_16816<kF16>(acc[n + 1], a, b[2], b[3]);
       }
     }
-    // Overlapped: tile t + kStages + 1's pointers go to the buffer tile t - 1 used (its last
-    // readers, the softmax of tile t - 1, are behind this iteration's first barrier; tile t's may
-    // still be read by other pairs), visible after the next iteration's first barrier.
+    // Overlapped: tile t + 3's pointers go to the buffer tile t - 1 used (its last readers, the
+    // softmax of tile t - 1, are behind this iteration's first barrier; tile t's may still be read
+    // by other pairs), visible after the next iteration's first barrier.
     if constexpr (kOverlap) {
-      const int p3 = (tile + kStages + 1) % kPtrBufs;
+      const int p3 = (tile + 3) % kPtrBufs;
       if (tid < kTileTokens) resolve(&sData[p3 * kTileTokens + tid], &sScale[p3 * kTileTokens + tid]);
     }
   }
@@ -1230,12 +1167,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     sSum[nh * kHeadsPerCta + mt * 16 + gr + 8] = row_sum[1];
   }
   // Token groups: group 1 (odd pairs) hands its running maxima (sMax, free once every loop is done)
-  // and O (Q's area, likewise; with deep records, whose Q holds 32 rows, the staging buffers, where
-  // no copy is in flight after the loop) to group 0, the pair below it with the same rows.
+  // and O (Q's area, likewise) to group 0, the pair below it with the same rows.
   // [2 row tiles][2 warps][32 n8 tiles][32 lanes] float4, lane-major (conflict-free float4 stores).
-  auto o_xchg = [&] {
-    return reinterpret_cast<float4*>(kDeepRecords ? sRaw : reinterpret_cast<uint8_t*>(sQ)) + (rt * 2 + nh) * 32 * 32 + lane;
-  };
+  auto o_xchg = [&] { return reinterpret_cast<float4*>(sQ) + (rt * 2 + nh) * 32 * 32 + lane; };
   if constexpr (kGroups > 1) {
     if (grp == 1 && active) {
       if (nh == 0 && t4 == 0) {

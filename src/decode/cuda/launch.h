@@ -84,17 +84,6 @@ inline bool roles_pay(const Geometry& g) {
   return roles_allowed() && cta_rows(g) <= 32;
 }
 
-// Whether a launch of quantized keys in the wide layout keeps four staging buffers (kernel.cuh,
-// kDeepRecords: the records of three tiles in flight instead of one): CTAs of at most 32 rows,
-// whose short products left the kernel waiting on memory. Prepared, not yet measured on the H200
-// (bench/NOTES.md, v14), so off unless turned on (set_deep_records_allowed, or
-// LKV_DEEP_RECORDS=1 read once per process).
-bool deep_records_allowed();
-void set_deep_records_allowed(bool allowed);
-inline bool deep_records_pay(const Geometry& g) {
-  return deep_records_allowed() && cta_rows(g) <= 32;
-}
-
 // How many warps (the last ones) issue a key tile's bulk copies on sm_90 (Geometry::copy_warps;
 // kernel.cuh, issue). A warp issues its lanes' bulk copies one lane at a time, so one issuer
 // runs a 32-step loop per tile. Measured on the H200 with 1, 2, 4 and 8 issuers (bench/NOTES.md,
