@@ -272,7 +272,7 @@ fi
 
 # A/B stages: variants measured alternately in one run (a, b, a, b), so drift shows up as a
 # difference between a variant's two repeats; one side-by-side table per bench spec
-# (scripts/ab_table.py). Specs: LKV_AB_SPECS, ';'-separated "op filter" pairs (default: sparse
+# (scripts/ab_table.py); LKV_AB_REPS="a" runs each variant once. Specs: LKV_AB_SPECS, ';'-separated "op filter" pairs (default: sparse
 # decode b 128, dense s_k 8192, prefill s_kv 65536 h_q 128 d_qk 576); the portable kernel unless
 # LKV_AB_KERNEL names another.
 IFS=';' read -r -a ab_specs <<<"${LKV_AB_SPECS:-decode b128;dense sk8192;prefill skv65536_topk2048_h128_d576}"
@@ -282,7 +282,7 @@ ab_tables() {  # ab_tables DIR TXT LABEL...: tables of DIR/<op>-<filter>-<label>
   for spec in "${ab_specs[@]}"; do
     read -r op filter <<<"$spec"
     local args=()
-    for rep in a b; do
+    for rep in ${LKV_AB_REPS:-a b}; do
       for l in "$@"; do args+=("$l$([ $rep = b ] && echo .2)=$dir/$op-$filter-$l-$rep.json"); done
     done
     { echo "== $op $filter (repeats: .2)"; python3 scripts/ab_table.py "${args[@]}"; } | tee -a "$txt"
@@ -303,7 +303,7 @@ if has env_ab; then
   mkdir -p "$OUT/env-ab"
   labels=()
   for v in ${LKV_AB_VALUES:-0 1}; do labels+=("v$v"); done
-  for rep in a b; do
+  for rep in ${LKV_AB_REPS:-a b}; do
     for v in ${LKV_AB_VALUES:-0 1}; do ab_bench "$OUT/env-ab" "v$v" ./build-gpu/latentkv $rep "$LKV_AB_VAR=$v"; done
   done
   ab_tables "$OUT/env-ab" "$OUT/ab-env.txt" "${labels[@]}"
@@ -319,7 +319,7 @@ if has variant_ab; then
     >"$OUT/cuda_tests-variant.log" 2>&1
   note "cuda tests (variant) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests-variant.log" | tr '\n' ' ')"
   mkdir -p "$OUT/variant-ab"
-  for rep in a b; do
+  for rep in ${LKV_AB_REPS:-a b}; do
     ab_bench "$OUT/variant-ab" default ./build-gpu/latentkv $rep
     ab_bench "$OUT/variant-ab" variant ./build-gpu-variant/latentkv $rep
   done

@@ -22,9 +22,16 @@ namespace latentkv {
 // positions run over the main indices then the extra ones: [0, topk + extra_topk); split s covers
 // [s * keys_per_split, (s + 1) * keys_per_split). It depends only on shapes, so one plan serves every
 // layer of a decode step (and every step with the same shapes), and making it needs no device data.
+//
+// unsplit_b > 0 (with num_splits > 1): requests [0, unsplit_b) run unsplit in a launch of their own,
+// and only requests [unsplit_b, b) are split num_splits ways, in a second launch. The planner
+// chooses this where whole waves of unsplit CTAs leave a remainder that would otherwise take a
+// last wave of its own (e.g. V4's h_q 64 at b 74: 148 CTAs on 132 SMs); splitting just the
+// remainder fills that wave with short CTAs instead of lengthening every CTA's wave.
 struct DecodePlan {
   int64_t num_splits = 1;
   int64_t keys_per_split = 1;
+  int64_t unsplit_b = 0;
   // The shapes the plan was made for; sparse_decode checks them on use.
   int64_t b = 0, s_q = 0, h_q = 0, topk = 0, extra_topk = 0;
 };

@@ -273,7 +273,7 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
             q, k_cache, indices, fmt, ps, topk_length, attn_sink, extra_k_cache, eps,
             extra_indices, extra_topk_length, scale,
             [] if p is None else [p.num_splits, p.keys_per_split, p.b, p.s_q, p.h_q, p.topk,
-                                  p.extra_topk],
+                                  p.extra_topk, p.unsplit_b],
             impl, workspace)
     b, s_q, h_q = (int(s) for s in q.shape[:3])
     given = (out, lse, workspace)

@@ -64,7 +64,8 @@ def compress_workspace_bytes(state_cache: Arr, token_to_req: Arr, positions: Arr
 
 class DecodePlan:
     """The split-KV plan of sparse_decode: candidates [0, topk + extra_topk) in num_splits splits
-    of keys_per_split; made for the shapes b, s_q, h_q, topk, extra_topk."""
+    of keys_per_split; made for the shapes b, s_q, h_q, topk, extra_topk. unsplit_b > 0: requests
+    [0, unsplit_b) run unsplit in a launch of their own and only the others are split."""
 
     num_splits: int
     keys_per_split: int
@@ -73,9 +74,10 @@ class DecodePlan:
     h_q: int
     topk: int
     extra_topk: int
+    unsplit_b: int
 
     def __init__(self, num_splits: int = 1, keys_per_split: int = 1, b: int = 0, s_q: int = 0,
-                 h_q: int = 0, topk: int = 0, extra_topk: int = 0) -> None: ...
+                 h_q: int = 0, topk: int = 0, extra_topk: int = 0, unsplit_b: int = 0) -> None: ...
     def __eq__(self, other: object) -> bool: ...
 
 def plan_decode(b: int, s_q: int, h_q: int, topk: int, extra_topk: int, num_sms: int,

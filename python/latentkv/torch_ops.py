@@ -19,8 +19,8 @@ their arguments declare them in ``mutates_args``:
     latentkv::sparse_prefill_batched  the same, over packed sequences
     latentkv::dense_decode        -> (q's dtype [b, s_q, h_q, 512], f32 [b, h_q, s_q])
 
-Schemas cannot carry a DecodePlan object, so sparse_decode takes the plan as a list of its seven
-fields (num_splits, keys_per_split, b, s_q, h_q, topk, extra_topk), empty for none.
+Schemas cannot carry a DecodePlan object, so sparse_decode takes the plan as a list of its eight
+fields (num_splits, keys_per_split, b, s_q, h_q, topk, extra_topk, unsplit_b), empty for none.
 """
 
 from typing import List, Optional, Tuple

@@ -454,14 +454,14 @@ NB_MODULE(_native, m) {
   nb::class_<DecodePlan>(m, "DecodePlan")
       .def("__init__",
            [](DecodePlan* p, int64_t num_splits, int64_t keys_per_split, int64_t b, int64_t s_q,
-              int64_t h_q, int64_t topk, int64_t extra_topk) {
+              int64_t h_q, int64_t topk, int64_t extra_topk, int64_t unsplit_b) {
              new (p) DecodePlan{.num_splits = num_splits, .keys_per_split = keys_per_split,
-                                .b = b, .s_q = s_q, .h_q = h_q, .topk = topk,
+                                .unsplit_b = unsplit_b, .b = b, .s_q = s_q, .h_q = h_q, .topk = topk,
                                 .extra_topk = extra_topk};
            },
            nb::arg("num_splits") = 1, nb::arg("keys_per_split") = 1, nb::arg("b") = 0,
            nb::arg("s_q") = 0, nb::arg("h_q") = 0, nb::arg("topk") = 0,
-           nb::arg("extra_topk") = 0)
+           nb::arg("extra_topk") = 0, nb::arg("unsplit_b") = 0)
       .def_ro("num_splits", &DecodePlan::num_splits)
       .def_ro("keys_per_split", &DecodePlan::keys_per_split)
       .def_ro("b", &DecodePlan::b)
@@ -469,17 +469,19 @@ NB_MODULE(_native, m) {
       .def_ro("h_q", &DecodePlan::h_q)
       .def_ro("topk", &DecodePlan::topk)
       .def_ro("extra_topk", &DecodePlan::extra_topk)
+      .def_ro("unsplit_b", &DecodePlan::unsplit_b)
       .def("__eq__", [](const DecodePlan& x, const DecodePlan& y) {
         return x.num_splits == y.num_splits && x.keys_per_split == y.keys_per_split &&
                x.b == y.b && x.s_q == y.s_q && x.h_q == y.h_q && x.topk == y.topk &&
-               x.extra_topk == y.extra_topk;
+               x.extra_topk == y.extra_topk && x.unsplit_b == y.unsplit_b;
       })
       .def("__repr__", [](const DecodePlan& p) {
         return "DecodePlan(num_splits=" + std::to_string(p.num_splits) +
                ", keys_per_split=" + std::to_string(p.keys_per_split) +
                ", b=" + std::to_string(p.b) + ", s_q=" + std::to_string(p.s_q) +
                ", h_q=" + std::to_string(p.h_q) + ", topk=" + std::to_string(p.topk) +
-               ", extra_topk=" + std::to_string(p.extra_topk) + ")";
+               ", extra_topk=" + std::to_string(p.extra_topk) +
+               ", unsplit_b=" + std::to_string(p.unsplit_b) + ")";
       });
 
   m.def("plan_decode",

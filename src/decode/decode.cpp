@@ -2,6 +2,8 @@
 // oracle, the CPU fast path or the CUDA backend. Nothing is written before every check has passed.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "decode/cpu/decode_cpu.h"
 #include "decode/cuda/config.h"  // tile constants only; no CUDA headers
@@ -52,6 +54,15 @@ inline constexpr double kCombineKeyStepsPerHeadSplitSm90 = 4.0;
 inline constexpr double kFewerSplitsMargin = 0.02;
 // The attention kernel's grid.z, one per split, is at most 65535.
 inline constexpr int64_t kMaxGridSplits = 65535;
+// A plan with unsplit requests (DecodePlan::unsplit_b) runs two attention launches; the second
+// starts only when the first has drained, and launching it costs ~2-3 us, ~20-30 key steps at the
+// 0.1-0.12 us per step the portable kernel takes with 64-row CTAs on the H200 (V3.2 b 64: 420 us
+// for 2 waves x 2048 steps; V4 h_q 64 b 64: 79 us for 1 wave x 640).
+inline constexpr double kSecondLaunchKeySteps = 32.0;
+// Two launches are taken only when the model says they beat the best single launch by this much:
+// the model leaves out each CTA's prologue, which the short split CTAs of the second launch pay
+// in full.
+inline constexpr double kTwoLaunchMargin = 0.05;
 
 // Whole blocks of kSplitUnit candidates per split, so kernels never see a partial block except at
 // the end; the count is then what those blocks need (no empty split).
@@ -61,6 +72,16 @@ struct SplitShape {
 SplitShape split_shape(int64_t total, int64_t splits) {
   const int64_t keys = ((total + splits - 1) / splits + kSplitUnit - 1) / kSplitUnit * kSplitUnit;
   return {(total + keys - 1) / keys, keys};
+}
+
+// LKV_SINGLE_LAUNCH_PLANS=1 (read once per process) keeps every plan to one launch (unsplit_b 0),
+// so that benchmarks can time the planner with and without two-launch plans in one run.
+bool two_launch_plans_allowed() {
+  static const bool allowed = [] {
+    const char* e = std::getenv("LKV_SINGLE_LAUNCH_PLANS");
+    return !(e && std::strcmp(e, "1") == 0);
+  }();
+  return allowed;
 }
 
 // kAuto: the kernel a launch on the current device would use (the portable one without a device).
@@ -127,12 +148,49 @@ DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_
   }
   plan.num_splits = chosen.num_splits;
   plan.keys_per_split = chosen.keys_per_split;
+
+  // Two launches: the first unsplit_b requests unsplit, in whole waves (their CTAs fill
+  // floor(items / slots) waves, rounded down to whole requests), then the remaining requests split
+  // s ways, so that their short CTAs fill what would have been a last, partly empty wave. Worth it
+  // when that remainder is small against a wave: V4 h_q 64 b 74 (148 items on 132 SMs) runs one
+  // wave of 132 whole CTAs and one of 8 x 16 short ones, ~22.5 waves-of-keys / 20 instead of 2
+  // splits' 3 waves x 10 = 30.
+  const int64_t per_request = items / b;
+  const int64_t whole_waves = items / slots;
+  const int64_t unsplit = whole_waves * slots / per_request;
+  if (two_launch_plans_allowed() && whole_waves >= 1 && unsplit >= 1 && unsplit < b) {
+    const int64_t rest_items = (b - unsplit) * per_request;
+    const double first = static_cast<double>((unsplit * per_request + slots - 1) / slots * total);
+    const double rest_combine_per_split = static_cast<double>((b - unsplit) * s_q * h_q) * combine_steps / num_sms;
+    double best_two = 0.0;
+    SplitShape best_rest{0, 0};
+    for (int64_t s = 2; s <= max_splits; ++s) {
+      const SplitShape shape = split_shape(total, s);
+      if (shape.num_splits < 2) continue;
+      const double t = first + kSecondLaunchKeySteps +
+                       static_cast<double>((rest_items * shape.num_splits + slots - 1) / slots * shape.keys_per_split) +
+                       rest_combine_per_split * static_cast<double>(shape.num_splits);
+      if (best_rest.num_splits == 0 || t < best_two) {
+        best_two = t;
+        best_rest = shape;
+      }
+      // More splits only shorten the second launch's CTAs once they fit one wave; past that the
+      // combine grows.
+      if (rest_items * shape.num_splits >= slots) break;
+    }
+    if (best_rest.num_splits >= 2 && best_two < time(chosen) * (1.0 - kTwoLaunchMargin)) {
+      plan.num_splits = best_rest.num_splits;
+      plan.keys_per_split = best_rest.keys_per_split;
+      plan.unsplit_b = unsplit;
+    }
+  }
   return plan;
 }
 
 size_t sparse_decode_workspace_bytes(const DecodePlan& plan) {
   if (plan.num_splits <= 1) return 0;
-  const size_t rows = static_cast<size_t>(plan.b * plan.s_q * plan.h_q * plan.num_splits);
+  // Only the split requests' rows have partials.
+  const size_t rows = static_cast<size_t>((plan.b - plan.unsplit_b) * plan.s_q * plan.h_q * plan.num_splits);
   return (rows * decode::kDimV * sizeof(float) + 255) / 256 * 256 + rows * sizeof(float);
 }
 
@@ -234,6 +292,7 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   p.scale = a.softmax_scale > 0.0f ? a.softmax_scale
                                    : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_qk)));
   p.num_splits = 1;
+  p.unsplit_b = 0;
   p.keys_per_split = p.main.topk + p.extra.topk;
 
   // A plan is checked wherever it is given (the CPU paths do not need one, but a plan for other
@@ -251,6 +310,8 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
               "sparse_decode: the plan's ", plan->num_splits, " splits of ", plan->keys_per_split,
               " candidates do not cover topk + extra_topk = ", p.main.topk + p.extra.topk,
               " exactly once");
+    LKV_CHECK(plan->unsplit_b >= 0 && plan->unsplit_b < b,
+              "sparse_decode: the plan's unsplit_b must be in [0, b) = [0, ", b, "), got ", plan->unsplit_b);
   }
 
   if (impl != DecodeImpl::kCuda) {
@@ -280,6 +341,7 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   }
   p.num_splits = plan->num_splits;
   p.keys_per_split = plan->keys_per_split;
+  p.unsplit_b = p.num_splits > 1 ? plan->unsplit_b : 0;
   const size_t need = sparse_decode_workspace_bytes(*plan);
   void* ws = a.workspace;
   if (ws) {
@@ -292,7 +354,7 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
                                     stream);
   }
   if (p.num_splits > 1) {
-    const size_t rows = static_cast<size_t>(b * s_q * h_q * p.num_splits);
+    const size_t rows = static_cast<size_t>((b - p.unsplit_b) * s_q * h_q * p.num_splits);
     p.partial_out = static_cast<float*>(ws);
     p.partial_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(ws) +
                                              (rows * decode::kDimV * sizeof(float) + 255) / 256 * 256);

@@ -38,9 +38,11 @@ struct Params {
   CacheFormat format;
   float scale;                  // softmax scale (natural-log domain)
   // Split-KV (GPU): candidate positions [0, main.topk + extra.topk) in splits of keys_per_split.
-  int64_t num_splits, keys_per_split;
-  float* partial_out;           // [b, s_q, h_q, num_splits, 512]
-  float* partial_lse;           // [b, s_q, h_q, num_splits]
+  // unsplit_b > 0 (num_splits > 1): requests [0, unsplit_b) run unsplit in a launch of their own
+  // (DecodePlan::unsplit_b), and only the others have partials.
+  int64_t num_splits, keys_per_split, unsplit_b;
+  float* partial_out;           // [b - unsplit_b, s_q, h_q, num_splits, 512]
+  float* partial_lse;           // [b - unsplit_b, s_q, h_q, num_splits]
 };
 
 // Number of candidates of request i that are considered (topk_length clamps, never extends).

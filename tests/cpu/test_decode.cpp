@@ -653,11 +653,12 @@ TEST(DecodePlan, HugeCandidateCountsPlanQuickly) {
 
 TEST(DecodePlan, HopperKernelSplitsLess) {
   // The Hopper kernel's key steps are ~2.8x shorter while the combine is not, so a split costs it
-  // ~4 key steps per head row (src/decode/decode.cpp): V3.2 b 74 (296 items, third wave 24% full)
-  // stays unsplit, where the portable kernel takes 4 splits.
+  // ~4 key steps per head row (src/decode/decode.cpp): V3.2 b 67 runs 66 requests unsplit and
+  // splits the last one (4 items) 16 ways, where the portable kernel takes 32.
   constexpr DecodePlanKernel kSm90 = DecodePlanKernel::kSm90;
-  EXPECT_EQ(plan_decode(74, 2, 128, 2048, 0, 132, kPortablePlan).num_splits, 4);
-  EXPECT_EQ(plan_decode(74, 2, 128, 2048, 0, 132, kSm90).num_splits, 1);
+  EXPECT_EQ(plan_decode(67, 2, 128, 2048, 0, 132, kPortablePlan).num_splits, 32);
+  EXPECT_EQ(plan_decode(67, 2, 128, 2048, 0, 132, kSm90).num_splits, 16);
+  EXPECT_EQ(plan_decode(67, 2, 128, 2048, 0, 132, kSm90).unsplit_b, 66);
   // Long candidate lists still split: the peak cases keep their portable plans (4 splits for h_q 64,
   // 2 for h_q 128); b 2 (8 items) still splits within one wave, into fewer and longer splits (the
   // portable model's 16 x 128 candidates becomes 11 x 192).
@@ -675,7 +676,76 @@ TEST(DecodePlan, HopperKernelSplitsLess) {
       for (int64_t total : {128, 640, 2048, 16384}) {
         const DecodePlan hop = plan_decode(b, 2, h_q, total, 0, 132, kSm90);
         const DecodePlan por = plan_decode(b, 2, h_q, total, 0, 132, kPortablePlan);
-        EXPECT_LE(hop.num_splits, por.num_splits) << b << " " << h_q << " " << total;
+        if (hop.unsplit_b == 0 && por.unsplit_b == 0) {
+          EXPECT_LE(hop.num_splits, por.num_splits) << b << " " << h_q << " " << total;
+        }
         EXPECT_GE(hop.num_splits * hop.keys_per_split, total);
       }
+}
+
+TEST(DecodePlan, TwoLaunchesForALeftover) {
+  // V4 h_q 64 / s_q 2 at b 74: 148 items on 132 SMs. One launch would take 2 waves unsplit or 3
+  // waves of half the candidates with 2 splits; two launches run 66 requests (132 items, one whole
+  // wave) unsplit, then the other 8 split into one wave of short CTAs.
+  for (DecodePlanKernel k : {kPortablePlan, DecodePlanKernel::kSm90}) {
+    const DecodePlan p = plan_decode(74, 2, 64, 128, 512, 132, k);
+    EXPECT_EQ(p.unsplit_b, 66);
+    EXPECT_GT(p.num_splits, 1);
+    EXPECT_LE((74 - 66) * 2 * p.num_splits, 132) << "the split requests' CTAs fit one wave";
+    EXPECT_GE(p.num_splits * p.keys_per_split, 640);
+    EXPECT_LT((p.num_splits - 1) * p.keys_per_split, 640);
+    // Only the split requests' rows take workspace: partial outputs (512 fp32 each, the block
+    // rounded to 256 bytes), then one lse each.
+    const size_t rows = static_cast<size_t>((74 - 66) * 2 * 64 * p.num_splits);
+    EXPECT_EQ(sparse_decode_workspace_bytes(p), (rows * 512 * 4 + 255) / 256 * 256 + rows * 4);
+  }
+  // V3.2 b 74 (296 items): 66 requests fill two waves unsplit, the other 8 split 4 ways.
+  const DecodePlan v32 = plan_decode(74, 2, 128, 2048, 0, 132, kPortablePlan);
+  EXPECT_EQ(v32.unsplit_b, 66);
+  EXPECT_EQ(v32.num_splits, 4);
+  // Whole waves, or a leftover that a single launch handles as well: one launch.
+  EXPECT_EQ(plan_decode(66, 2, 128, 2048, 0, 132, kPortablePlan).unsplit_b, 0);
+  EXPECT_EQ(plan_decode(128, 2, 128, 2048, 0, 132, kPortablePlan).unsplit_b, 0);
+  EXPECT_EQ(plan_decode(256, 2, 64, 128, 512, 132, kPortablePlan).unsplit_b, 0);
+  // Fewer items than SMs: no whole wave to leave unsplit.
+  EXPECT_EQ(plan_decode(2, 2, 128, 2048, 0, 132, kPortablePlan).unsplit_b, 0);
+  // Every two-launch plan over a grid: the unsplit requests fill whole waves at most, some
+  // requests are split, and the plan covers the candidates exactly once.
+  for (int64_t b : {33, 67, 74, 100, 140, 148, 200, 257})
+    for (int64_t h_q : {16, 64, 128})
+      for (int64_t total : {128, 640, 2048, 16384})
+        for (int sms : {78, 108, 132}) {
+          const DecodePlan p = plan_decode(b, 2, h_q, total, 0, sms, kPortablePlan);
+          if (p.unsplit_b == 0) continue;
+          const int64_t per_request = 2 * ((h_q + 63) / 64);
+          EXPECT_LT(p.unsplit_b, b);
+          EXPECT_GT(p.num_splits, 1);
+          EXPECT_LE(p.unsplit_b * per_request, b * per_request / sms * sms) << b << " " << h_q << " " << total << " " << sms;
+          EXPECT_GE(p.num_splits * p.keys_per_split, total);
+          EXPECT_LT((p.num_splits - 1) * p.keys_per_split, total);
+        }
+}
+
+TEST(DecodePlan, UnsplitRequestsChecked) {
+  // A plan's unsplit_b must leave some requests to split: [0, b).
+  DecodeWorkloadOptions o;
+  o.b = 3;
+  o.h_q = 16;
+  o.topk = 128;
+  DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+  SparseDecodeArgs a = w.args();
+  DecodePlan p = plan_decode(3, o.s_q, 16, 128, 0, 1, kPortablePlan);
+  for (int64_t bad : {int64_t{-1}, int64_t{3}, int64_t{7}}) {
+    p.unsplit_b = bad;
+    a.plan = &p;
+    try {
+      sparse_decode(a, nullptr, DecodeImpl::kCpuFast);
+      ADD_FAILURE() << "unsplit_b " << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("unsplit_b must be in [0, b) = [0, 3), got " + std::to_string(bad)),
+                std::string::npos) << e.what();
+    }
+  }
+  p.unsplit_b = 2;
+  EXPECT_NO_THROW(sparse_decode(a, nullptr, DecodeImpl::kCpuFast));
 }

@@ -18,6 +18,7 @@
 #include "decode/cuda/launch.h"
 #include "decode/sm90/launch.h"
 #include "dense/cuda/launch.h"
+#include "latentkv/decode.h"
 #include "latentkv/dense.h"
 #include "latentkv/error.h"
 #include "latentkv/prefill.h"
@@ -595,6 +596,42 @@ TEST(AttentionCuda, ScoreAndValueWarps) {
     EXPECT_EQ(first.out, second.out) << label;
     EXPECT_EQ(0, std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * 4)) << label;
     EXPECT_EQ(0, std::memcmp(first.max_logits.data(), second.max_logits.data(), first.lse.size() * 4)) << label;
+  }
+}
+
+// Launches whose CTAs fill whole waves with a few rows left over run those rows split in a second
+// launch (DecodePlan::unsplit_b; the shared planner chooses it for dense decode and prefill as for
+// sparse decode): dense decode with sm_count + 8 requests of 64 heads (bf16 and v32_fp8 pages),
+// prefill with sm_count + 8 query tokens of 64 heads (lengths, sink, adversarial indices; the
+// combine merges max_logits too). Each against the oracle, then repeated bitwise.
+TEST(AttentionCuda, UnsplitRowsInASecondLaunch) {
+  REQUIRE_GPU();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  for (KernelChoice kernel : kernels()) {
+    UseKernel use(kernel);
+    const DecodePlanKernel plan_kernel = kernel == KernelChoice::kSm90 ? DecodePlanKernel::kSm90 : DecodePlanKernel::kPortable;
+    for (bool fp8 : {false, true}) {
+      const DenseWorkloadOptions o = variant_dense(sms + 8, 1, 64, 300, fp8, 3100 + fp8);
+      DenseWorkload w = latentkv::testing::make_dense_workload(o);
+      // dense decode's own planning (dense/cuda/dense.cu, plan_splits): every page a request could hold.
+      const int64_t max_pages = w.args().block_table.size(1);
+      const DecodePlan plan = plan_decode(o.b, 1, 64, max_pages * o.page_size, 0, sms, plan_kernel);
+      EXPECT_GT(plan.unsplit_b, 0) << "dense b " << o.b << " on " << sms << " SMs";
+      const std::string label = std::string(fp8 ? "v32_fp8" : "bf16") + " b" + std::to_string(o.b) + " h64: unsplit " +
+                                std::to_string(plan.unsplit_b) + ", " + std::to_string(plan.num_splits) + " splits";
+      const DenseResult first = check_dense(o, label);
+      expect_same(first, rerun_dense(w), label);
+    }
+    PrefillWorkloadOptions o = variant_prefill(sms + 8, 64, 576, 3200);
+    const DecodePlan plan = plan_decode(o.s_q, 1, o.h_q, o.topk, 0, sms, plan_kernel);
+    EXPECT_GT(plan.unsplit_b, 0) << "prefill s_q " << o.s_q << " on " << sms << " SMs";
+    const std::string label = "s_q " + std::to_string(o.s_q) + " h64: unsplit " + std::to_string(plan.unsplit_b) + ", " +
+                              std::to_string(plan.num_splits) + " splits";
+    check_prefill(o, label);
+    PrefillWorkload w = latentkv::testing::make_prefill_workload(o);
+    const PrefillResult first = rerun_prefill(w);
+    expect_same(first, rerun_prefill(w), label);
   }
 }
 

@@ -4,6 +4,7 @@
 // determinism. Runs only where a CUDA device exists.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -86,11 +87,12 @@ int64_t lse_errors(const std::vector<float>& got, const std::vector<float>& ref,
   return bad;
 }
 
-void check_case(const DecodeWorkloadOptions& o, const std::string& label) {
+// (plan: the split plan of the GPU run; null: the planner's for this device.)
+void check_case(const DecodeWorkloadOptions& o, const std::string& label, const DecodePlan* plan = nullptr) {
   DecodeWorkload w = latentkv::testing::make_decode_workload(o);
   const GpuResult ref = run_oracle(w);
   w.poison_outputs();
-  const GpuResult got = run_gpu(w);
+  const GpuResult got = run_gpu(w, plan);
   const auto d = latentkv::testing::compare_decode(w, got.out, got.lse, ref.out, ref.lse);
   double lse_max_err = 0;
   const int64_t lse_bad = lse_errors(got.lse, ref.lse, &lse_max_err);
@@ -146,9 +148,9 @@ DecodeWorkloadOptions variant_case(CacheFormat f, int64_t b, int64_t h_q, int64_
 }
 
 // The workload run again on the GPU, its outputs poisoned first.
-GpuResult rerun_gpu(DecodeWorkload& w) {
+GpuResult rerun_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr) {
   w.poison_outputs();
-  return run_gpu(w);
+  return run_gpu(w, plan);
 }
 
 // Two runs gave the same bytes.
@@ -341,6 +343,63 @@ TEST(DecodeCuda, CopyWarpsAgreeBitwise) {
       }
     }
   EXPECT_THROW(dc::set_copy_warps_override(3), Error);
+}
+
+// Plans with unsplit requests (DecodePlan::unsplit_b): requests [0, unsplit_b) run unsplit in a
+// launch of their own and the others split, in a second launch whose partials alone take the
+// workspace. Each request must get the bytes of a single launch with its split count: the first
+// unsplit_b those of the unsplit plan, the others those of the same splits for every request.
+// Checked against the oracle too (v32_fp8 and v4_fp8 with the extra cache, lengths, sink,
+// adversarial and NaN-filled slots, 64 and 100 heads), on each kernel; then a shape on which the
+// planner itself chooses two launches for this device.
+TEST(DecodeCuda, UnsplitRequestsAgreeBitwise) {
+  REQUIRE_GPU();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  for (KernelChoice kernel : kernels()) {
+    UseKernel use(kernel);
+    int n = 0;
+    for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+      for (int64_t h_q : {64, 100}) {
+        const DecodeWorkloadOptions o = variant_case(f, 7, h_q, 600, n % 2 == 0, 1200 + n);
+        ++n;
+        const int64_t total = o.topk + (o.extra ? o.extra_topk : 0);
+        DecodePlan split = plan_decode(o.b, o.s_q, o.h_q, o.topk, o.extra ? o.extra_topk : 0, 1);
+        split.keys_per_split = 256;
+        split.num_splits = (total + 255) / 256;
+        DecodePlan two = split;
+        two.unsplit_b = 4;
+        DecodePlan one = split;
+        one.num_splits = 1;
+        one.keys_per_split = total;
+        const std::string label = std::string(kernel_name(kernel)) + " " + format_info(f).name + " h" +
+                                  std::to_string(h_q) + " " + std::to_string(split.num_splits) + " splits";
+        check_case(o, "unsplit 4 of 7: " + label, &two);
+        DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+        const GpuResult got = rerun_gpu(w, &two), whole = rerun_gpu(w, &one), parts = rerun_gpu(w, &split);
+        const size_t out_per = static_cast<size_t>(o.s_q * o.h_q * 512), lse_per = static_cast<size_t>(o.h_q * o.s_q);
+        for (int64_t i = 0; i < o.b; ++i) {
+          const GpuResult& want = i < two.unsplit_b ? whole : parts;
+          EXPECT_TRUE(std::equal(got.out.begin() + i * out_per, got.out.begin() + (i + 1) * out_per,
+                                 want.out.begin() + i * out_per)) << label << " request " << i;
+          EXPECT_EQ(0, std::memcmp(got.lse.data() + i * lse_per, want.lse.data() + i * lse_per, lse_per * 4))
+              << label << " request " << i;
+        }
+      }
+    // V4's h_q 64 / s_q 2 with sm_count / 2 + 4 requests: whole waves of requests and 4 left over.
+    DecodeWorkloadOptions o = variant_case(CacheFormat::v4_fp8, sms / 2 + 4, 64, 128, true, 1300);
+    o.extra_topk = 512;
+    const DecodePlan planned =
+        plan_decode(o.b, o.s_q, o.h_q, o.topk, o.extra_topk, sms,
+                    kernel == KernelChoice::kSm90 ? DecodePlanKernel::kSm90 : DecodePlanKernel::kPortable);
+    EXPECT_GT(planned.unsplit_b, 0) << "b " << o.b << " on " << sms << " SMs";
+    EXPECT_GT(planned.num_splits, 1);
+    check_case(o, std::string(kernel_name(kernel)) + " v4_fp8 b" + std::to_string(o.b) + " planned: unsplit " +
+                      std::to_string(planned.unsplit_b) + ", " + std::to_string(planned.num_splits) + " splits");
+    DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+    const GpuResult first = rerun_gpu(w, &planned);
+    expect_same(first, rerun_gpu(w), "planned plan and the call's own plan");
+  }
 }
 
 // CTAs of at most 16 rows (h_q <= 16 here) run two token groups in the portable kernel

@@ -186,9 +186,11 @@ int cmd_bench_decode(const Args& args) {
     res.ceilings["bf16_dense_TFLOPS_datasheet"] = kDatasheetTFLOPS;
   }
 #endif
-  std::printf("sparse_decode on %s%s%s\n%-44s %10s %9s %9s %8s %7s\n", res.device.c_str(),
+  // splits: the plan's split count; unsplit: its requests run unsplit in a first launch
+  // (DecodePlan::unsplit_b; the splits apply to the others).
+  std::printf("sparse_decode on %s%s%s\n%-44s %10s %9s %9s %8s %7s %8s\n", res.device.c_str(),
               cuda ? ", kernel " : "", cuda ? res.notes["kernel"].c_str() : "", "case", "us",
-              "TFLOPS", "GB/s", "of HBM", "splits");
+              "TFLOPS", "GB/s", "of HBM", "splits", "unsplit");
   for (const DecodeCase& c : decode_cases(!cuda)) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
     const FormatInfo& fi = format_info(c.format);
@@ -254,6 +256,7 @@ int cmd_bench_decode(const Args& args) {
           const int64_t total = c.topk + c.extra_topk;
           plan.keys_per_split = ((total + forced - 1) / forced + 63) / 64 * 64;
           plan.num_splits = (total + plan.keys_per_split - 1) / plan.keys_per_split;
+          plan.unsplit_b = 0;  // every request split so
         }
         a.plan = &plan;
         bc.time_us = bench_cuda::time_us([&] { sparse_decode(a); }, reps);
@@ -266,10 +269,11 @@ int cmd_bench_decode(const Args& args) {
       if (hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / hbm;
       add_roofline(bc, flops, bytes, hbm, kDatasheetTFLOPS);
       bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
-      std::printf("%-44s %10.1f %9.2f %9.0f %7.1f%% %7lld\n", bc.name.c_str(), bc.time_us,
+      bc.numbers["unsplit_b"] = static_cast<double>(plan.unsplit_b);
+      std::printf("%-44s %10.1f %9.2f %9.0f %7.1f%% %7lld %8lld\n", bc.name.c_str(), bc.time_us,
                   bc.numbers["TFLOPS"], bc.numbers["GBps"],
                   hbm > 0 ? 100.0 * bc.numbers["frac_of_ceiling"] : 0.0,
-                  static_cast<long long>(plan.num_splits));
+                  static_cast<long long>(plan.num_splits), static_cast<long long>(plan.unsplit_b));
       std::fflush(stdout);
       res.cases.push_back(bc);
     }

@@ -3,6 +3,7 @@
 // they compile in parallel.
 #pragma once
 
+#include <cstdint>
 #include <type_traits>
 
 #include "cuda_common/cuda_check.h"
@@ -75,7 +76,7 @@ void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream strea
 // only in the portable kernel's choices (Source::kSplitDqk), so that the Hopper kernel is not
 // compiled twice.
 template <class Source, class PortableSource = Source>
-void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) {
+void launch_attend_once(const KernelParams<typename Source::Args>& p, Stream stream) {
   if constexpr (!Source::kF16) {
     int device = 0;
     LKV_CUDA_CHECK(cudaGetDevice(&device));
@@ -107,6 +108,38 @@ void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) 
   if (wide) launch_attend_as<P, true>(p, stream);
   else launch_attend_as<P, false>(p, stream);
   if (p.g.num_splits > 1) launch_combine(p.g, p.o, P::kF16, stream);
+}
+
+// The attention launch (or two) and the combine. With Geometry::unsplit_r1 (a plan's unsplit_b),
+// r1 in [0, unsplit_r1) run unsplit in one launch, each CTA over all candidates and writing out and
+// lse itself, and the other r1 split in a second launch, which alone has partials and a combine.
+// Each r1 gets the same bytes as from a single launch with its split count.
+template <class Source, class PortableSource = Source>
+void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) {
+  if (p.g.num_splits <= 1 || p.g.unsplit_r1 <= 0) return launch_attend_once<Source, PortableSource>(p, stream);
+  LKV_CHECK(p.g.unsplit_r1 < p.g.n1 && p.g.r1_begin == 0, "the attention launch's unsplit rows (",
+            p.g.unsplit_r1, ") must leave some of its ", p.g.n1, " split");
+  KernelParams<typename Source::Args> whole = p;
+  whole.g.n1 = p.g.unsplit_r1;
+  whole.g.keys_per_split = p.g.num_splits * p.g.keys_per_split;  // every candidate
+  whole.g.num_splits = 1;
+  whole.g.unsplit_r1 = 0;
+  launch_attend_once<Source, PortableSource>(whole, stream);
+  KernelParams<typename Source::Args> rest = p;
+  rest.g.r1_begin = p.g.unsplit_r1;
+  rest.g.n1 = p.g.n1 - p.g.unsplit_r1;
+  rest.g.unsplit_r1 = 0;
+  // The kernels index partials by absolute query row, of which the workspace holds the split ones
+  // (from r1_begin n2): the pointers move back by the unsplit rows (address arithmetic only; every
+  // index the launch uses lands inside the workspace).
+  const uintptr_t before = static_cast<uintptr_t>(p.g.unsplit_r1 * p.g.n2 * p.g.h_q * p.g.num_splits);
+  const auto back = [](float* ptr, uintptr_t floats) {
+    return ptr ? reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(ptr) - floats * sizeof(float)) : ptr;
+  };
+  rest.g.partial_out = back(p.g.partial_out, before * kDimV);
+  rest.g.partial_lse = back(p.g.partial_lse, before);
+  rest.g.partial_max = back(p.g.partial_max, before);
+  launch_attend_once<Source, PortableSource>(rest, stream);
 }
 
 }  // namespace latentkv::decode::cuda

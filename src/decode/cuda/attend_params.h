@@ -24,7 +24,15 @@ struct Geometry {
   int64_t kv_heads;
   float scale;                                  // softmax scale (natural-log domain)
   // Split-KV: candidate positions [0, candidates) in splits of keys_per_split.
+  // unsplit_r1 > 0 (num_splits > 1): r1 in [0, unsplit_r1) run unsplit in a first launch and the
+  // others split in a second (DecodePlan::unsplit_b; launch_attend makes the two launches); the
+  // workspace then holds the split rows' partials only.
   int64_t num_splits, keys_per_split;
+  int64_t unsplit_r1 = 0;
+  // The launch's first r1: its CTAs and the combine's warps cover r1 in [r1_begin, r1_begin + n1)
+  // (0 except in the second of two launches). The partials are indexed by the absolute query row
+  // r1 n2 + r2, so that launch's partial pointers sit r1_begin n2 rows before its workspace.
+  int64_t r1_begin = 0;
   float* partial_out;                           // [rows, h_q, num_splits, 512] fp32
   float* partial_lse;                           // [rows, h_q, num_splits]
   float* partial_max;                           // [rows, h_q, num_splits]; null without max_logits
@@ -48,6 +56,7 @@ struct OutRef {
 // the decode planner's rule; sparse decode takes a DecodePlan).
 struct SplitPlan {
   int64_t num_splits, keys_per_split;
+  int64_t unsplit_r1 = 0;  // DecodePlan::unsplit_b
 };
 
 template <class Args>
@@ -91,10 +100,11 @@ inline size_t split_workspace_bytes(int64_t rows, int64_t h_q, int64_t num_split
   return round(n * 512 * sizeof(float)) + round(n * sizeof(float)) + (with_max ? round(n * sizeof(float)) : 0);
 }
 
-// Points the geometry's partial buffers into `ws` (laid out as split_workspace_bytes says).
+// Points the geometry's partial buffers into `ws` (laid out as split_workspace_bytes says for the
+// split rows, (n1 - unsplit_r1) x n2).
 inline void place_split_workspace(Geometry& g, void* ws, bool with_max) {
   if (g.num_splits <= 1) return;
-  const size_t n = static_cast<size_t>(g.n1 * g.n2 * g.h_q * g.num_splits);
+  const size_t n = static_cast<size_t>((g.n1 - g.unsplit_r1) * g.n2 * g.h_q * g.num_splits);
   const auto round = [](size_t x) { return (x + 255) / 256 * 256; };
   uint8_t* base = static_cast<uint8_t*>(ws);
   g.partial_out = reinterpret_cast<float*>(base);

@@ -15,9 +15,12 @@ namespace {
 
 template <bool kF16>
 __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const OutRef o) {
-  const int64_t prow = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  // The launch's (row, head) pairs, r1 from r1_begin; prow numbers them as the attention kernel
+  // numbered its partials (from the absolute query row).
+  const int64_t first = g.r1_begin * g.n2 * g.h_q;
+  const int64_t prow = first + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  if (prow >= g.n1 * g.n2 * g.h_q) return;
+  if (prow >= first + g.n1 * g.n2 * g.h_q) return;
   const int64_t h = prow % g.h_q, row = prow / g.h_q, r1 = row / g.n2, r2 = row % g.n2;
   const float* lses = g.partial_lse + prow * g.num_splits;
   float m = -INFINITY;

@@ -61,6 +61,7 @@ void sparse_decode(const Params& p, Stream stream) {
   g.kv_heads = 1;
   g.num_splits = p.num_splits;
   g.keys_per_split = p.keys_per_split;
+  g.unsplit_r1 = p.unsplit_b;
   g.partial_out = p.partial_out;
   g.partial_lse = p.partial_lse;
   g.partial_max = nullptr;

@@ -513,10 +513,12 @@ struct PackedRows {
   __device__ PackedRows(const Geometry& g, int64_t grp) : group(grp) {
     if constexpr (kPacks) {
       const int64_t groups = (g.n2 + g.pack - 1) / g.pack;
+      group += g.r1_begin * groups;
       r1 = group / groups;
       r2_0 = (group % groups) * g.pack;
       count = min(g.pack, g.n2 - r2_0);
     } else {
+      group += g.r1_begin * g.n2;
       r1 = group / g.n2;
       r2_0 = group % g.n2;
       count = 1;

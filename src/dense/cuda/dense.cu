@@ -48,11 +48,11 @@ SplitPlan plan_splits(const Params& p, int num_sms) {
   const DecodePlan d = plan_decode(p.b, (p.s_q + pack - 1) / pack, p.h_kv * head_blocks_per_kv(p) * kHeadsPerCta,
                                    p.max_pages * p.page_size, 0, num_sms,
                                    p.dtype == Half::f16 ? DecodePlanKernel::kPortable : DecodePlanKernel::kAuto);
-  return {d.num_splits, d.keys_per_split};
+  return {d.num_splits, d.keys_per_split, d.unsplit_b};
 }
 
 size_t workspace_bytes(const Params& p, const SplitPlan& plan) {
-  return decode::cuda::split_workspace_bytes(p.b * p.s_q, p.h_q, plan.num_splits, false);
+  return decode::cuda::split_workspace_bytes((p.b - plan.unsplit_r1) * p.s_q, p.h_q, plan.num_splits, false);
 }
 
 // The instantiation for the cache's dtype and d_qk; kPacks: the packed-rows kernel (pack > 1).
@@ -94,6 +94,7 @@ void dense_decode(const Params& p, const SplitPlan& plan, void* ws, Stream strea
   g.kv_heads = p.h_kv;
   g.num_splits = plan.num_splits;
   g.keys_per_split = plan.keys_per_split;
+  g.unsplit_r1 = plan.num_splits > 1 ? plan.unsplit_r1 : 0;
   decode::cuda::place_split_workspace(g, ws, false);
   const bool f16 = p.dtype == Half::f16;
   if (g.pack > 1) launch_instance<true>(p, f16, k, stream);

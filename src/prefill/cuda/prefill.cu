@@ -14,11 +14,11 @@ SplitPlan plan_splits(const Params& p, int num_sms) {
   // The decode planner's rule with one query token per row: split the candidates only when the
   // rows x head blocks leave SMs idle.
   const DecodePlan d = plan_decode(p.s_q, 1, p.h_q, p.topk, 0, num_sms);
-  return {d.num_splits, d.keys_per_split};
+  return {d.num_splits, d.keys_per_split, d.unsplit_b};
 }
 
 size_t workspace_bytes(const Params& p, const SplitPlan& plan) {
-  return decode::cuda::split_workspace_bytes(p.s_q, p.h_q, plan.num_splits, /*with_max=*/true);
+  return decode::cuda::split_workspace_bytes(p.s_q - plan.unsplit_r1, p.h_q, plan.num_splits, /*with_max=*/true);
 }
 
 void sparse_prefill(const Params& p, const SplitPlan& plan, void* ws, Stream stream) {
@@ -48,6 +48,7 @@ void sparse_prefill(const Params& p, const SplitPlan& plan, void* ws, Stream str
   g.scale = p.sm_scale;
   g.num_splits = plan.num_splits;
   g.keys_per_split = plan.keys_per_split;
+  g.unsplit_r1 = plan.num_splits > 1 ? plan.unsplit_r1 : 0;
   decode::cuda::place_split_workspace(g, ws, /*with_max=*/true);
   OutRef& o = k.o;
   o.out = p.out;
