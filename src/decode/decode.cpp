@@ -189,6 +189,9 @@ DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_
 
 size_t sparse_decode_workspace_bytes(const DecodePlan& plan) {
   if (plan.num_splits <= 1) return 0;
+  LKV_CHECK(plan.unsplit_b >= 0 && plan.unsplit_b < plan.b,
+            "sparse_decode_workspace_bytes: the plan's unsplit_b must be in [0, b) = [0, ", plan.b, "), got ",
+            plan.unsplit_b);
   // Only the split requests' rows have partials.
   const size_t rows = static_cast<size_t>((plan.b - plan.unsplit_b) * plan.s_q * plan.h_q * plan.num_splits);
   return (rows * decode::kDimV * sizeof(float) + 255) / 256 * 256 + rows * sizeof(float);

@@ -748,4 +748,12 @@ TEST(DecodePlan, UnsplitRequestsChecked) {
   }
   p.unsplit_b = 2;
   EXPECT_NO_THROW(sparse_decode(a, nullptr, DecodeImpl::kCpuFast));
+  // The workspace size of a split plan checks it as well.
+  DecodePlan split = plan_decode(3, o.s_q, 16, 128, 0, 1, kPortablePlan);
+  split.num_splits = 2;
+  split.keys_per_split = 64;
+  split.unsplit_b = 3;
+  EXPECT_THROW(sparse_decode_workspace_bytes(split), Error);
+  split.unsplit_b = 1;
+  EXPECT_GT(sparse_decode_workspace_bytes(split), 0u);
 }
