@@ -57,7 +57,10 @@ inline constexpr int64_t kMaxGridSplits = 65535;
 // A plan with unsplit requests (DecodePlan::unsplit_b) runs two attention launches; the second
 // starts only when the first has drained, and launching it costs ~2-3 us, ~20-30 key steps at the
 // 0.1-0.12 us per step the portable kernel takes with 64-row CTAs on the H200 (V3.2 b 64: 420 us
-// for 2 waves x 2048 steps; V4 h_q 64 b 64: 79 us for 1 wave x 640).
+// for 2 waves x 2048 steps; V4 h_q 64 b 64: 79 us for 1 wave x 640). The Hopper kernel's steps are
+// ~2.8x shorter, so there the same gap is ~35-50 steps; the constant is not scaled per kernel
+// because every two-launch plan it picked on the H200 measured faster than the one-launch plan
+// (bench/NOTES.md v15), the closest (V4 h_q 128 b 148, extra 1024) by 3%.
 inline constexpr double kSecondLaunchKeySteps = 32.0;
 // Two launches are taken only when the model says they beat the best single launch by this much:
 // the model leaves out each CTA's prologue, which the short split CTAs of the second launch pay

@@ -601,8 +601,8 @@ TEST(AttentionCuda, ScoreAndValueWarps) {
 
 // Launches whose CTAs fill whole waves with a few rows left over run those rows split in a second
 // launch (DecodePlan::unsplit_b; the shared planner chooses it for dense decode and prefill as for
-// sparse decode): dense decode with sm_count + 8 requests of 64 heads (bf16 and v32_fp8 pages),
-// prefill with sm_count + 8 query tokens of 64 heads (lengths, sink, adversarial indices; the
+// sparse decode): dense decode with sm_count + 8 requests of 64 heads (bf16 and v32_fp8 pages) and
+// sm_count / 2 + 4 requests of packed query tokens, prefill with sm_count + 8 query tokens of 64 heads (lengths, sink, adversarial indices; the
 // combine merges max_logits too). Each against the oracle, then repeated bitwise.
 TEST(AttentionCuda, UnsplitRowsInASecondLaunch) {
   REQUIRE_GPU();
@@ -619,6 +619,20 @@ TEST(AttentionCuda, UnsplitRowsInASecondLaunch) {
       const DecodePlan plan = plan_decode(o.b, 1, 64, max_pages * o.page_size, 0, sms, plan_kernel);
       EXPECT_GT(plan.unsplit_b, 0) << "dense b " << o.b << " on " << sms << " SMs";
       const std::string label = std::string(fp8 ? "v32_fp8" : "bf16") + " b" + std::to_string(o.b) + " h64: unsplit " +
+                                std::to_string(plan.unsplit_b) + ", " + std::to_string(plan.num_splits) + " splits";
+      const DenseResult first = check_dense(o, label);
+      expect_same(first, rerun_dense(w), label);
+    }
+    {
+      // Packed query tokens (h_q 32, s_q 3: two per CTA, so a request's rows are two row groups,
+      // the second of one query), causal, sm_count / 2 + 4 requests: the second launch's row groups
+      // start past whole requests.
+      const DenseWorkloadOptions o = variant_dense(sms / 2 + 4, 3, 32, 300, true, 3150);
+      DenseWorkload w = latentkv::testing::make_dense_workload(o);
+      const int64_t max_pages = w.args().block_table.size(1);
+      const DecodePlan plan = plan_decode(o.b, 2, 64, max_pages * o.page_size, 0, sms, plan_kernel);
+      EXPECT_GT(plan.unsplit_b, 0) << "dense b " << o.b << " s_q 3 on " << sms << " SMs";
+      const std::string label = "v32_fp8 b" + std::to_string(o.b) + " s_q 3 h32 (packed): unsplit " +
                                 std::to_string(plan.unsplit_b) + ", " + std::to_string(plan.num_splits) + " splits";
       const DenseResult first = check_dense(o, label);
       expect_same(first, rerun_dense(w), label);

@@ -35,7 +35,9 @@ struct GpuResult {
 };
 
 // Copies the workload to the device, runs sparse_decode there, returns out and lse.
-GpuResult run_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr) {
+// exact_workspace: the call gets a workspace of exactly sparse_decode_workspace_bytes(*plan) bytes
+// (NaN bytes before the run) instead of latentkv's cached one, which only grows.
+GpuResult run_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr, bool exact_workspace = false) {
   SparseDecodeArgs a = w.args();
   DeviceBuffer<uint16_t> q(w.q), out(w.out);
   DeviceBuffer<uint8_t> kv(w.kv), extra_kv(w.extra_kv.empty() ? std::vector<uint8_t>(16) : w.extra_kv);
@@ -60,6 +62,12 @@ GpuResult run_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr) {
   move(a.out, out.get());
   move(a.lse, lse.get());
   a.plan = plan;
+  DeviceBuffer<uint8_t> ws;
+  if (exact_workspace && plan) {
+    a.workspace_bytes = sparse_decode_workspace_bytes(*plan);
+    ws.upload(std::vector<uint8_t>(a.workspace_bytes, 0xff));
+    a.workspace = ws.get();
+  }
   sparse_decode(a, nullptr, DecodeImpl::kCuda);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return {out.download(), lse.download()};
@@ -377,6 +385,11 @@ TEST(DecodeCuda, UnsplitRequestsAgreeBitwise) {
         check_case(o, "unsplit 4 of 7: " + label, &two);
         DecodeWorkload w = latentkv::testing::make_decode_workload(o);
         const GpuResult got = rerun_gpu(w, &two), whole = rerun_gpu(w, &one), parts = rerun_gpu(w, &split);
+        // The same with a caller workspace of exactly the plan's size (the split requests' rows).
+        w.poison_outputs();
+        expect_same(got, run_gpu(w, &two, true), label + " exact workspace");
+        // The split and unsplit launches differ somewhere, so the comparison below can tell them apart.
+        EXPECT_NE(whole.out, parts.out) << label;
         const size_t out_per = static_cast<size_t>(o.s_q * o.h_q * 512), lse_per = static_cast<size_t>(o.h_q * o.s_q);
         for (int64_t i = 0; i < o.b; ++i) {
           const GpuResult& want = i < two.unsplit_b ? whole : parts;

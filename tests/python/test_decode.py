@@ -80,10 +80,20 @@ def test_planner():
     assert latentkv.sparse_decode_workspace_bytes(latentkv.DecodePlan(num_splits=1)) == 0
     with pytest.raises(ValueError, match=r"plan_decode: bad shape b=0"):
         latentkv.plan_decode(0, 1, 1, 1)
-    # The split costs per kernel (docs/decode.md): V3.2 b 74 splits in 4 for the portable kernel
-    # and stays whole for the Hopper one, whose key steps are shorter than the combine.
-    assert latentkv.plan_decode(74, 2, 128, 2048, num_sms=132, kernel="portable").num_splits == 4
-    assert latentkv.plan_decode(74, 2, 128, 2048, num_sms=132, kernel="sm90").num_splits == 1
+    # The split costs per kernel (docs/decode.md): V3.2 b 67 runs 66 requests unsplit and splits the
+    # last one 32 ways for the portable kernel, 16 for the Hopper one, whose key steps are shorter
+    # against the combine.
+    port = latentkv.plan_decode(67, 2, 128, 2048, num_sms=132, kernel="portable")
+    assert (port.unsplit_b, port.num_splits, port.keys_per_split) == (66, 32, 64)
+    hop = latentkv.plan_decode(67, 2, 128, 2048, num_sms=132, kernel="sm90")
+    assert (hop.unsplit_b, hop.num_splits) == (66, 16)
+    # A two-launch plan survives DecodePlan's constructor (the torch op's list form) and repr.
+    assert latentkv.DecodePlan(32, 64, 67, 2, 128, 2048, 0, 66) == port
+    assert latentkv.DecodePlan(32, 64, 67, 2, 128, 2048, 0, 0) != port
+    assert "unsplit_b=66" in repr(port)
+    # Its workspace holds the one split request's partials only.
+    rows = 1 * 2 * 128 * 32
+    assert latentkv.sparse_decode_workspace_bytes(port) == (rows * 512 * 4 + 255) // 256 * 256 + rows * 4
     with pytest.raises(ValueError, match=r"plan_decode: unknown kernel 'hopper'; valid: auto, portable, sm90"):
         latentkv.plan_decode(74, 2, 128, 2048, num_sms=132, kernel="hopper")
 

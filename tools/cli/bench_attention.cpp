@@ -110,14 +110,14 @@ struct Bench {
 #endif
     allocations.clear();
   }
-  // The splits the op's planner picks (the decode planner's rule, as src/prefill/cuda and
-  // src/dense/cuda apply it); 1 on the CPU.
-  int64_t splits(int64_t rows, int64_t s_q, int64_t head_rows, int64_t candidates) const {
+  // The plan the op's planner makes (the decode planner's rule, as src/prefill/cuda and
+  // src/dense/cuda apply it: its splits and unsplit rows); one split on the CPU.
+  DecodePlan plan(int64_t rows, int64_t s_q, int64_t head_rows, int64_t candidates) const {
 #ifdef LKV_WITH_CUDA
-    if (cuda) return plan_decode(rows, s_q, head_rows, candidates, 0, bench_cuda::sm_count(0)).num_splits;
+    if (cuda) return plan_decode(rows, s_q, head_rows, candidates, 0, bench_cuda::sm_count(0));
 #endif
     (void)rows, (void)s_q, (void)head_rows, (void)candidates;
-    return 1;
+    return DecodePlan{};
   }
   double time(const std::function<void()>& fn, int reps) const {
 #ifdef LKV_WITH_CUDA
@@ -219,7 +219,9 @@ int cmd_bench_prefill(const Args& args) {
     bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
     if (bench.hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / bench.hbm;
     add_roofline(bc, flops, bytes, bench.hbm, kDatasheetTFLOPS);
-    bc.numbers["num_splits"] = static_cast<double>(bench.splits(c.s_q, 1, c.h_q, c.topk));
+    const DecodePlan plan = bench.plan(c.s_q, 1, c.h_q, c.topk);
+    bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
+    bc.numbers["unsplit_rows"] = static_cast<double>(plan.unsplit_b);
     print_case(bc, bench.hbm);
     res.cases.push_back(bc);
   }
@@ -296,7 +298,9 @@ int cmd_bench_dense(const Args& args) {
     bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
     if (bench.hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / bench.hbm;
     add_roofline(bc, flops, bytes, bench.hbm, kDatasheetTFLOPS);
-    bc.numbers["num_splits"] = static_cast<double>(bench.splits(c.b, c.s_q, (c.h_q + 63) / 64 * 64, pages_per_req * kP));
+    const DecodePlan plan = bench.plan(c.b, c.s_q, (c.h_q + 63) / 64 * 64, pages_per_req * kP);
+    bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
+    bc.numbers["unsplit_rows"] = static_cast<double>(plan.unsplit_b);
     print_case(bc, bench.hbm);
     res.cases.push_back(bc);
   }
