@@ -37,7 +37,11 @@ struct GpuResult {
 // Copies the workload to the device, runs sparse_decode there, returns out and lse.
 // exact_workspace: the call gets a workspace of exactly sparse_decode_workspace_bytes(*plan) bytes
 // (NaN bytes before the run) instead of latentkv's cached one, which only grows.
-GpuResult run_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr, bool exact_workspace = false) {
+// graph_replays > 0: the call is captured on a stream of its own into a CUDA graph, which is then
+// replayed that many times with the outputs poisoned before each replay; every replay must give the
+// first one's bytes, and the last is returned.
+GpuResult run_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr, bool exact_workspace = false,
+                  int graph_replays = 0) {
   SparseDecodeArgs a = w.args();
   DeviceBuffer<uint16_t> q(w.q), out(w.out);
   DeviceBuffer<uint8_t> kv(w.kv), extra_kv(w.extra_kv.empty() ? std::vector<uint8_t>(16) : w.extra_kv);
@@ -68,9 +72,35 @@ GpuResult run_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr, bool exac
     ws.upload(std::vector<uint8_t>(a.workspace_bytes, 0xff));
     a.workspace = ws.get();
   }
-  sparse_decode(a, nullptr, DecodeImpl::kCuda);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  return {out.download(), lse.download()};
+  if (graph_replays <= 0) {
+    sparse_decode(a, nullptr, DecodeImpl::kCuda);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return {out.download(), lse.download()};
+  }
+  cudaStream_t stream = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  EXPECT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  sparse_decode(a, stream, DecodeImpl::kCuda);
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  GpuResult first, r;
+  for (int i = 0; i < graph_replays; ++i) {
+    w.poison_outputs();
+    out.upload(w.out);
+    lse.upload(w.lse);
+    EXPECT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    r = {out.download(), lse.download()};
+    if (i == 0) first = r;
+    EXPECT_EQ(first.out, r.out) << "graph replay " << i;
+    EXPECT_EQ(0, std::memcmp(first.lse.data(), r.lse.data(), r.lse.size() * 4)) << "graph replay " << i;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return r;
 }
 
 GpuResult run_oracle(DecodeWorkload& w) {
@@ -412,6 +442,52 @@ TEST(DecodeCuda, UnsplitRequestsAgreeBitwise) {
     DecodeWorkload w = latentkv::testing::make_decode_workload(o);
     const GpuResult first = rerun_gpu(w, &planned);
     expect_same(first, rerun_gpu(w), "planned plan and the call's own plan");
+  }
+}
+
+// The combine and a plan's second launch go out with programmatic dependent launch where the device
+// runs sm_90 code (decode::cuda::pdl_launches): the bytes must be those of ordinary launches, for a
+// one-launch split plan and a two-launch plan, eagerly and replayed from a CUDA graph (the decode
+// step is graph-capturable: no host synchronisation, no allocation with a caller workspace).
+TEST(DecodeCuda, DependentLaunchesAndGraphsAgreeBitwise) {
+  REQUIRE_GPU();
+  latentkv::testing::RestoreSwitch<bool> restore(latentkv::decode::cuda::pdl_allowed,
+                                                  latentkv::decode::cuda::set_pdl_allowed);
+  int cc_major = 0, cc_minor = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+  latentkv::decode::cuda::set_pdl_allowed(true);
+  const bool pdl = latentkv::decode::cuda::pdl_launches(0);
+  std::printf("[pdl] compute capability %d.%d: launches with PDL %s\n", cc_major, cc_minor, pdl ? "on" : "off");
+  // The build carries sm_90a code, so a compute capability 9.0 device must run it with PDL.
+  if (cc_major * 10 + cc_minor == 90) {
+    EXPECT_TRUE(pdl);
+  }
+  for (KernelChoice kernel : kernels()) {
+    UseKernel use(kernel);
+    int n = 0;
+    for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+      const DecodeWorkloadOptions o = variant_case(f, 9, 64, 600, n % 2 == 0, 1400 + n);
+      ++n;
+      const int64_t total = o.topk + (o.extra ? o.extra_topk : 0);
+      DecodePlan split = plan_decode(o.b, o.s_q, o.h_q, o.topk, o.extra ? o.extra_topk : 0, 1);
+      split.keys_per_split = 256;
+      split.num_splits = (total + 255) / 256;
+      DecodePlan two = split;
+      two.unsplit_b = 5;
+      DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+      for (const DecodePlan* plan : {&split, &two}) {
+        const std::string label = std::string(kernel_name(kernel)) + " " + format_info(f).name +
+                                  (plan->unsplit_b ? " two launches" : " one launch") + ", " +
+                                  std::to_string(plan->num_splits) + " splits";
+        latentkv::decode::cuda::set_pdl_allowed(false);
+        const GpuResult plain = rerun_gpu(w, plan);
+        latentkv::decode::cuda::set_pdl_allowed(true);
+        if (plan == &two) check_case(o, "PDL on: " + label, plan);
+        expect_same(plain, rerun_gpu(w, plan), label + ", PDL on against off");
+        expect_same(plain, run_gpu(w, plan, true, 3), label + ", graph replays");
+      }
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "cuda_common/cuda_check.h"
 #include "cuda_common/device_cache.h"
+#include "cuda_common/pdl.cuh"
 #include "decode/cuda/kernel.cuh"
 #include "decode/cuda/launch.h"
 #include "decode/sm90/launch.cuh"
@@ -45,7 +46,18 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
                   static_cast<unsigned>(p.g.num_splits));
   KernelParams<typename Source::Args> kp = p;
   kp.g.copy_warps = copy_warps_for(p.g, kRoles, kGroups > 1);
-  attend_kernel<Source, kWide, kGroups, kRoles><<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(kp);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  if (second_launch_pdl(p.g, device)) {
+    attr[0] = cuda_common::pdl_attribute();
+    config.attrs = attr;
+    config.numAttrs = 1;
+  }
+  LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, attend_kernel<Source, kWide, kGroups, kRoles>, kp));
   LKV_CUDA_CHECK_LAUNCH();
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda_common/pdl.cuh"
 #include "decode/cuda/attend_launch.cuh"
 
 namespace latentkv::decode::cuda {
@@ -15,6 +16,8 @@ namespace {
 
 template <bool kF16>
 __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const OutRef o) {
+  // Launched with PDL (pdl_launches): the attention launch ahead may still be running.
+  cuda_common::pdl_wait();
   // The launch's (row, head) pairs, r1 from r1_begin; prow numbers them as the attention kernel
   // numbered its partials (from the absolute query row).
   const int64_t first = g.r1_begin * g.n2 * g.h_q;
@@ -77,7 +80,7 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
 
 namespace {
 // The kernel's switches start on unless their variable is "0" (read once per process;
-// benchmarks time both): LKV_WIDE_LAYOUT, LKV_TOKEN_GROUPS, LKV_ROLES.
+// benchmarks time both): LKV_WIDE_LAYOUT, LKV_TOKEN_GROUPS, LKV_ROLES, LKV_PDL.
 bool env_on(const char* name) {
   const char* e = std::getenv(name);
   return !(e && std::strcmp(e, "0") == 0);
@@ -103,6 +106,10 @@ int copy_warps_from_env() {
             "LKV_COPY_WARPS must be 0, 1, 2, 4 or 8, got '", v, "'");
   return std::stoi(v);
 }
+std::atomic<bool>& pdl_flag() {
+  static std::atomic<bool> flag{env_on("LKV_PDL")};
+  return flag;
+}
 std::atomic<int>& copy_warps_flag() {
   static std::atomic<int> n{copy_warps_from_env()};
   return n;
@@ -122,13 +129,44 @@ void set_token_groups_allowed(bool allowed) { token_groups_flag().store(allowed,
 bool roles_allowed() { return roles_flag().load(std::memory_order_relaxed); }
 void set_roles_allowed(bool allowed) { roles_flag().store(allowed, std::memory_order_relaxed); }
 
+bool pdl_allowed() { return pdl_flag().load(std::memory_order_relaxed); }
+void set_pdl_allowed(bool allowed) { pdl_flag().store(allowed, std::memory_order_relaxed); }
+
+bool pdl_launches(int device) {
+  if (!pdl_allowed()) return false;
+  // The PTX version the device runs the combine kernel from (all kernels here are built with the
+  // same targets): 90 for the sm_90a code, 80 where a newer GPU JIT-compiles the compute_80 PTX,
+  // whose waits are compiled out. Queried once per device.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> ptx[kMaxDevices] = {};
+  if (device < 0 || device >= kMaxDevices) return false;
+  int v = ptx[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    cudaFuncAttributes a{};
+    LKV_CUDA_CHECK(cudaFuncGetAttributes(&a, combine_kernel<false>));
+    v = a.ptxVersion > 0 ? a.ptxVersion : -1;
+    ptx[device].store(v, std::memory_order_relaxed);
+  }
+  return v >= 90;
+}
+
 void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream) {
   const int64_t rows = g.n1 * g.n2 * g.h_q;
   constexpr int kWarpsPerBlock = 8;
-  const unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (f16) combine_kernel<true><<<blocks, kWarpsPerBlock * 32, 0, s>>>(g, o);
-  else combine_kernel<false><<<blocks, kWarpsPerBlock * 32, 0, s>>>(g, o);
+  int device = 0;
+  LKV_CUDA_CHECK(cudaGetDevice(&device));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  config.blockDim = dim3(kWarpsPerBlock * 32);
+  config.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  if (pdl_launches(device)) {
+    attr[0] = cuda_common::pdl_attribute();
+    config.attrs = attr;
+    config.numAttrs = 1;
+  }
+  if (f16) LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<true>, g, o));
+  else LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<false>, g, o));
   LKV_CUDA_CHECK_LAUNCH();
 }
 

@@ -48,6 +48,7 @@
 
 #include "decode/cuda/config.h"
 #include "decode/cuda/attend_params.h"
+#include "cuda_common/pdl.cuh"
 #include "latentkv/numerics.h"
 
 namespace latentkv::decode::cuda {
@@ -605,6 +606,11 @@ struct PackedRows {
 template <class Source, bool kWide, int kGroups = 1, bool kRoles = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     attend_kernel(const KernelParams<typename Source::Args> p) {
+  // Programmatic dependent launch (cuda_common/pdl.cuh): the combine, or a plan's second launch,
+  // may be scheduled once every CTA of this launch has started. A second launch (r1_begin > 0) reads
+  // nothing the first one writes, but completes only after it, so stream order holds after both.
+  cuda_common::pdl_launch_dependents();
+  const cuda_common::PdlWaitAtExit pdl_wait_at_exit;
   constexpr int kDqk = Source::kDqk;
   constexpr bool kF16 = Source::kF16;
   constexpr KeyStorage kStorage = Source::kStorage;

@@ -105,6 +105,20 @@ inline int copy_warps_for(const Geometry& g, bool roles, bool groups) {
   return cta_rows(g) > 48 || groups ? 4 : 1;
 }
 
+// Programmatic dependent launch (cuda_common/pdl.cuh) for the combine kernel and for a plan's second
+// attention launch: either may then be scheduled while the launch ahead of it finishes its last
+// CTAs, instead of after it (the combine waits for it before reading partials; a second launch reads
+// nothing the first writes and waits for it only before it exits). The first attention launch of a
+// call is always an ordinary launch, so everything the caller queued before the call is complete
+// before any of it reads its inputs. On unless turned off (set_pdl_allowed, or LKV_PDL=0 read once
+// per process: benchmarks measure both); used only where the code the device runs was built for
+// sm_90 or newer (pdl_launches), since older builds compile the waits out.
+bool pdl_allowed();
+void set_pdl_allowed(bool allowed);
+bool pdl_launches(int device);
+// A plan's second attention launch (r1_begin > 0) goes out with PDL where pdl_launches allows it.
+inline bool second_launch_pdl(const Geometry& g, int device) { return g.r1_begin > 0 && pdl_launches(device); }
+
 // One instantiation per format and score-product shape (instantiations/*.cu).
 template <CacheFormat F>
 void launch_sparse(const KernelParams<SparseArgs>& p, Stream stream);

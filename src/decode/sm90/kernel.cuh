@@ -32,6 +32,7 @@
 
 #include <cstdint>
 
+#include "cuda_common/pdl.cuh"
 #include "decode/cuda/source.cuh"
 #include "decode/sm90/config.h"
 #include "decode/sm90/dequant.cuh"
@@ -421,6 +422,9 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
 template <class Source, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<typename Source::Args> p) {
 #if defined(LKV_SM90_WGMMA)
+  // Programmatic dependent launch, as in the portable kernel (decode/cuda/kernel.cuh).
+  cuda_common::pdl_launch_dependents();
+  const cuda_common::PdlWaitAtExit pdl_wait_at_exit;
   static_assert(!Source::kF16, "the sm90 kernel multiplies bf16; f16 queries run the portable kernel");
   constexpr int kDqk = Source::kDqk;
   constexpr KeyStorage kStorage = Source::kStorage;

@@ -5,6 +5,8 @@
 #include <type_traits>
 
 #include "cuda_common/cuda_check.h"
+#include "cuda_common/pdl.cuh"
+#include "decode/cuda/launch.h"
 
 #include "decode/sm90/kernel.cuh"
 #include "decode/sm90/kernel_ws.cuh"
@@ -15,6 +17,7 @@ namespace latentkv::decode::sm90 {
 
 // One launch of `kernel` (threads per CTA, dynamic shared memory), pairs of neighbouring CTAs in x
 // as clusters of two when kPair.
+// With programmatic dependent launch where cuda::second_launch_pdl says so.
 template <bool kPair, class Kernel, class Params>
 void launch_kernel(Kernel kernel, const Params& p, dim3 grid, int threads, int smem, cudaStream_t stream) {
   LKV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -23,15 +26,20 @@ void launch_kernel(Kernel kernel, const Params& p, dim3 grid, int threads, int s
   config.blockDim = dim3(threads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
   if constexpr (kPair) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = 2;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
   }
+  int device = 0;
+  LKV_CUDA_CHECK(cudaGetDevice(&device));
+  if (cuda::second_launch_pdl(p.g, device)) attr[n++] = cuda_common::pdl_attribute();
+  config.attrs = n ? attr : nullptr;
+  config.numAttrs = n;
   LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
 }
 
