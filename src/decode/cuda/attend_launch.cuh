@@ -136,6 +136,9 @@ void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) 
   whole.g.keys_per_split = p.g.num_splits * p.g.keys_per_split;  // every candidate
   whole.g.num_splits = 1;
   whole.g.unsplit_r1 = 0;
+  int device = 0;
+  LKV_CUDA_CHECK(cudaGetDevice(&device));
+  whole.g.early_dependents = pdl_launches(device) ? 1 : 0;
   launch_attend_once<Source, PortableSource>(whole, stream);
   KernelParams<typename Source::Args> rest = p;
   rest.g.r1_begin = p.g.unsplit_r1;

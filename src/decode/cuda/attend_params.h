@@ -39,6 +39,12 @@ struct Geometry {
   // Portable kernel on sm_90: how many warps (the last ones) issue a key tile's bulk copies,
   // 32 / copy_warps tokens each: 1, 2, 4 or 8 (launch.h, copy_warps_for).
   int32_t copy_warps = 1;
+  // The first launch of a two-launch plan (unsplit, a second attention launch behind it): its CTAs
+  // let that launch be scheduled as soon as they start (cuda_common/pdl.cuh), so that its CTAs fill
+  // SMs as this launch's last wave drains. Every other launch lets its dependents in only as its
+  // CTAs exit: a combine launched early piles its CTAs onto the few idle SMs and runs slower there
+  // (bench/NOTES.md, v16).
+  int32_t early_dependents = 0;
 };
 
 // Where the results go. out's element type (bf16 or f16) is the Source's.

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
 
 namespace {
 // The kernel's switches start on unless their variable is "0" (read once per process;
-// benchmarks time both): LKV_WIDE_LAYOUT, LKV_TOKEN_GROUPS, LKV_ROLES, LKV_PDL.
+// benchmarks time both): LKV_WIDE_LAYOUT, LKV_TOKEN_GROUPS, LKV_ROLES.
 bool env_on(const char* name) {
   const char* e = std::getenv(name);
   return !(e && std::strcmp(e, "0") == 0);
@@ -106,8 +106,16 @@ int copy_warps_from_env() {
             "LKV_COPY_WARPS must be 0, 1, 2, 4 or 8, got '", v, "'");
   return std::stoi(v);
 }
-std::atomic<bool>& pdl_flag() {
-  static std::atomic<bool> flag{env_on("LKV_PDL")};
+// LKV_PDL: 0 off, 1 on (default), 2 only for second launches (the combine an ordinary launch), for
+// measuring the two apart.
+std::atomic<int>& pdl_flag() {
+  static std::atomic<int> flag{[] {
+    const char* e = std::getenv("LKV_PDL");
+    if (!e || !*e) return 1;
+    const std::string v(e);
+    LKV_CHECK(v == "0" || v == "1" || v == "2", "LKV_PDL must be 0, 1 or 2, got '", v, "'");
+    return std::stoi(v);
+  }()};
   return flag;
 }
 std::atomic<int>& copy_warps_flag() {
@@ -129,8 +137,8 @@ void set_token_groups_allowed(bool allowed) { token_groups_flag().store(allowed,
 bool roles_allowed() { return roles_flag().load(std::memory_order_relaxed); }
 void set_roles_allowed(bool allowed) { roles_flag().store(allowed, std::memory_order_relaxed); }
 
-bool pdl_allowed() { return pdl_flag().load(std::memory_order_relaxed); }
-void set_pdl_allowed(bool allowed) { pdl_flag().store(allowed, std::memory_order_relaxed); }
+bool pdl_allowed() { return pdl_flag().load(std::memory_order_relaxed) != 0; }
+void set_pdl_allowed(bool allowed) { pdl_flag().store(allowed ? 1 : 0, std::memory_order_relaxed); }
 
 bool pdl_launches(int device) {
   if (!pdl_allowed()) return false;
@@ -160,7 +168,7 @@ void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream)
   config.blockDim = dim3(kWarpsPerBlock * 32);
   config.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attr[1];
-  if (pdl_launches(device)) {
+  if (pdl_launches(device) && pdl_flag().load(std::memory_order_relaxed) != 2) {
     attr[0] = cuda_common::pdl_attribute();
     config.attrs = attr;
     config.numAttrs = 1;

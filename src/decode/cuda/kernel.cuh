@@ -606,10 +606,11 @@ struct PackedRows {
 template <class Source, bool kWide, int kGroups = 1, bool kRoles = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     attend_kernel(const KernelParams<typename Source::Args> p) {
-  // Programmatic dependent launch (cuda_common/pdl.cuh): the combine, or a plan's second launch,
-  // may be scheduled once every CTA of this launch has started. A second launch (r1_begin > 0) reads
-  // nothing the first one writes, but completes only after it, so stream order holds after both.
-  cuda_common::pdl_launch_dependents();
+  // Programmatic dependent launch (cuda_common/pdl.cuh): a plan's second launch may be scheduled
+  // once every CTA of the first has started (Geometry::early_dependents), the combine once every CTA
+  // has exited. A second launch (r1_begin > 0) reads nothing the first one writes, but completes
+  // only after it, so stream order holds after both.
+  if (p.g.early_dependents) cuda_common::pdl_launch_dependents();
   const cuda_common::PdlWaitAtExit pdl_wait_at_exit;
   constexpr int kDqk = Source::kDqk;
   constexpr bool kF16 = Source::kF16;

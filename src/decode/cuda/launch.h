@@ -106,13 +106,16 @@ inline int copy_warps_for(const Geometry& g, bool roles, bool groups) {
 }
 
 // Programmatic dependent launch (cuda_common/pdl.cuh) for the combine kernel and for a plan's second
-// attention launch: either may then be scheduled while the launch ahead of it finishes its last
-// CTAs, instead of after it (the combine waits for it before reading partials; a second launch reads
-// nothing the first writes and waits for it only before it exits). The first attention launch of a
-// call is always an ordinary launch, so everything the caller queued before the call is complete
-// before any of it reads its inputs. On unless turned off (set_pdl_allowed, or LKV_PDL=0 read once
-// per process: benchmarks measure both); used only where the code the device runs was built for
-// sm_90 or newer (pdl_launches), since older builds compile the waits out.
+// attention launch. A second launch is let in as soon as every CTA of the first has started
+// (Geometry::early_dependents), so its CTAs take SMs as the first launch's last wave drains; it reads
+// nothing the first writes and waits for it only before it exits. The combine is let in as the
+// attention CTAs exit (launched earlier, its CTAs piled onto the few idle SMs: bench/NOTES.md, v16)
+// and waits for the attention launch before reading partials. The first attention launch of a call
+// is always an ordinary launch, so everything the caller queued before the call is complete before
+// any of it reads its inputs. On unless turned off (set_pdl_allowed, or LKV_PDL=0 read once per
+// process; LKV_PDL=2 keeps the combine an ordinary launch: benchmarks measure each); used only where
+// the code the device runs was built for sm_90 or newer (pdl_launches), since older builds compile
+// the waits out.
 bool pdl_allowed();
 void set_pdl_allowed(bool allowed);
 bool pdl_launches(int device);

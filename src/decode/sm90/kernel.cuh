@@ -423,7 +423,7 @@ template <class Source, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<typename Source::Args> p) {
 #if defined(LKV_SM90_WGMMA)
   // Programmatic dependent launch, as in the portable kernel (decode/cuda/kernel.cuh).
-  cuda_common::pdl_launch_dependents();
+  if (p.g.early_dependents) cuda_common::pdl_launch_dependents();
   const cuda_common::PdlWaitAtExit pdl_wait_at_exit;
   static_assert(!Source::kF16, "the sm90 kernel multiplies bf16; f16 queries run the portable kernel");
   constexpr int kDqk = Source::kDqk;
