@@ -191,6 +191,16 @@ GpuResult rerun_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr) {
   return run_gpu(w, plan);
 }
 
+// A one-launch plan of 256 candidates per split (the main and extra caches' candidates together).
+DecodePlan splits_of_256(const DecodeWorkloadOptions& o) {
+  const int64_t total = o.topk + (o.extra ? o.extra_topk : 0);
+  DecodePlan plan = plan_decode(o.b, o.s_q, o.h_q, o.topk, o.extra ? o.extra_topk : 0, 1);
+  plan.keys_per_split = 256;
+  plan.num_splits = (total + 255) / 256;
+  plan.unsplit_b = 0;
+  return plan;
+}
+
 // Two runs gave the same bytes.
 void expect_same(const GpuResult& a, const GpuResult& b, const std::string& label) {
   EXPECT_EQ(a.out, b.out) << label;
@@ -402,9 +412,7 @@ TEST(DecodeCuda, UnsplitRequestsAgreeBitwise) {
         const DecodeWorkloadOptions o = variant_case(f, 7, h_q, 600, n % 2 == 0, 1200 + n);
         ++n;
         const int64_t total = o.topk + (o.extra ? o.extra_topk : 0);
-        DecodePlan split = plan_decode(o.b, o.s_q, o.h_q, o.topk, o.extra ? o.extra_topk : 0, 1);
-        split.keys_per_split = 256;
-        split.num_splits = (total + 255) / 256;
+        const DecodePlan split = splits_of_256(o);
         DecodePlan two = split;
         two.unsplit_b = 4;
         DecodePlan one = split;
@@ -469,10 +477,7 @@ TEST(DecodeCuda, DependentLaunchesAndGraphsAgreeBitwise) {
     for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
       const DecodeWorkloadOptions o = variant_case(f, 9, 64, 600, n % 2 == 0, 1400 + n);
       ++n;
-      const int64_t total = o.topk + (o.extra ? o.extra_topk : 0);
-      DecodePlan split = plan_decode(o.b, o.s_q, o.h_q, o.topk, o.extra ? o.extra_topk : 0, 1);
-      split.keys_per_split = 256;
-      split.num_splits = (total + 255) / 256;
+      const DecodePlan split = splits_of_256(o);
       DecodePlan two = split;
       two.unsplit_b = 5;
       DecodeWorkload w = latentkv::testing::make_decode_workload(o);
