@@ -477,8 +477,7 @@ TEST(DecodeCuda, DependentLaunchesAndGraphsAgreeBitwise) {
     for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
       const DecodeWorkloadOptions o = variant_case(f, 9, 64, 600, n % 2 == 0, 1400 + n);
       ++n;
-      const DecodePlan split = splits_of_256(o);
-      DecodePlan two = split;
+      DecodePlan split = splits_of_256(o), two = split;
       two.unsplit_b = 5;
       DecodeWorkload w = latentkv::testing::make_decode_workload(o);
       for (const DecodePlan* plan : {&split, &two}) {
