@@ -1,12 +1,12 @@
-// cuda_common/pdl.cuh: programmatic dependent launch (PDL, compute capability 9.0+), device side.
-// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start before the
-// kernel ahead of it in the stream has finished: once every CTA of that kernel has executed
-// griddepcontrol.launch_dependents (or exited). griddepcontrol.wait then blocks the calling thread
-// until the kernel ahead has completed and its memory operations are visible (PTX ISA,
-// griddepcontrol). Both instructions are no-ops in a kernel that was launched without the attribute,
-// so the kernels call them unconditionally; the host decides per launch (pdl_launches_allowed).
-// Compiled out below sm_90 (the instructions do not exist there): a kernel built that way must never
-// be launched with the attribute, which is why the host asks the built code, not the device.
+// cuda_common/pdl.cuh: programmatic dependent launch (PDL, compute capability 9.0+).
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may be scheduled before
+// the kernel ahead of it in the stream has finished: once every CTA of that kernel has executed
+// griddepcontrol.launch_dependents or exited, whether or not that kernel was itself launched with the
+// attribute. griddepcontrol.wait blocks the calling thread until the kernel ahead has completed and
+// its memory operations are visible (PTX ISA, griddepcontrol); in a kernel launched without the
+// attribute there is nothing to wait for. Both are compiled out below sm_90 (the instructions do not
+// exist there): a kernel built that way must never be launched with the attribute, which is why the
+// host asks which code the device runs (decode::cuda::pdl_launches), not what the device is.
 #pragma once
 
 #include <cuda_runtime.h>

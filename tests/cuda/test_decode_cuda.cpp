@@ -34,21 +34,25 @@ struct GpuResult {
   std::vector<float> lse;
 };
 
-// Copies the workload to the device, runs sparse_decode there, returns out and lse.
+// Copies the workload to the device, runs sparse_decode there, returns out and lse. Right behind the
+// call, on its stream, out and lse are also copied aside: a kernel queued after the call must see
+// what the call left (with PDL, the call's last kernel may complete only after all of its others),
+// so the copies must equal the results read after synchronising.
 // exact_workspace: the call gets a workspace of exactly sparse_decode_workspace_bytes(*plan) bytes
 // (NaN bytes before the run) instead of latentkv's cached one, which only grows.
-// graph_replays > 0: the call is captured on a stream of its own into a CUDA graph, which is then
-// replayed that many times with the outputs poisoned before each replay; every replay must give the
-// first one's bytes, and the last is returned.
+// graph_replays > 0: the call and the copies are captured on a stream of their own into a CUDA graph
+// (with an exact workspace), which is then replayed that many times with the outputs and the
+// workspace poisoned before each replay; every replay must give the first one's bytes, and the last
+// is returned.
 GpuResult run_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr, bool exact_workspace = false,
                   int graph_replays = 0) {
   SparseDecodeArgs a = w.args();
-  DeviceBuffer<uint16_t> q(w.q), out(w.out);
+  DeviceBuffer<uint16_t> q(w.q), out(w.out), out_after(w.out);
   DeviceBuffer<uint8_t> kv(w.kv), extra_kv(w.extra_kv.empty() ? std::vector<uint8_t>(16) : w.extra_kv);
   DeviceBuffer<int32_t> idx(w.indices), eidx(w.extra_indices.empty() ? std::vector<int32_t>(1) : w.extra_indices);
   DeviceBuffer<int32_t> len(w.topk_length.empty() ? std::vector<int32_t>(1) : w.topk_length);
   DeviceBuffer<int32_t> elen(w.extra_topk_length.empty() ? std::vector<int32_t>(1) : w.extra_topk_length);
-  DeviceBuffer<float> sink(w.sink.empty() ? std::vector<float>(1) : w.sink), lse(w.lse);
+  DeviceBuffer<float> sink(w.sink.empty() ? std::vector<float>(1) : w.sink), lse(w.lse), lse_after(w.lse);
   auto move = [](TensorView& t, void* p) {
     if (t.data) {
       t.data = p;
@@ -67,39 +71,64 @@ GpuResult run_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr, bool exac
   move(a.lse, lse.get());
   a.plan = plan;
   DeviceBuffer<uint8_t> ws;
-  if (exact_workspace && plan) {
+  std::vector<uint8_t> ws_poison;
+  if ((exact_workspace || graph_replays > 0) && plan) {
     a.workspace_bytes = sparse_decode_workspace_bytes(*plan);
-    ws.upload(std::vector<uint8_t>(a.workspace_bytes, 0xff));
+    ws_poison.assign(a.workspace_bytes, 0xff);
+    ws.upload(ws_poison);
     a.workspace = ws.get();
   }
+  // The call, then the copies behind it on its stream.
+  auto call = [&](cudaStream_t stream) {
+    sparse_decode(a, stream, DecodeImpl::kCuda);
+    EXPECT_EQ(cudaMemcpyAsync(out_after.get(), out.get(), out.size() * 2, cudaMemcpyDeviceToDevice, stream), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(lse_after.get(), lse.get(), lse.size() * 4, cudaMemcpyDeviceToDevice, stream), cudaSuccess);
+  };
+  auto results = [&](const std::string& label) {
+    GpuResult r{out.download(), lse.download()};
+    EXPECT_EQ(out_after.download(), r.out) << label << ": out as a kernel queued after the call saw it";
+    const std::vector<float> seen = lse_after.download();
+    EXPECT_EQ(0, std::memcmp(seen.data(), r.lse.data(), r.lse.size() * 4))
+        << label << ": lse as a kernel queued after the call saw it";
+    return r;
+  };
   if (graph_replays <= 0) {
-    sparse_decode(a, nullptr, DecodeImpl::kCuda);
+    call(nullptr);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    return {out.download(), lse.download()};
+    return results("eager");
+  }
+  if (!plan) {
+    ADD_FAILURE() << "graph replays need a plan (for an exact workspace)";
+    return {};
   }
   cudaStream_t stream = nullptr;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  EXPECT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  sparse_decode(a, stream, DecodeImpl::kCuda);
-  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   GpuResult first, r;
-  for (int i = 0; i < graph_replays; ++i) {
+  bool ok = cudaStreamCreate(&stream) == cudaSuccess &&
+            cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  if (ok) {
+    call(stream);
+    ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  }
+  EXPECT_TRUE(ok) << "capturing the call into a CUDA graph failed";
+  for (int i = 0; ok && i < graph_replays; ++i) {
     w.poison_outputs();
     out.upload(w.out);
     lse.upload(w.lse);
+    out_after.upload(w.out);
+    lse_after.upload(w.lse);
+    ws.upload(ws_poison);
     EXPECT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    r = {out.download(), lse.download()};
+    r = results("graph replay " + std::to_string(i));
     if (i == 0) first = r;
     EXPECT_EQ(first.out, r.out) << "graph replay " << i;
     EXPECT_EQ(0, std::memcmp(first.lse.data(), r.lse.data(), r.lse.size() * 4)) << "graph replay " << i;
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  if (stream) cudaStreamDestroy(stream);
   return r;
 }
 
@@ -455,43 +484,60 @@ TEST(DecodeCuda, UnsplitRequestsAgreeBitwise) {
 
 // The combine and a plan's second launch go out with programmatic dependent launch where the device
 // runs sm_90 code (decode::cuda::pdl_launches): the bytes must be those of ordinary launches, for a
-// one-launch split plan and a two-launch plan, eagerly and replayed from a CUDA graph (the decode
-// step is graph-capturable: no host synchronisation, no allocation with a caller workspace).
+// one-launch split plan and a two-launch plan (whose first launch, 5 requests over all candidates,
+// outlasts the second, so a second launch that completed before it would leave poisoned rows for
+// the copies run_gpu queues behind the call), with and without the combine's PDL (modes 1 and 2),
+// with CTA pairs on the Hopper kernel (h_q 128), eagerly and replayed from a CUDA graph (the decode
+// step is graph-capturable: no host synchronisation, no allocation with a caller workspace). Every
+// run gets a fresh workspace of NaN bytes, so a combine that read partials early would show.
 TEST(DecodeCuda, DependentLaunchesAndGraphsAgreeBitwise) {
   REQUIRE_GPU();
-  latentkv::testing::RestoreSwitch<bool> restore(latentkv::decode::cuda::pdl_allowed,
-                                                  latentkv::decode::cuda::set_pdl_allowed);
+  namespace dc = latentkv::decode::cuda;
+  latentkv::testing::RestoreSwitch<int> restore(dc::pdl_mode, dc::set_pdl_mode);
+  latentkv::testing::RestoreSwitch<bool> restore_pairs(latentkv::decode::sm90::cta_pairs,
+                                                        latentkv::decode::sm90::set_cta_pairs);
   int cc_major = 0, cc_minor = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
-  latentkv::decode::cuda::set_pdl_allowed(true);
-  const bool pdl = latentkv::decode::cuda::pdl_launches(0);
+  dc::set_pdl_mode(1);
+  const bool pdl = dc::pdl_launches(0);
   std::printf("[pdl] compute capability %d.%d: launches with PDL %s\n", cc_major, cc_minor, pdl ? "on" : "off");
   // The build carries sm_90a code, so a compute capability 9.0 device must run it with PDL.
   if (cc_major * 10 + cc_minor == 90) {
     EXPECT_TRUE(pdl);
   }
+  auto run_exact = [](DecodeWorkload& w, const DecodePlan* plan, int graph_replays = 0) {
+    w.poison_outputs();
+    return run_gpu(w, plan, true, graph_replays);
+  };
   for (KernelChoice kernel : kernels()) {
     UseKernel use(kernel);
     int n = 0;
-    for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
-      const DecodeWorkloadOptions o = variant_case(f, 9, 64, 600, n % 2 == 0, 1400 + n);
-      ++n;
-      DecodePlan split = splits_of_256(o), two = split;
-      two.unsplit_b = 5;
-      DecodeWorkload w = latentkv::testing::make_decode_workload(o);
-      for (const DecodePlan* plan : {&split, &two}) {
-        const std::string label = std::string(kernel_name(kernel)) + " " + format_info(f).name +
-                                  (plan->unsplit_b ? " two launches" : " one launch") + ", " +
-                                  std::to_string(plan->num_splits) + " splits";
-        latentkv::decode::cuda::set_pdl_allowed(false);
-        const GpuResult plain = rerun_gpu(w, plan);
-        latentkv::decode::cuda::set_pdl_allowed(true);
-        if (plan == &two) check_case(o, "PDL on: " + label, plan);
-        expect_same(plain, rerun_gpu(w, plan), label + ", PDL on against off");
-        expect_same(plain, run_gpu(w, plan, true, 3), label + ", graph replays");
-      }
-    }
+    for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+      for (int64_t h_q : {64, 128})
+        for (bool pairs : {false, true}) {
+          if (pairs && (kernel != KernelChoice::kSm90 || h_q != 128)) continue;
+          latentkv::decode::sm90::set_cta_pairs(pairs);
+          const DecodeWorkloadOptions o = variant_case(f, 9, h_q, 600, n % 2 == 0, 1400 + n);
+          ++n;
+          DecodePlan split = splits_of_256(o), two = split;
+          two.unsplit_b = 5;
+          DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+          for (const DecodePlan* plan : {&split, &two}) {
+            const std::string label = std::string(kernel_name(kernel)) + " " + format_info(f).name + " h" +
+                                      std::to_string(h_q) + (pairs ? " pairs" : "") +
+                                      (plan->unsplit_b ? " two launches" : " one launch") + ", " +
+                                      std::to_string(plan->num_splits) + " splits";
+            dc::set_pdl_mode(0);
+            const GpuResult plain = run_exact(w, plan);
+            dc::set_pdl_mode(2);
+            expect_same(plain, run_exact(w, plan), label + ", PDL for second launches only");
+            dc::set_pdl_mode(1);
+            if (plan == &two) check_case(o, "PDL on: " + label, plan);
+            expect_same(plain, run_exact(w, plan), label + ", PDL on against off");
+            expect_same(plain, run_exact(w, plan, 3), label + ", graph replays");
+          }
+        }
   }
 }
 

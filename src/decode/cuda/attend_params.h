@@ -41,9 +41,9 @@ struct Geometry {
   int32_t copy_warps = 1;
   // The first launch of a two-launch plan (unsplit, a second attention launch behind it): its CTAs
   // let that launch be scheduled as soon as they start (cuda_common/pdl.cuh), so that its CTAs fill
-  // SMs as this launch's last wave drains. Every other launch lets its dependents in only as its
-  // CTAs exit: a combine launched early piles its CTAs onto the few idle SMs and runs slower there
-  // (bench/NOTES.md, v16).
+  // SMs as this launch's last wave drains. Every other launch lets its dependents in only once all
+  // of its CTAs have exited: a combine let in early piles its CTAs onto the few idle SMs and runs
+  // slower there (bench/NOTES.md, v16).
   int32_t early_dependents = 0;
 };
 

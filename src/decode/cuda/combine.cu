@@ -10,6 +10,7 @@
 
 #include "cuda_common/pdl.cuh"
 #include "decode/cuda/attend_launch.cuh"
+#include "decode/sm90/launch.h"
 
 namespace latentkv::decode::cuda {
 namespace {
@@ -137,25 +138,16 @@ void set_token_groups_allowed(bool allowed) { token_groups_flag().store(allowed,
 bool roles_allowed() { return roles_flag().load(std::memory_order_relaxed); }
 void set_roles_allowed(bool allowed) { roles_flag().store(allowed, std::memory_order_relaxed); }
 
-bool pdl_allowed() { return pdl_flag().load(std::memory_order_relaxed) != 0; }
-void set_pdl_allowed(bool allowed) { pdl_flag().store(allowed ? 1 : 0, std::memory_order_relaxed); }
+int pdl_mode() { return pdl_flag().load(std::memory_order_relaxed); }
+void set_pdl_mode(int mode) {
+  LKV_CHECK(mode >= 0 && mode <= 2, "the PDL mode must be 0, 1 or 2, got ", mode);
+  pdl_flag().store(mode, std::memory_order_relaxed);
+}
 
 bool pdl_launches(int device) {
-  if (!pdl_allowed()) return false;
-  // The PTX version the device runs the combine kernel from (all kernels here are built with the
-  // same targets): 90 for the sm_90a code, 80 where a newer GPU JIT-compiles the compute_80 PTX,
-  // whose waits are compiled out. Queried once per device.
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> ptx[kMaxDevices] = {};
-  if (device < 0 || device >= kMaxDevices) return false;
-  int v = ptx[device].load(std::memory_order_relaxed);
-  if (v == 0) {
-    cudaFuncAttributes a{};
-    LKV_CUDA_CHECK(cudaFuncGetAttributes(&a, combine_kernel<false>));
-    v = a.ptxVersion > 0 ? a.ptxVersion : -1;
-    ptx[device].store(v, std::memory_order_relaxed);
-  }
-  return v >= 90;
+  // The sm_90 code's griddepcontrol instructions are compiled out of older targets, so the code the
+  // device runs decides, not its compute capability.
+  return pdl_mode() != 0 && sm90::ptx_version(device) >= 90;
 }
 
 void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream) {
@@ -168,7 +160,7 @@ void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream)
   config.blockDim = dim3(kWarpsPerBlock * 32);
   config.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attr[1];
-  if (pdl_launches(device) && pdl_flag().load(std::memory_order_relaxed) != 2) {
+  if (pdl_mode() == 1 && pdl_launches(device)) {
     attr[0] = cuda_common::pdl_attribute();
     config.attrs = attr;
     config.numAttrs = 1;

@@ -106,18 +106,21 @@ inline int copy_warps_for(const Geometry& g, bool roles, bool groups) {
 }
 
 // Programmatic dependent launch (cuda_common/pdl.cuh) for the combine kernel and for a plan's second
-// attention launch. A second launch is let in as soon as every CTA of the first has started
-// (Geometry::early_dependents), so its CTAs take SMs as the first launch's last wave drains; it reads
-// nothing the first writes and waits for it only before it exits. The combine is let in as the
-// attention CTAs exit (launched earlier, its CTAs piled onto the few idle SMs: bench/NOTES.md, v16)
-// and waits for the attention launch before reading partials. The first attention launch of a call
-// is always an ordinary launch, so everything the caller queued before the call is complete before
-// any of it reads its inputs. On unless turned off (set_pdl_allowed, or LKV_PDL=0 read once per
-// process; LKV_PDL=2 keeps the combine an ordinary launch: benchmarks measure each); used only where
-// the code the device runs was built for sm_90 or newer (pdl_launches), since older builds compile
-// the waits out.
-bool pdl_allowed();
-void set_pdl_allowed(bool allowed);
+// attention launch. The first launch of a two-launch plan lets the second one in as soon as each of
+// its CTAs has started (Geometry::early_dependents), so the second launch's CTAs take SMs as the
+// first launch's last wave drains; the second launch reads nothing the first writes and waits for
+// it only before it exits, so that its completion implies the first's. Every other attention
+// launch lets the combine in only once all of its CTAs have exited (an earlier combine piled its
+// CTAs onto the few idle SMs: bench/NOTES.md, v16), and the combine waits for it to complete before
+// reading partials; what PDL saves there is the gap between the two grids. The first attention
+// launch of a call is always an ordinary launch, so everything the caller queued before the call
+// is complete before any of it reads its inputs.
+// Mode: 0 off, 1 on (the default), 2 second launches only (the combine an ordinary launch), for
+// measuring the two apart; LKV_PDL=0|1|2 sets the initial mode (read once per process). Used only
+// where the code the device runs was built for sm_90 or newer (pdl_launches), since older targets
+// compile the waits out.
+int pdl_mode();
+void set_pdl_mode(int mode);
 bool pdl_launches(int device);
 // A plan's second attention launch (r1_begin > 0) goes out with PDL where pdl_launches allows it.
 inline bool second_launch_pdl(const Geometry& g, int device) { return g.r1_begin > 0 && pdl_launches(device); }

@@ -19,9 +19,16 @@ namespace {
 // a device is the code it picks for them.
 __global__ void probe_kernel() {}
 
-// The PTX architecture of the code the driver runs on `device` (90 for the sm_90a machine code; 80
-// when it compiles the compute_80 PTX instead, as under CUDA_FORCE_PTX_JIT=1 or with a build whose
-// LKV_CUDA_GENCODE has no sm_90a), queried once per device.
+std::atomic<bool>& pairs_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LKV_SM90_PAIR");
+    return e && std::strcmp(e, "1") == 0;
+  }()};
+  return flag;
+}
+
+}  // namespace
+
 int ptx_version(int device) {
   static std::mutex mu;
   static std::map<int, int> versions;
@@ -39,15 +46,6 @@ int ptx_version(int device) {
   return attr.ptxVersion;
 }
 
-std::atomic<bool>& pairs_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* e = std::getenv("LKV_SM90_PAIR");
-    return e && std::strcmp(e, "1") == 0;
-  }()};
-  return flag;
-}
-
-}  // namespace
 
 bool warp_specialised() {
   static const bool ws = [] {

@@ -4,6 +4,12 @@
 
 namespace latentkv::decode::sm90 {
 
+// The PTX architecture of the code the driver runs on `device` for kernels built with the library's
+// -gencode flags (90 for the sm_90a machine code; 80 when it compiles the compute_80 PTX instead, as
+// under CUDA_FORCE_PTX_JIT=1, on GPUs newer than Hopper, or with a build whose LKV_CUDA_GENCODE has
+// no sm_90a), queried once per device.
+int ptx_version(int device);
+
 // Whether `device` can run the kernel: compute capability 9.0, room for its shared memory, and the
 // driver running its sm_90a code (not the compute_80 PTX, as under CUDA_FORCE_PTX_JIT=1).
 bool usable(int device);
