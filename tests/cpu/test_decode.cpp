@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "decode/sm90/nan_bits.h"
+
 #include "latentkv/decode.h"
 #include "latentkv/error.h"
 #include "latentkv/numerics.h"
@@ -763,3 +765,47 @@ TEST(DecodePlan, UnsplitRequestsChecked) {
   split.unsplit_b = 1;
   EXPECT_GT(sparse_decode_workspace_bytes(split), 0u);
 }
+
+// The Hopper kernel's two-instruction NaN check (decode/sm90/nan_bits.h) against a byte-by-byte one:
+// every byte value at every position of every word among neighbours of every value class, and random
+// words with several NaN bytes.
+TEST(Sm90NanBits, FlagsExactlyTheWordsWithANanByte) {
+  using latentkv::decode::sm90::nan_bits_words;
+  auto has_nan = [](uint32_t w) {
+    for (int k = 0; k < 4; ++k)
+      if (((w >> (8 * k)) & 0x7fu) == 0x7fu) return true;
+    return false;
+  };
+  auto flagged = [&](uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+    return (nan_bits_words(w0, w1, w2, w3) & 0x80808080u) != 0;
+  };
+  const uint32_t fills[] = {0x00u, 0x7eu, 0x7fu, 0x80u, 0xfeu, 0xffu, 0x01u, 0x3cu};
+  int64_t checked = 0;
+  for (uint32_t fill : fills)
+    for (int pos = 0; pos < 4; ++pos)
+      for (uint32_t v = 0; v < 256; ++v) {
+        uint32_t w = fill * 0x01010101u;
+        w = (w & ~(0xffu << (8 * pos))) | (v << (8 * pos));
+        for (int slot = 0; slot < 4; ++slot) {
+          uint32_t ws[4] = {0x3c3c3c3cu, 0x3c3c3c3cu, 0x3c3c3c3cu, 0x3c3c3c3cu};
+          ws[slot] = w;
+          ASSERT_EQ(flagged(ws[0], ws[1], ws[2], ws[3]), has_nan(w)) << std::hex << "word " << w << " slot " << slot;
+          ++checked;
+        }
+      }
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t ws[4];
+    for (uint32_t& w : ws) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      w = static_cast<uint32_t>(x >> 11);
+    }
+    const bool want = has_nan(ws[0]) || has_nan(ws[1]) || has_nan(ws[2]) || has_nan(ws[3]);
+    ASSERT_EQ(flagged(ws[0], ws[1], ws[2], ws[3]), want) << std::hex << ws[0] << " " << ws[1] << " " << ws[2] << " " << ws[3];
+    ++checked;
+  }
+  EXPECT_GT(checked, 200000);
+}
+

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "decode/cuda/kernel.cuh"
+#include "decode/sm90/nan_bits.h"
 
 namespace latentkv::decode::sm90 {
 
@@ -34,6 +35,9 @@ __device__ __forceinline__ bool no_nan16(const uint4 raw) {
   for (int q = 0; q < 4; ++q) nan |= ((w[q] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
   return nan == 0;
 }
+
+// nan_bits16 (nan_bits.h): the per-token NaN check in two instructions per word.
+__device__ __forceinline__ uint32_t nan_bits16(const uint4 raw) { return nan_bits_words(raw.x, raw.y, raw.z, raw.w); }
 
 // Whether dequant16_fast is exact for these 16 e4m3 bytes and scale: no NaN byte and a fast_scale.
 __device__ __forceinline__ bool dequant16_fast_ok(const uint4 raw, float s) { return no_nan16(raw) && fast_scale(s); }

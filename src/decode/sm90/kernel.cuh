@@ -133,6 +133,9 @@ __device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stag
   float sc[R::kNopeChunks];
   uint32_t e8[R::kNopeChunks];  // v4: the ue8m0 scale bytes
   bool fast = kWholeToken;
+  // With LKV_SM90_NAN_BITS: the NaN flags of the whole token, two instructions per word
+  // (nan_bits16), masked once below; otherwise each chunk is checked on its own and this stays 0.
+  uint32_t nan_bits = 0;
 #pragma unroll
   for (int i = 0; i < R::kNopeChunks; ++i) {
     // Chunk c = part + 4 i holds dims 16 c..: swizzled chunk i, units 2 part and 2 part + 1.
@@ -146,10 +149,17 @@ __device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stag
       sc[i] = num::ue8m0_to_f32(static_cast<uint8_t>(e8[i]));
     }
     if (kWholeToken) {
+#if defined(LKV_SM90_NAN_BITS)
+      nan_bits |= nan_bits16(r.nope[i]);
+      if constexpr (F == KeyStorage::kV4Fp8) fast = fast && ue8m0_fast(e8[i]);
+      else fast = fast && fast_scale(sc[i]);
+#else
       if constexpr (F == KeyStorage::kV4Fp8) fast = fast && no_nan16(r.nope[i]) && ue8m0_fast(e8[i]);
       else fast = fast && dequant16_fast_ok(r.nope[i], sc[i]);
+#endif
     }
   }
+  if (kWholeToken) fast = fast && (nan_bits & 0x80808080u) == 0;
   if (fast) {
 #pragma unroll
     for (int i = 0; i < R::kNopeChunks; ++i) {
