@@ -250,6 +250,15 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, 
   }
 }
 
+// The token split of the score product and the softmax between the two warpgroups (bench/NOTES.md,
+// the sm90 list's item 4): built with the CMake option LKV_SM90_TOKEN_SPLIT (off until measured),
+// for single CTAs (not CTA pairs).
+#if defined(LKV_SM90_TOKEN_SPLIT)
+inline constexpr bool kTokenSplitBuild = true;
+#else
+inline constexpr bool kTokenSplitBuild = false;
+#endif
+
 // One block's online softmax (log2 domain) on a score fragment: s[4 j + e] is row r0 + 8 (e / 2),
 // token 8 j + 2 t4 + (e % 2); tokens whose bit in `valid` is clear score -inf. Leaves the
 // probabilities in s, the per-row rescale of the previous blocks in alpha, and updates the
@@ -318,10 +327,101 @@ __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][
   }
 }
 
+// ---- The token split (kTokenSplit): warpgroup `half` scores and normalises tokens 32 half ..
+// 32 half + 31 of each block; both warpgroups then multiply the whole P, read from shared memory,
+// into their own 256 dims of O.
+
+// S[:, 32 half ..] = Q K^T over half of a key stage (issued; the caller commits and waits). The key
+// rows of the half start 32 rows (4096 bytes, whole 1024-byte swizzle atoms) into each chunk.
+template <int kQkSteps>
+__device__ __forceinline__ void issue_scores_half(float (&s)[16], const uint8_t* sQ, const uint8_t* kstage, int half) {
+  const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kstage + half * 32 * 128, 16, 1024);
+  wgmma_fence();
+#pragma unroll
+  for (int st = 0; st < kQkSteps; ++st) {
+    const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
+    wgmma_m64n32k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
+  }
+}
+
+// online_softmax on half a block: s[4 j + e] is row r0 + 8 (e / 2), token 32 half + 8 j + 2 t4 +
+// (e % 2). The two warpgroups exchange their tile maxima through sHalfMax ([2][64]) at named
+// barrier 3, so both take the same new row maxima (fmaxf commutes) and the same alpha; each keeps
+// the sums of its own tokens.
+__device__ __forceinline__ void online_softmax_half(float (&s)[16], const uint64_t (&valid)[2], float scale_log2,
+                                                    int t4, int half, float* sHalfMax, int r0, float (&row_max)[2],
+                                                    float (&row_sum)[2], float (&alpha)[2]) {
+  float tile_max[2] = {-INFINITY, -INFINITY};
+  const uint64_t mine[2] = {valid[0] >> (32 * half + 2 * t4), valid[1] >> (32 * half + 2 * t4)};
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float v = ((mine[e / 2] >> (8 * j + e % 2)) & 1) ? s[4 * j + e] : -INFINITY;
+      s[4 * j + e] = v;
+      tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+  }
+  if (t4 == 0) {
+    sHalfMax[half * kHeads + r0] = tile_max[0];
+    sHalfMax[half * kHeads + r0 + 8] = tile_max[1];
+  }
+  named_barrier_sync(3);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float both = fmaxf(tile_max[r], sHalfMax[(half ^ 1) * kHeads + r0 + 8 * r]) * scale_log2;
+    const float new_max = fmaxf(row_max[r], both);
+    alpha[r] = new_max == -INFINITY ? 1.0f : exp2_ftz(row_max[r] - new_max);
+    row_max[r] = new_max;
+    row_sum[r] *= alpha[r];
+  }
+  const float sub_max[2] = {row_max[0] == -INFINITY ? 0.0f : row_max[0],
+                            row_max[1] == -INFINITY ? 0.0f : row_max[1]};
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float pr = exp2_ftz(fmaf(s[4 * j + e], scale_log2, -sub_max[e / 2]));
+      s[4 * j + e] = pr;
+      row_sum[e / 2] += pr;
+    }
+}
+
+// This warpgroup's half of the swizzled P tile (columns 32 half ..), as bf16.
+__device__ __forceinline__ void store_p_half(const float (&s)[16], uint8_t* sP, int r0, int t4, int half) {
+#pragma unroll
+  for (int st = 0; st < 2; ++st) {
+    const int c0 = 32 * half + 16 * st + 2 * t4;
+    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
+    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
+    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0 + 8)) = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
+    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0 + 8)) = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
+  }
+}
+
+// O[:, 256 wg ..] += P V with the whole P from shared memory, after the rescale by this
+// warpgroup's own alpha (the same in both; skipped by warps whose rows all kept their maximum).
+__device__ __forceinline__ void issue_values_split(float (&o)[128], const float (&alpha)[2], const uint8_t* sP,
+                                                   const uint8_t* kstage, int wg) {
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
+  }
+  const uint64_t dp = smem_desc(sP, 16, 1024), dv = smem_desc(kstage + wg * 4 * kChunkBytes, kChunkBytes, 1024);
+  wgmma_fence();
+#pragma unroll
+  for (int st = 0; st < 4; ++st) wgmma_m64n256k16_ss_tb(o, dp + (st * 32 >> 4), dv + (st * 2048 >> 4), true);
+}
+
 // The rows' final maxima and sums (the sums reduced over the quad that shares a row) to shared
 // memory for both warpgroups' epilogues.
+// other_sums: with the token split, warpgroup 1's sums of the same rows, added to these.
 __device__ __forceinline__ void publish_row_stats(const float (&row_max)[2], float (&row_sum)[2], float* sRowMax,
-                                                  float* sRowSum, int r0, int t4) {
+                                                  float* sRowSum, int r0, int t4, const float* other_sums = nullptr) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
@@ -330,8 +430,8 @@ __device__ __forceinline__ void publish_row_stats(const float (&row_max)[2], flo
   if (t4 == 0) {
     sRowMax[r0] = row_max[0];
     sRowMax[r0 + 8] = row_max[1];
-    sRowSum[r0] = row_sum[0];
-    sRowSum[r0 + 8] = row_sum[1];
+    sRowSum[r0] = other_sums ? row_sum[0] + other_sums[r0] : row_sum[0];
+    sRowSum[r0 + 8] = other_sums ? row_sum[1] + other_sums[r0 + 8] : row_sum[1];
   }
 }
 
@@ -607,7 +707,66 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // serialized); the two meet at named barriers 1 (P ready) and 2 (block done).
   // (Issuing block n + 1's score product right behind block n's value product, for quantized keys
   // whose next stage is whole at barrier 1, measured 11% slower on V3.2 b 128: bench/NOTES.md.)
-  if (wg == 0) {
+  constexpr bool kTokenSplit = kTokenSplitBuild && !kPair;
+  if constexpr (kTokenSplit) {
+    // Both warpgroups run one loop: scores and softmax of their half of the tokens (maxima
+    // exchanged at named barrier 3 through the row-statistics area, written only after the loop),
+    // P to shared memory, barrier 1, each its 256 dims of P V, barrier 2. Warpgroup 0 loads and
+    // dequantizes its half of the next blocks as before; warpgroup 1 also resolves.
+    float s[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i] = 0.0f;
+    float* sHalfMax = sRowMax;  // [2][64] during the loop
+    for (int64_t n = 0; n < nb; ++n) {
+      uint8_t* kcur = sK + (n & 1) * L::k_stage;
+      issue_scores_half<kQkSteps>(s, sQ, kcur, wg);
+      wgmma_commit();
+      if (n + 1 < nb) fill_next(n);
+      if (wg == 0) {
+        if (!kDirect && n + 2 < nb) load();
+      } else if constexpr (kDirect) {
+        resolve(n + 2);
+      } else {
+        if (n + 2 < nb) load();
+        resolve_compute(n + 3);
+      }
+      wgmma_wait<0>();
+      fence_operands(s);
+      const uint64_t valid = static_cast<uint64_t>(sValid[(n & 3) * 2]) |
+                             (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
+      const int64_t base = n * kBlockTokens;
+      const uint64_t valid_rows[2] = {Source::kPacksRows ? row_mask(valid, row_lim[0], base) : valid,
+                                      Source::kPacksRows ? row_mask(valid, row_lim[1], base) : valid};
+      float alpha[2];
+      online_softmax_half(s, valid_rows, scale_log2, t4, wg, sHalfMax, r0, row_max, row_sum, alpha);
+      store_p_half(s, sP, r0, t4, wg);
+      fence_proxy_async();
+      named_barrier_sync(1);  // the whole P is visible (16-bit keys: block n + 2's pointers too)
+      if constexpr (!kDirect) {
+        if (wg == 1) resolve_store(n + 3);  // every thread has read block n + 2's pointers
+      }
+      issue_values_split(o, alpha, sP, kcur, wg);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(o);
+      finish_copies();
+      named_barrier_sync(2);  // stage n & 1, P and the maxima are free
+    }
+    // Row statistics: warpgroup 1's sums (over its tokens and its quad) beside warpgroup 0's.
+    if (wg == 1) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+      }
+      if (t4 == 0) {
+        sAlpha[r0] = row_sum[0];
+        sAlpha[r0 + 8] = row_sum[1];
+      }
+    }
+    __syncthreads();
+    if (wg == 0) publish_row_stats(row_max, row_sum, sRowMax, sRowSum, r0, t4, sAlpha);
+  } else if (wg == 0) {
     float s[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
