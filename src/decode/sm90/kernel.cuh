@@ -725,7 +725,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       if (wg == 0) {
         if (!kDirect && n + 2 < nb) load();
       } else if constexpr (kDirect) {
-        resolve(n + 2);
+        resolve_compute(n + 2);  // stored after barrier 1, so its index loads run under the softmax
       } else {
         if (n + 2 < nb) load();
         resolve_compute(n + 3);
@@ -741,10 +741,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       online_softmax_half(s, valid_rows, scale_log2, t4, wg, sHalfMax, r0, row_max, row_sum, alpha);
       store_p_half(s, sP, r0, t4, wg);
       fence_proxy_async();
-      named_barrier_sync(1);  // the whole P is visible (16-bit keys: block n + 2's pointers too)
-      if constexpr (!kDirect) {
-        if (wg == 1) resolve_store(n + 3);  // every thread has read block n + 2's pointers
-      }
+      named_barrier_sync(1);  // the whole P is visible
+      // Quantized keys: every thread has loaded block n + 2's records, so block n + 3's pointers
+      // replace them. 16-bit keys: block n + 2's pointers go to the buffer that block n's copies
+      // (issued in iteration n - 1) read; they are read after barrier 2.
+      if (wg == 1) resolve_store(kDirect ? n + 2 : n + 3);
       issue_values_split(o, alpha, sP, kcur, wg);
       wgmma_commit();
       wgmma_wait<0>();
