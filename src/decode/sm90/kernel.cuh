@@ -237,53 +237,82 @@ __device__ __forceinline__ uint64_t row_mask(uint64_t valid, int64_t lim, int64_
   return n >= 64 ? valid : n <= 0 ? 0ull : valid & ((1ull << n) - 1ull);
 }
 
-// S = Q K^T for one key stage, issued (asynchronous; the caller commits and waits). Descriptors
-// advance by adding the byte offset / 16 to the start-address field.
-template <int kQkSteps>
-__device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, const uint8_t* kstage) {
-  const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kstage, 16, 1024);
-  wgmma_fence();
-#pragma unroll
-  for (int st = 0; st < kQkSteps; ++st) {
-    const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
-    wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
-  }
-}
-
 // The token split of the score product and the softmax between the two warpgroups (bench/NOTES.md,
 // the sm90 list's item 4): built with the CMake option LKV_SM90_TOKEN_SPLIT (off until measured),
-// for single CTAs (not CTA pairs).
+// for single CTAs (not CTA pairs). There warpgroup `half` scores and normalises tokens 32 half ..
+// 32 half + 31 of each block, and both warpgroups multiply the whole P, read from shared memory,
+// into their own 256 dims of O. The helpers below take kN = 64 (a whole block, the default) or 32
+// (a half).
 #if defined(LKV_SM90_TOKEN_SPLIT)
 inline constexpr bool kTokenSplitBuild = true;
 #else
 inline constexpr bool kTokenSplitBuild = false;
 #endif
 
-// One block's online softmax (log2 domain) on a score fragment: s[4 j + e] is row r0 + 8 (e / 2),
-// token 8 j + 2 t4 + (e % 2); tokens whose bit in `valid` is clear score -inf. Leaves the
-// probabilities in s, the per-row rescale of the previous blocks in alpha, and updates the
-// running row maxima and (per-thread partial) sums.
-__device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&valid)[2], float scale_log2, int t4,
-                                               float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2]) {
+// S[:, 32 half ..] = Q K^T for kN tokens of one key stage from token 32 half (0 for kN = 64),
+// issued (asynchronous; the caller commits and waits). Descriptors advance by adding the byte
+// offset / 16 to the start-address field; the key rows of a half start 32 rows (4096 bytes, whole
+// 1024-byte swizzle atoms) into each chunk.
+template <int kQkSteps, int kN = 64>
+__device__ __forceinline__ void issue_scores(float (&s)[kN / 2], const uint8_t* sQ, const uint8_t* kstage, int half = 0) {
+  const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kstage + half * 32 * 128, 16, 1024);
+  wgmma_fence();
+#pragma unroll
+  for (int st = 0; st < kQkSteps; ++st) {
+    const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
+    if constexpr (kN == 64) wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
+    else wgmma_m64n32k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
+  }
+}
+
+// One block's online softmax (log2 domain) on a score fragment of kN tokens: s[4 j + e] is row
+// r0 + 8 (e / 2), token 32 half + 8 j + 2 t4 + (e % 2); tokens whose bit in `valid` is clear score
+// -inf. Leaves the probabilities in s, the per-row rescale of the previous blocks in alpha, and
+// updates the running row maxima and (per-thread partial) sums. With half a block (kN = 32) the two
+// warpgroups exchange their tile maxima through sHalfMax ([2][64]) at named barrier 3, so both take
+// the same new row maxima (fmaxf commutes) and the same alpha; each keeps the sums of its tokens.
+template <int kN = 64>
+__device__ __forceinline__ void online_softmax(float (&s)[kN / 2], const uint64_t (&valid)[2], float scale_log2, int t4,
+                                               float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2],
+                                               int half = 0, float* sHalfMax = nullptr, int r0 = 0) {
+  constexpr int kJ = kN / 8;
+  constexpr bool kExchange = kN == 32;
   // Scores stay unscaled until the exponent: the scale is positive (every op checks it) and
   // rounding is monotonic, so the largest scaled score is the scaled largest raw score, and
   // exp2(score x scale - max) is one fma (one rounding instead of two).
   float tile_max[2] = {-INFINITY, -INFINITY};
-  // This thread's tokens are 2 t4 + (8 j + e % 2): one variable shift, then constant bit tests.
-  // valid[r]: the attended tokens of row r0 + 8 r (the same for both unless packed causal rows).
-  const uint64_t mine[2] = {valid[0] >> (2 * t4), valid[1] >> (2 * t4)};
+  // This thread's tokens are 32 half + 2 t4 + (8 j + e % 2): one variable shift, then constant bit
+  // tests. valid[r]: the attended tokens of row r0 + 8 r (the same for both unless packed causal
+  // rows).
+  const uint64_t mine[2] = {valid[0] >> (32 * half + 2 * t4), valid[1] >> (32 * half + 2 * t4)};
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < kJ; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float v = ((mine[e / 2] >> (8 * j + e % 2)) & 1) ? s[4 * j + e] : -INFINITY;
       s[4 * j + e] = v;
       tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
     }
+  if constexpr (kExchange) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    }
+    if (t4 == 0) {
+      sHalfMax[half * kHeads + r0] = tile_max[0];
+      sHalfMax[half * kHeads + r0 + 8] = tile_max[1];
+    }
+    named_barrier_sync(3);
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    if constexpr (kExchange) {
+      tile_max[r] = fmaxf(tile_max[r], sHalfMax[(half ^ 1) * kHeads + r0 + 8 * r]);
+    } else {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    }
     tile_max[r] *= scale_log2;  // -inf stays -inf
     const float new_max = fmaxf(row_max[r], tile_max[r]);
     alpha[r] = new_max == -INFINITY ? 1.0f : exp2_ftz(row_max[r] - new_max);
@@ -296,13 +325,28 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&
   const float sub_max[2] = {row_max[0] == -INFINITY ? 0.0f : row_max[0],
                             row_max[1] == -INFINITY ? 0.0f : row_max[1]};
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < kJ; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float pr = exp2_ftz(fmaf(s[4 * j + e], scale_log2, -sub_max[e / 2]));
       s[4 * j + e] = pr;
       row_sum[e / 2] += pr;
     }
+}
+
+// k-step st (16 tokens) of a score fragment as bf16 pairs: the value product's A fragment (rows r0
+// and r0 + 8, tokens 2 t4.. and 2 t4 + 8..), stored also into the swizzled P tile at column c0.
+template <int kN>
+__device__ __forceinline__ void put_p_step(const float (&s)[kN / 2], int st, uint32_t (&a)[4], uint8_t* sP, int r0,
+                                           int c0) {
+  a[0] = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
+  a[1] = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
+  a[2] = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
+  a[3] = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
+  *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = a[0];
+  *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = a[1];
+  *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0 + 8)) = a[2];
+  *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0 + 8)) = a[3];
 }
 
 // P as bf16: the value product's A fragments (k-steps of 16 tokens) in pa, and the swizzled P tile
@@ -310,111 +354,20 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&
 __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][4], const float (&alpha)[2],
                                         uint8_t* sP, float* sAlpha, int r0, int t4) {
 #pragma unroll
-  for (int st = 0; st < 4; ++st) {
-    pa[st][0] = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
-    pa[st][1] = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
-    pa[st][2] = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
-    pa[st][3] = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
-    const int c0 = 16 * st + 2 * t4;
-    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = pa[st][0];
-    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = pa[st][1];
-    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0 + 8)) = pa[st][2];
-    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0 + 8)) = pa[st][3];
-  }
+  for (int st = 0; st < 4; ++st) put_p_step<64>(s, st, pa[st], sP, r0, 16 * st + 2 * t4);
   if (t4 == 0) {
     sAlpha[r0] = alpha[0];
     sAlpha[r0 + 8] = alpha[1];
   }
 }
 
-// ---- The token split (kTokenSplit): warpgroup `half` scores and normalises tokens 32 half ..
-// 32 half + 31 of each block; both warpgroups then multiply the whole P, read from shared memory,
-// into their own 256 dims of O.
-
-// S[:, 32 half ..] = Q K^T over half of a key stage (issued; the caller commits and waits). The key
-// rows of the half start 32 rows (4096 bytes, whole 1024-byte swizzle atoms) into each chunk.
-template <int kQkSteps>
-__device__ __forceinline__ void issue_scores_half(float (&s)[16], const uint8_t* sQ, const uint8_t* kstage, int half) {
-  const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kstage + half * 32 * 128, 16, 1024);
-  wgmma_fence();
-#pragma unroll
-  for (int st = 0; st < kQkSteps; ++st) {
-    const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
-    wgmma_m64n32k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
-  }
-}
-
-// online_softmax on half a block: s[4 j + e] is row r0 + 8 (e / 2), token 32 half + 8 j + 2 t4 +
-// (e % 2). The two warpgroups exchange their tile maxima through sHalfMax ([2][64]) at named
-// barrier 3, so both take the same new row maxima (fmaxf commutes) and the same alpha; each keeps
-// the sums of its own tokens.
-__device__ __forceinline__ void online_softmax_half(float (&s)[16], const uint64_t (&valid)[2], float scale_log2,
-                                                    int t4, int half, float* sHalfMax, int r0, float (&row_max)[2],
-                                                    float (&row_sum)[2], float (&alpha)[2]) {
-  float tile_max[2] = {-INFINITY, -INFINITY};
-  const uint64_t mine[2] = {valid[0] >> (32 * half + 2 * t4), valid[1] >> (32 * half + 2 * t4)};
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float v = ((mine[e / 2] >> (8 * j + e % 2)) & 1) ? s[4 * j + e] : -INFINITY;
-      s[4 * j + e] = v;
-      tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
-    }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-  }
-  if (t4 == 0) {
-    sHalfMax[half * kHeads + r0] = tile_max[0];
-    sHalfMax[half * kHeads + r0 + 8] = tile_max[1];
-  }
-  named_barrier_sync(3);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float both = fmaxf(tile_max[r], sHalfMax[(half ^ 1) * kHeads + r0 + 8 * r]) * scale_log2;
-    const float new_max = fmaxf(row_max[r], both);
-    alpha[r] = new_max == -INFINITY ? 1.0f : exp2_ftz(row_max[r] - new_max);
-    row_max[r] = new_max;
-    row_sum[r] *= alpha[r];
-  }
-  const float sub_max[2] = {row_max[0] == -INFINITY ? 0.0f : row_max[0],
-                            row_max[1] == -INFINITY ? 0.0f : row_max[1]};
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float pr = exp2_ftz(fmaf(s[4 * j + e], scale_log2, -sub_max[e / 2]));
-      s[4 * j + e] = pr;
-      row_sum[e / 2] += pr;
-    }
-}
-
-// This warpgroup's half of the swizzled P tile (columns 32 half ..), as bf16.
+// The token split: this warpgroup's half of the swizzled P tile (columns 32 half ..).
 __device__ __forceinline__ void store_p_half(const float (&s)[16], uint8_t* sP, int r0, int t4, int half) {
 #pragma unroll
   for (int st = 0; st < 2; ++st) {
-    const int c0 = 32 * half + 16 * st + 2 * t4;
-    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
-    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
-    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0 + 8)) = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
-    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0 + 8)) = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
+    uint32_t a[4];
+    put_p_step<32>(s, st, a, sP, r0, 32 * half + 16 * st + 2 * t4);
   }
-}
-
-// O[:, 256 wg ..] += P V with the whole P from shared memory, after the rescale by this
-// warpgroup's own alpha (the same in both; skipped by warps whose rows all kept their maximum).
-__device__ __forceinline__ void issue_values_split(float (&o)[128], const float (&alpha)[2], const uint8_t* sP,
-                                                   const uint8_t* kstage, int wg) {
-  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
-  }
-  const uint64_t dp = smem_desc(sP, 16, 1024), dv = smem_desc(kstage + wg * 4 * kChunkBytes, kChunkBytes, 1024);
-  wgmma_fence();
-#pragma unroll
-  for (int st = 0; st < 4; ++st) wgmma_m64n256k16_ss_tb(o, dp + (st * 32 >> 4), dv + (st * 2048 >> 4), true);
 }
 
 // The rows' final maxima and sums (the sums reduced over the quad that shares a row) to shared
@@ -444,32 +397,33 @@ __device__ __forceinline__ void fence_p(uint32_t (&pa)[4][4]) {
     for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(pa[st][k])::"memory");
 }
 
-// O[:, 0:256] += P V for the first warpgroup: its rows rescaled by alpha first (skipped by warps
-// whose rows all kept their maximum: multiplying by 1 changes nothing), then P from registers, V the
+// O's rows r0 (a0) and r0 + 8 (a1) rescaled by the block's alpha, skipped by warps whose rows all kept
+// their maximum (multiplying by 1 changes nothing).
+__device__ __forceinline__ void rescale_o(float (&o)[128], float a0, float a1) {
+  if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= ((i / 2) % 2) ? a1 : a0;
+  }
+}
+
+// O[:, 0:256] += P V for the first warpgroup: its rows rescaled first, then P from registers, V the
 // first 512 dims of the key stage read transposed (issued; the caller commits and waits).
 __device__ __forceinline__ void issue_values_from_registers(float (&o)[128], const float (&alpha)[2],
                                                             const uint32_t (&pa)[4][4], const uint8_t* kstage) {
-  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
-  }
+  rescale_o(o, alpha[0], alpha[1]);
   const uint64_t dv = smem_desc(kstage, kChunkBytes, 1024);
   wgmma_fence();
 #pragma unroll
   for (int st = 0; st < 4; ++st) wgmma_m64n256k16_rs_tb(o, pa[st], dv + (st * 2048 >> 4), true);
 }
 
-// O[:, 256:512] += P V for the second warpgroup: its rows rescaled by the block's alpha first
-// (skipped by warps whose rows all kept their maximum), then P from shared memory, V the first 512
-// dims of the key stage read transposed (issued; the caller commits and waits).
-__device__ __forceinline__ void issue_values_from_smem(float (&o)[128], const float* sAlpha, const uint8_t* sP,
-                                                       const uint8_t* kstage, int r0) {
-  const float a0 = sAlpha[r0], a1 = sAlpha[r0 + 8];
-  if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] *= ((i / 2) % 2) ? a1 : a0;
-  }
-  const uint64_t dp = smem_desc(sP, 16, 1024), dv = smem_desc(kstage + 4 * kChunkBytes, kChunkBytes, 1024);
+// O[:, 256 wg ..] += P V with P from shared memory: the rows rescaled first by (a0, a1), V dims
+// 256 wg .. of the key stage read transposed (issued; the caller commits and waits). The second
+// warpgroup's product (alpha from shared memory), and with the token split both warpgroups'.
+__device__ __forceinline__ void issue_values_from_smem(float (&o)[128], float a0, float a1, const uint8_t* sP,
+                                                       const uint8_t* kstage, int wg) {
+  rescale_o(o, a0, a1);
+  const uint64_t dp = smem_desc(sP, 16, 1024), dv = smem_desc(kstage + wg * 4 * kChunkBytes, kChunkBytes, 1024);
   wgmma_fence();
 #pragma unroll
   for (int st = 0; st < 4; ++st) wgmma_m64n256k16_ss_tb(o, dp + (st * 32 >> 4), dv + (st * 2048 >> 4), true);
@@ -702,6 +656,15 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const int r0 = 16 * wq + gr;  // this thread's rows r0 and r0 + 8
   int64_t row_lim[2];            // the candidates those rows see (packed causal rows)
   row_limits(g, w, r0, src.candidates(), k_begin, row_lim);
+  // Block n's attended tokens for this thread's two rows (sValid[n % 4]); packed causal rows mask
+  // their own later candidates (row_lim: all of them otherwise).
+  auto block_masks = [&](int64_t n, uint64_t (&rows)[2]) {
+    const uint64_t valid = static_cast<uint64_t>(sValid[(n & 3) * 2]) |
+                           (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
+    const int64_t base = n * kBlockTokens;
+    rows[0] = Source::kPacksRows ? row_mask(valid, row_lim[0], base) : valid;
+    rows[1] = Source::kPacksRows ? row_mask(valid, row_lim[1], base) : valid;
+  };
 
   // Each warpgroup's loop is one branch (wgmma in code the compiler sees as divergent would be
   // serialized); the two meet at named barriers 1 (P ready) and 2 (block done).
@@ -719,7 +682,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     float* sHalfMax = sRowMax;  // [2][64] during the loop
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
-      issue_scores_half<kQkSteps>(s, sQ, kcur, wg);
+      issue_scores<kQkSteps, 32>(s, sQ, kcur, wg);
       wgmma_commit();
       if (n + 1 < nb) fill_next(n);
       if (wg == 0) {
@@ -732,13 +695,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       }
       wgmma_wait<0>();
       fence_operands(s);
-      const uint64_t valid = static_cast<uint64_t>(sValid[(n & 3) * 2]) |
-                             (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
-      const int64_t base = n * kBlockTokens;
-      const uint64_t valid_rows[2] = {Source::kPacksRows ? row_mask(valid, row_lim[0], base) : valid,
-                                      Source::kPacksRows ? row_mask(valid, row_lim[1], base) : valid};
+      uint64_t valid_rows[2];
+      block_masks(n, valid_rows);
       float alpha[2];
-      online_softmax_half(s, valid_rows, scale_log2, t4, wg, sHalfMax, r0, row_max, row_sum, alpha);
+      online_softmax<32>(s, valid_rows, scale_log2, t4, row_max, row_sum, alpha, wg, sHalfMax, r0);
       store_p_half(s, sP, r0, t4, wg);
       fence_proxy_async();
       named_barrier_sync(1);  // the whole P is visible
@@ -746,7 +706,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // replace them. 16-bit keys: block n + 2's pointers go to the buffer that block n's copies
       // (issued in iteration n - 1) read; they are read after barrier 2.
       if (wg == 1) resolve_store(kDirect ? n + 2 : n + 3);
-      issue_values_split(o, alpha, sP, kcur, wg);
+      issue_values_from_smem(o, alpha[0], alpha[1], sP, kcur, wg);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);
@@ -783,12 +743,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       wgmma_wait<0>();
       fence_operands(s);
       // ---- Online softmax; P to registers and shared memory.
-      const uint64_t valid = static_cast<uint64_t>(sValid[(n & 3) * 2]) |
-                             (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
-      // Packed causal rows mask their own later candidates (row_lim: all of them otherwise).
-      const int64_t base = n * kBlockTokens;
-      const uint64_t valid_rows[2] = {Source::kPacksRows ? row_mask(valid, row_lim[0], base) : valid,
-                                      Source::kPacksRows ? row_mask(valid, row_lim[1], base) : valid};
+      uint64_t valid_rows[2];
+      block_masks(n, valid_rows);
       float alpha[2];
       online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, alpha);
       uint32_t pa[4][4];  // P as the value product's A fragments (k-steps of 16 tokens)
@@ -822,7 +778,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // Every thread has read block n + 2's pointers: block n + 3's replace them.
       if constexpr (!kDirect) resolve_store(n + 3);
       // ---- O[:, 256:512] += P V_s with P from shared memory.
-      issue_values_from_smem(o, sAlpha, sP, kcur, r0);
+      issue_values_from_smem(o, sAlpha[r0], sAlpha[r0 + 8], sP, kcur, 1);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);

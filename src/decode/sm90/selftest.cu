@@ -53,14 +53,20 @@ __device__ __forceinline__ void score_product(float (&d)[32], const uint8_t* sq,
   fence_operands(d);
 }
 
-__global__ void __launch_bounds__(128) qk_kernel(const uint16_t* q, const uint16_t* k, float* s) {
+// Q and K ([64][576] bf16, row-major) into swizzled shared memory: Q at sq, K 9 chunks after it.
+__device__ __forceinline__ void stage_qk(const uint16_t* q, const uint16_t* k, uint8_t*& sq, uint8_t*& sk) {
   uint8_t* smem = aligned_smem();
-  uint8_t* sq = smem;
-  uint8_t* sk = smem + 9 * kChunkBytes;
+  sq = smem;
+  sk = smem + 9 * kChunkBytes;
   to_swizzled(q, 576, sq);
   to_swizzled(k, 576, sk);
   fence_proxy_async();
   __syncthreads();
+}
+
+__global__ void __launch_bounds__(128) qk_kernel(const uint16_t* q, const uint16_t* k, float* s) {
+  uint8_t *sq, *sk;
+  stage_qk(q, k, sq, sk);
   float d[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) d[i] = 0.0f;
@@ -68,17 +74,12 @@ __global__ void __launch_bounds__(128) qk_kernel(const uint16_t* q, const uint16
   store_accumulators(d, 64, s);
 }
 
-// The same S by halves of the tokens, as the token split's issue_scores_half forms them: for half
-// h, 36 wgmma m64n32k16 with the K descriptor starting 32 key rows (4096 bytes) into each chunk and
-// the k-step offsets added to the descriptors; S[:, 32 h ..] from its 16-float fragment.
+// The same S by halves of the tokens, as the token split's issue_scores<.., 32> forms them: for
+// half h, 36 wgmma m64n32k16 with the K descriptor starting 32 key rows (4096 bytes) into each chunk
+// and the k-step offsets added to the descriptors; S[:, 32 h ..] from its 16-float fragment.
 __global__ void __launch_bounds__(128) qk_halves_kernel(const uint16_t* q, const uint16_t* k, float* s) {
-  uint8_t* smem = aligned_smem();
-  uint8_t* sq = smem;
-  uint8_t* sk = smem + 9 * kChunkBytes;
-  to_swizzled(q, 576, sq);
-  to_swizzled(k, 576, sk);
-  fence_proxy_async();
-  __syncthreads();
+  uint8_t *sq, *sk;
+  stage_qk(q, k, sq, sk);
   const int w = threadIdx.x / 32, l = threadIdx.x % 32;
   for (int half = 0; half < 2; ++half) {
     float d[16];
@@ -225,33 +226,26 @@ bool device_has_wgmma(int device) {
   return prop.major == 9 && prop.minor == 0;
 }
 
-void selftest_qk(const uint16_t* q, const uint16_t* k, float* s) {
+namespace {
+// One warpgroup of a Q K^T kernel (qk_kernel or qk_halves_kernel) on host arrays.
+void run_qk(void (*kernel)(const uint16_t*, const uint16_t*, float*), const uint16_t* q, const uint16_t* k, float* s) {
   uint16_t* dq = to_device(q, 64 * 576);
   uint16_t* dk = to_device(k, 64 * 576);
   float* ds = to_device<float>(nullptr, 64 * 64);
   constexpr int kSmem = 18 * kChunkBytes + 1024;
-  LKV_CUDA_CHECK(cudaFuncSetAttribute(qk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  qk_kernel<<<1, 128, kSmem>>>(dq, dk, ds);
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  kernel<<<1, 128, kSmem>>>(dq, dk, ds);
   LKV_CUDA_CHECK_LAUNCH();
   LKV_CUDA_CHECK(cudaMemcpy(s, ds, 64 * 64 * sizeof(float), cudaMemcpyDeviceToHost));
   cudaFree(dq);
   cudaFree(dk);
   cudaFree(ds);
 }
+}  // namespace
 
-void selftest_qk_halves(const uint16_t* q, const uint16_t* k, float* s) {
-  uint16_t* dq = to_device(q, 64 * 576);
-  uint16_t* dk = to_device(k, 64 * 576);
-  float* ds = to_device<float>(nullptr, 64 * 64);
-  constexpr int kSmem = 18 * kChunkBytes + 1024;
-  LKV_CUDA_CHECK(cudaFuncSetAttribute(qk_halves_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  qk_halves_kernel<<<1, 128, kSmem>>>(dq, dk, ds);
-  LKV_CUDA_CHECK_LAUNCH();
-  LKV_CUDA_CHECK(cudaMemcpy(s, ds, 64 * 64 * sizeof(float), cudaMemcpyDeviceToHost));
-  cudaFree(dq);
-  cudaFree(dk);
-  cudaFree(ds);
-}
+void selftest_qk(const uint16_t* q, const uint16_t* k, float* s) { run_qk(qk_kernel, q, k, s); }
+
+void selftest_qk_halves(const uint16_t* q, const uint16_t* k, float* s) { run_qk(qk_halves_kernel, q, k, s); }
 
 void selftest_qk_contention(const uint16_t* q, const uint16_t* k, float* s, int mode, long long* clocks) {
   constexpr int kReps = 64;
