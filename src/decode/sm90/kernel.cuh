@@ -223,6 +223,32 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   }
 }
 
+// load_q by cp.async (kQAsync): every 16-byte copy of the CTA's rows in flight at once, one commit
+// group, which the caller waits for and fences to the async proxy before the first score product;
+// rows past the CTA's are zeroed by plain stores. Built with the CMake option LKV_SM90_Q_ASYNC (off
+// until measured): the V4 bench cases show a fixed cost of ~17 us per wave of CTAs (bench/NOTES.md,
+// v16), and load_q's loop of 18 loads and stores per thread may expose a memory latency per step.
+#if defined(LKV_SM90_Q_ASYNC)
+inline constexpr bool kQAsync = true;
+#else
+inline constexpr bool kQAsync = false;
+#endif
+template <int kDqk, int kNumThreads, bool kPacks>
+__device__ __forceinline__ void load_q_async(uint8_t* sQ, const cuda::Geometry& g, const CtaWork<kPacks>& w, int tid) {
+  const uint16_t* first = g.q + w.r1 * g.stride_q_r1 + w.pr.r2_0 * g.stride_q_r2;
+  constexpr int kUnits = kDqk / 8;  // 16-byte units of a row
+  for (int c = tid; c < kHeads * kUnits; c += kNumThreads) {
+    const int row = c / kUnits, dim = (c % kUnits) * 8;
+    uint8_t* to = sQ + (dim / 64) * kChunkBytes + sw128_offset(row, dim % 64);
+    if (row >= w.rows_here) {
+      *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    cuda::cp_async_16(to, first + w.pr.query(row, w.heads_here) * g.stride_q_r2 + w.head(row) * g.stride_q_h + dim);
+  }
+  cuda::cp_async_commit();
+}
+
 // PackedRows::row_limit of this thread's rows r0 and r0 + 8.
 template <bool kPacks>
 __device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWork<kPacks>& w, int r0, int64_t visible,
@@ -528,7 +554,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const int64_t kv_head = w.kv_head, r1 = w.r1, split = w.split;
 
   // ---- Q to shared memory, zero rows past the CTA's.
-  load_q<kDqk, kThreads>(sQ, g, w, tid);
+  if constexpr (kQAsync) load_q_async<kDqk, kThreads>(sQ, g, w, tid);
+  else load_q<kDqk, kThreads>(sQ, g, w, tid);
 
   const Source src(p.src, r1, w.pr.r2_last(), kv_head);
   const int64_t k_begin = split * g.keys_per_split;
@@ -645,6 +672,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     if (nb > 1) load();
     __syncthreads();
     resolve(2);
+    if constexpr (kQAsync) {  // Q's copies (16-bit keys: finish_copies above waited for them)
+      cuda::cp_async_wait<0>();
+      fence_proxy_async();
+    }
     __syncthreads();
   }
 
