@@ -215,9 +215,10 @@ DecodeWorkloadOptions variant_case(CacheFormat f, int64_t b, int64_t h_q, int64_
 }
 
 // The workload run again on the GPU, its outputs poisoned first.
-GpuResult rerun_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr) {
+GpuResult rerun_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr, bool exact_workspace = false,
+                    int graph_replays = 0) {
   w.poison_outputs();
-  return run_gpu(w, plan);
+  return run_gpu(w, plan, exact_workspace, graph_replays);
 }
 
 // A one-launch plan of 256 candidates per split (the main and extra caches' candidates together).
@@ -453,8 +454,7 @@ TEST(DecodeCuda, UnsplitRequestsAgreeBitwise) {
         DecodeWorkload w = latentkv::testing::make_decode_workload(o);
         const GpuResult got = rerun_gpu(w, &two), whole = rerun_gpu(w, &one), parts = rerun_gpu(w, &split);
         // The same with a caller workspace of exactly the plan's size (the split requests' rows).
-        w.poison_outputs();
-        expect_same(got, run_gpu(w, &two, true), label + " exact workspace");
+        expect_same(got, rerun_gpu(w, &two, true), label + " exact workspace");
         // The split and unsplit launches differ somewhere, so the comparison below can tell them apart.
         EXPECT_NE(whole.out, parts.out) << label;
         const size_t out_per = static_cast<size_t>(o.s_q * o.h_q * 512), lse_per = static_cast<size_t>(o.h_q * o.s_q);
@@ -506,10 +506,6 @@ TEST(DecodeCuda, DependentLaunchesAndGraphsAgreeBitwise) {
   if (cc_major * 10 + cc_minor == 90) {
     EXPECT_TRUE(pdl);
   }
-  auto run_exact = [](DecodeWorkload& w, const DecodePlan* plan, int graph_replays = 0) {
-    w.poison_outputs();
-    return run_gpu(w, plan, true, graph_replays);
-  };
   for (KernelChoice kernel : kernels()) {
     UseKernel use(kernel);
     int n = 0;
@@ -529,13 +525,13 @@ TEST(DecodeCuda, DependentLaunchesAndGraphsAgreeBitwise) {
                                       (plan->unsplit_b ? " two launches" : " one launch") + ", " +
                                       std::to_string(plan->num_splits) + " splits";
             dc::set_pdl_mode(0);
-            const GpuResult plain = run_exact(w, plan);
+            const GpuResult plain = rerun_gpu(w, plan, true);
             dc::set_pdl_mode(2);
-            expect_same(plain, run_exact(w, plan), label + ", PDL for second launches only");
+            expect_same(plain, rerun_gpu(w, plan, true), label + ", PDL for second launches only");
             dc::set_pdl_mode(1);
             if (plan == &two) check_case(o, "PDL on: " + label, plan);
-            expect_same(plain, run_exact(w, plan), label + ", PDL on against off");
-            expect_same(plain, run_exact(w, plan, 3), label + ", graph replays");
+            expect_same(plain, rerun_gpu(w, plan, true), label + ", PDL on against off");
+            expect_same(plain, rerun_gpu(w, plan, true, 3), label + ", graph replays");
           }
         }
   }
