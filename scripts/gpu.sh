@@ -48,6 +48,12 @@ if has build; then
   upid=
   if has variant_ab; then
     jobs=$(( jobs / 2 ))
+    # A CMake cache keeps every -D it was ever given, so a directory configured for other flags is
+    # started afresh; the stamp records the flags the binaries were built with.
+    if [ "$(cat build-gpu-variant/lkv-variant-flags 2>/dev/null)" != "${LKV_VARIANT_CMAKE:-}" ]; then
+      rm -rf build-gpu-variant
+    fi
+    mkdir -p build-gpu-variant && printf '%s' "${LKV_VARIANT_CMAKE:-}" >build-gpu-variant/lkv-variant-flags
     (cmake -S . -B build-gpu-variant -G Ninja -DCMAKE_BUILD_TYPE=Release ${LKV_VARIANT_CMAKE:-} \
        -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" >"$OUT/build-variant.log" 2>&1 &&
      cmake --build build-gpu-variant -j "$jobs" "${targets[@]}" >>"$OUT/build-variant.log" 2>&1) &
@@ -314,7 +320,9 @@ fi
 # variant_ab: the default build against one configured with the extra CMake flags LKV_VARIANT_CMAKE
 # (built into build-gpu-variant by the build stage, beside the default one), after the variant's
 # attention suites (LKV_VARIANT_TEST_FILTER).
-if has variant_ab; then
+if has variant_ab && [ "$(cat build-gpu-variant/lkv-variant-flags 2>/dev/null)" != "${LKV_VARIANT_CMAKE:-}" ]; then
+  note "variant_ab skipped: build-gpu-variant was not built with '${LKV_VARIANT_CMAKE:-}' (add the build stage)"
+elif has variant_ab; then
   timeout 300 ./build-gpu-variant/lkv_cuda_tests --gtest_filter="${LKV_VARIANT_TEST_FILTER:-Decode*:Prefill*:Dense*:Attention*}" \
     >"$OUT/cuda_tests-variant.log" 2>&1
   note "cuda tests (variant) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests-variant.log" | tr '\n' ' ')"

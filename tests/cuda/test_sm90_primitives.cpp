@@ -60,23 +60,6 @@ TEST(Sm90Primitives, ScoreProductFromSwizzledSharedMemory) {
   EXPECT_LT(e, 1e-5);
 }
 
-// The token split's score product (m64n32k16, the K descriptor 32 rows into each chunk) gives the
-// same S as the whole-block one.
-TEST(Sm90Primitives, ScoreProductByTokenHalves) {
-  if (!has_sm90()) GTEST_SKIP() << "needs a compute capability 9.0 device";
-  const auto q = random_bf16(64 * 576, 7), k = random_bf16(64 * 576, 8);
-  std::vector<float> s(64 * 64, NAN), whole(64 * 64, NAN);
-  decode::sm90::selftest_qk_halves(q.data(), k.data(), s.data());
-  decode::sm90::selftest_qk(q.data(), k.data(), whole.data());
-  const double e = product_error(q, k, 64, 576, 64, /*b_transposed=*/true, s);
-  std::printf("[sm90] S = Q K^T by token halves (m64n32k16 x 36 x 2, SS): max rel error %.2e\n", e);
-  EXPECT_LT(e, 1e-5);
-  // Whether the tensor cores round the halves as they round the whole block (not required: only the
-  // rounding of S may differ).
-  std::printf("[sm90] token halves bitwise equal to the whole block's S: %s\n",
-              std::memcmp(s.data(), whole.data(), s.size() * sizeof(float)) == 0 ? "yes" : "no");
-}
-
 // The score product stays exact while another warpgroup stores to shared memory or runs the same
 // products (the decode kernel's situation); the clocks per product are printed for the design
 // notes (1,152 at the tensor cores' dense bf16 rate), not checked.

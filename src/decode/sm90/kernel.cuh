@@ -133,8 +133,8 @@ __device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stag
   float sc[R::kNopeChunks];
   uint32_t e8[R::kNopeChunks];  // v4: the ue8m0 scale bytes
   bool fast = kWholeToken;
-  // With LKV_SM90_NAN_BITS: the NaN flags of the whole token, two instructions per word
-  // (nan_bits16), masked once below; otherwise each chunk is checked on its own and this stays 0.
+  // The NaN flags of the whole token, two instructions per word (nan_bits16), masked once below
+  // rather than tested per chunk (V4 b 64 4-5% faster: bench/NOTES.md, v17).
   uint32_t nan_bits = 0;
 #pragma unroll
   for (int i = 0; i < R::kNopeChunks; ++i) {
@@ -149,14 +149,9 @@ __device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stag
       sc[i] = num::ue8m0_to_f32(static_cast<uint8_t>(e8[i]));
     }
     if (kWholeToken) {
-#if defined(LKV_SM90_NAN_BITS)
       nan_bits |= nan_bits16(r.nope[i]);
       if constexpr (F == KeyStorage::kV4Fp8) fast = fast && ue8m0_fast(e8[i]);
       else fast = fast && fast_scale(sc[i]);
-#else
-      if constexpr (F == KeyStorage::kV4Fp8) fast = fast && no_nan16(r.nope[i]) && ue8m0_fast(e8[i]);
-      else fast = fast && dequant16_fast_ok(r.nope[i], sc[i]);
-#endif
     }
   }
   if (kWholeToken) fast = fast && (nan_bits & 0x80808080u) == 0;
@@ -209,32 +204,13 @@ struct CtaWork {
   __device__ __forceinline__ int64_t head(int lr) const { return h0 + pr.head(lr, heads_here); }
 };
 
-// Q of the CTA's rows to shared memory (swizzled chunks), zero rows past them; kNumThreads threads.
+// Q of the CTA's rows to shared memory (swizzled chunks) by cp.async, every 16-byte copy in flight
+// at once in one commit group, which the caller waits for and fences to the async proxy before the
+// first score product; rows past the CTA's are zeroed by plain stores. (A loop of plain loads and
+// stores ran each load under its own branch, so the loads could take several rounds of memory
+// latency: cp.async was 4-5% faster at b 2, bench/NOTES.md, v17.)
 template <int kDqk, int kNumThreads, bool kPacks>
 __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, const CtaWork<kPacks>& w, int tid) {
-  const uint16_t* q_row = g.q + w.r1 * g.stride_q_r1 + w.pr.r2_0 * g.stride_q_r2;  // the group's first query
-  for (int c = tid; c < kHeads * (kDqk / 8); c += kNumThreads) {
-    const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (hr < w.rows_here)
-      v = *reinterpret_cast<const uint4*>(q_row + w.pr.query(hr, w.heads_here) * g.stride_q_r2 +
-                                          w.head(hr) * g.stride_q_h + col);
-    *reinterpret_cast<uint4*>(sQ + (col / 64) * kChunkBytes + sw128_offset(hr, col % 64)) = v;
-  }
-}
-
-// load_q by cp.async (kQAsync): every 16-byte copy of the CTA's rows in flight at once, one commit
-// group, which the caller waits for and fences to the async proxy before the first score product;
-// rows past the CTA's are zeroed by plain stores. Built with the CMake option LKV_SM90_Q_ASYNC (off
-// until measured): the V4 bench cases show a fixed cost of ~17 us per wave of CTAs (bench/NOTES.md,
-// v16), and load_q's loop of 18 loads and stores per thread may expose a memory latency per step.
-#if defined(LKV_SM90_Q_ASYNC)
-inline constexpr bool kQAsync = true;
-#else
-inline constexpr bool kQAsync = false;
-#endif
-template <int kDqk, int kNumThreads, bool kPacks>
-__device__ __forceinline__ void load_q_async(uint8_t* sQ, const cuda::Geometry& g, const CtaWork<kPacks>& w, int tid) {
   const uint16_t* first = g.q + w.r1 * g.stride_q_r1 + w.pr.r2_0 * g.stride_q_r2;
   constexpr int kUnits = kDqk / 8;  // 16-byte units of a row
   for (int c = tid; c < kHeads * kUnits; c += kNumThreads) {
@@ -263,54 +239,33 @@ __device__ __forceinline__ uint64_t row_mask(uint64_t valid, int64_t lim, int64_
   return n >= 64 ? valid : n <= 0 ? 0ull : valid & ((1ull << n) - 1ull);
 }
 
-// The token split of the score product and the softmax between the two warpgroups (bench/NOTES.md,
-// the sm90 list's item 4): built with the CMake option LKV_SM90_TOKEN_SPLIT (off until measured),
-// for single CTAs (not CTA pairs). There warpgroup `half` scores and normalises tokens 32 half ..
-// 32 half + 31 of each block, and both warpgroups multiply the whole P, read from shared memory,
-// into their own 256 dims of O. The helpers below take kN = 64 (a whole block, the default) or 32
-// (a half).
-#if defined(LKV_SM90_TOKEN_SPLIT)
-inline constexpr bool kTokenSplitBuild = true;
-#else
-inline constexpr bool kTokenSplitBuild = false;
-#endif
-
-// S[:, 32 half ..] = Q K^T for kN tokens of one key stage from token 32 half (0 for kN = 64),
-// issued (asynchronous; the caller commits and waits). Descriptors advance by adding the byte
-// offset / 16 to the start-address field; the key rows of a half start 32 rows (4096 bytes, whole
-// 1024-byte swizzle atoms) into each chunk.
-template <int kQkSteps, int kN = 64>
-__device__ __forceinline__ void issue_scores(float (&s)[kN / 2], const uint8_t* sQ, const uint8_t* kstage, int half = 0) {
-  const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kstage + half * 32 * 128, 16, 1024);
+// S = Q K^T for the 64 tokens of one key stage, issued (asynchronous; the caller commits and
+// waits). Descriptors advance by adding the byte offset / 16 to the start-address field.
+template <int kQkSteps>
+__device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, const uint8_t* kstage) {
+  const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kstage, 16, 1024);
   wgmma_fence();
 #pragma unroll
   for (int st = 0; st < kQkSteps; ++st) {
     const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
-    if constexpr (kN == 64) wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
-    else wgmma_m64n32k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
+    wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
   }
 }
 
-// One block's online softmax (log2 domain) on a score fragment of kN tokens: s[4 j + e] is row
-// r0 + 8 (e / 2), token 32 half + 8 j + 2 t4 + (e % 2); tokens whose bit in `valid` is clear score
-// -inf. Leaves the probabilities in s, the per-row rescale of the previous blocks in alpha, and
-// updates the running row maxima and (per-thread partial) sums. With half a block (kN = 32) the two
-// warpgroups exchange their tile maxima through sHalfMax ([2][64]) at named barrier 3, so both take
-// the same new row maxima (fmaxf commutes) and the same alpha; each keeps the sums of its tokens.
-template <int kN = 64>
-__device__ __forceinline__ void online_softmax(float (&s)[kN / 2], const uint64_t (&valid)[2], float scale_log2, int t4,
-                                               float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2],
-                                               int half = 0, float* sHalfMax = nullptr, int r0 = 0) {
-  constexpr int kJ = kN / 8;
-  constexpr bool kExchange = kN == 32;
+// One block's online softmax (log2 domain) on a score fragment: s[4 j + e] is row r0 + 8 (e / 2),
+// token 8 j + 2 t4 + (e % 2); tokens whose bit in `valid` is clear score -inf. Leaves the
+// probabilities in s, the per-row rescale of the previous blocks in alpha, and updates the running
+// row maxima and (per-thread partial) sums.
+__device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&valid)[2], float scale_log2, int t4,
+                                               float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2]) {
+  constexpr int kJ = 8;
   // Scores stay unscaled until the exponent: the scale is positive (every op checks it) and
   // rounding is monotonic, so the largest scaled score is the scaled largest raw score, and
   // exp2(score x scale - max) is one fma (one rounding instead of two).
   float tile_max[2] = {-INFINITY, -INFINITY};
-  // This thread's tokens are 32 half + 2 t4 + (8 j + e % 2): one variable shift, then constant bit
-  // tests. valid[r]: the attended tokens of row r0 + 8 r (the same for both unless packed causal
-  // rows).
-  const uint64_t mine[2] = {valid[0] >> (32 * half + 2 * t4), valid[1] >> (32 * half + 2 * t4)};
+  // This thread's tokens are 2 t4 + (8 j + e % 2): one variable shift, then constant bit tests.
+  // valid[r]: the attended tokens of row r0 + 8 r (the same for both unless packed causal rows).
+  const uint64_t mine[2] = {valid[0] >> (2 * t4), valid[1] >> (2 * t4)};
 #pragma unroll
   for (int j = 0; j < kJ; ++j)
 #pragma unroll
@@ -319,26 +274,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[kN / 2], const uint64_
       s[4 * j + e] = v;
       tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
     }
-  if constexpr (kExchange) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-    }
-    if (t4 == 0) {
-      sHalfMax[half * kHeads + r0] = tile_max[0];
-      sHalfMax[half * kHeads + r0 + 8] = tile_max[1];
-    }
-    named_barrier_sync(3);
-  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if constexpr (kExchange) {
-      tile_max[r] = fmaxf(tile_max[r], sHalfMax[(half ^ 1) * kHeads + r0 + 8 * r]);
-    } else {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-    }
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
     tile_max[r] *= scale_log2;  // -inf stays -inf
     const float new_max = fmaxf(row_max[r], tile_max[r]);
     alpha[r] = new_max == -INFINITY ? 1.0f : exp2_ftz(row_max[r] - new_max);
@@ -362,8 +301,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[kN / 2], const uint64_
 
 // k-step st (16 tokens) of a score fragment as bf16 pairs: the value product's A fragment (rows r0
 // and r0 + 8, tokens 2 t4.. and 2 t4 + 8..), stored also into the swizzled P tile at column c0.
-template <int kN>
-__device__ __forceinline__ void put_p_step(const float (&s)[kN / 2], int st, uint32_t (&a)[4], uint8_t* sP, int r0,
+__device__ __forceinline__ void put_p_step(const float (&s)[32], int st, uint32_t (&a)[4], uint8_t* sP, int r0,
                                            int c0) {
   a[0] = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
   a[1] = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
@@ -380,27 +318,17 @@ __device__ __forceinline__ void put_p_step(const float (&s)[kN / 2], int st, uin
 __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][4], const float (&alpha)[2],
                                         uint8_t* sP, float* sAlpha, int r0, int t4) {
 #pragma unroll
-  for (int st = 0; st < 4; ++st) put_p_step<64>(s, st, pa[st], sP, r0, 16 * st + 2 * t4);
+  for (int st = 0; st < 4; ++st) put_p_step(s, st, pa[st], sP, r0, 16 * st + 2 * t4);
   if (t4 == 0) {
     sAlpha[r0] = alpha[0];
     sAlpha[r0 + 8] = alpha[1];
   }
 }
 
-// The token split: this warpgroup's half of the swizzled P tile (columns 32 half ..).
-__device__ __forceinline__ void store_p_half(const float (&s)[16], uint8_t* sP, int r0, int t4, int half) {
-#pragma unroll
-  for (int st = 0; st < 2; ++st) {
-    uint32_t a[4];
-    put_p_step<32>(s, st, a, sP, r0, 32 * half + 16 * st + 2 * t4);
-  }
-}
-
 // The rows' final maxima and sums (the sums reduced over the quad that shares a row) to shared
 // memory for both warpgroups' epilogues.
-// other_sums: with the token split, warpgroup 1's sums of the same rows, added to these.
 __device__ __forceinline__ void publish_row_stats(const float (&row_max)[2], float (&row_sum)[2], float* sRowMax,
-                                                  float* sRowSum, int r0, int t4, const float* other_sums = nullptr) {
+                                                  float* sRowSum, int r0, int t4) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
@@ -409,8 +337,8 @@ __device__ __forceinline__ void publish_row_stats(const float (&row_max)[2], flo
   if (t4 == 0) {
     sRowMax[r0] = row_max[0];
     sRowMax[r0 + 8] = row_max[1];
-    sRowSum[r0] = other_sums ? row_sum[0] + other_sums[r0] : row_sum[0];
-    sRowSum[r0 + 8] = other_sums ? row_sum[1] + other_sums[r0 + 8] : row_sum[1];
+    sRowSum[r0] = row_sum[0];
+    sRowSum[r0 + 8] = row_sum[1];
   }
 }
 
@@ -445,7 +373,7 @@ __device__ __forceinline__ void issue_values_from_registers(float (&o)[128], con
 
 // O[:, 256 wg ..] += P V with P from shared memory: the rows rescaled first by (a0, a1), V dims
 // 256 wg .. of the key stage read transposed (issued; the caller commits and waits). The second
-// warpgroup's product (alpha from shared memory), and with the token split both warpgroups'.
+// warpgroup's product (alpha from shared memory).
 __device__ __forceinline__ void issue_values_from_smem(float (&o)[128], float a0, float a1, const uint8_t* sP,
                                                        const uint8_t* kstage, int wg) {
   rescale_o(o, a0, a1);
@@ -554,8 +482,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const int64_t kv_head = w.kv_head, r1 = w.r1, split = w.split;
 
   // ---- Q to shared memory, zero rows past the CTA's.
-  if constexpr (kQAsync) load_q_async<kDqk, kThreads>(sQ, g, w, tid);
-  else load_q<kDqk, kThreads>(sQ, g, w, tid);
+  load_q<kDqk, kThreads>(sQ, g, w, tid);
 
   const Source src(p.src, r1, w.pr.r2_last(), kv_head);
   const int64_t k_begin = split * g.keys_per_split;
@@ -672,10 +599,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     if (nb > 1) load();
     __syncthreads();
     resolve(2);
-    if constexpr (kQAsync) {  // Q's copies (16-bit keys: finish_copies above waited for them)
-      cuda::cp_async_wait<0>();
-      fence_proxy_async();
-    }
+    cuda::cp_async_wait<0>();  // Q's copies (16-bit keys: finish_copies above waited for them)
+    fence_proxy_async();
     __syncthreads();
   }
 
@@ -701,64 +626,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // serialized); the two meet at named barriers 1 (P ready) and 2 (block done).
   // (Issuing block n + 1's score product right behind block n's value product, for quantized keys
   // whose next stage is whole at barrier 1, measured 11% slower on V3.2 b 128: bench/NOTES.md.)
-  constexpr bool kTokenSplit = kTokenSplitBuild && !kPair;
-  if constexpr (kTokenSplit) {
-    // Both warpgroups run one loop: scores and softmax of their half of the tokens (maxima
-    // exchanged at named barrier 3 through the row-statistics area, written only after the loop),
-    // P to shared memory, barrier 1, each its 256 dims of P V, barrier 2. Warpgroup 0 loads and
-    // dequantizes its half of the next blocks as before; warpgroup 1 also resolves.
-    float s[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) s[i] = 0.0f;
-    float* sHalfMax = sRowMax;  // [2][64] during the loop
-    for (int64_t n = 0; n < nb; ++n) {
-      uint8_t* kcur = sK + (n & 1) * L::k_stage;
-      issue_scores<kQkSteps, 32>(s, sQ, kcur, wg);
-      wgmma_commit();
-      if (n + 1 < nb) fill_next(n);
-      if (wg == 0) {
-        if (!kDirect && n + 2 < nb) load();
-      } else if constexpr (kDirect) {
-        resolve_compute(n + 2);  // stored after barrier 1, so its index loads run under the softmax
-      } else {
-        if (n + 2 < nb) load();
-        resolve_compute(n + 3);
-      }
-      wgmma_wait<0>();
-      fence_operands(s);
-      uint64_t valid_rows[2];
-      block_masks(n, valid_rows);
-      float alpha[2];
-      online_softmax<32>(s, valid_rows, scale_log2, t4, row_max, row_sum, alpha, wg, sHalfMax, r0);
-      store_p_half(s, sP, r0, t4, wg);
-      fence_proxy_async();
-      named_barrier_sync(1);  // the whole P is visible
-      // Quantized keys: every thread has loaded block n + 2's records, so block n + 3's pointers
-      // replace them. 16-bit keys: block n + 2's pointers go to the buffer that block n's copies
-      // (issued in iteration n - 1) read; they are read after barrier 2.
-      if (wg == 1) resolve_store(kDirect ? n + 2 : n + 3);
-      issue_values_from_smem(o, alpha[0], alpha[1], sP, kcur, wg);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_operands(o);
-      finish_copies();
-      named_barrier_sync(2);  // stage n & 1, P and the maxima are free
-    }
-    // Row statistics: warpgroup 1's sums (over its tokens and its quad) beside warpgroup 0's.
-    if (wg == 1) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-      }
-      if (t4 == 0) {
-        sAlpha[r0] = row_sum[0];
-        sAlpha[r0 + 8] = row_sum[1];
-      }
-    }
-    __syncthreads();
-    if (wg == 0) publish_row_stats(row_max, row_sum, sRowMax, sRowSum, r0, t4, sAlpha);
-  } else if (wg == 0) {
+  if (wg == 0) {
     float s[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;

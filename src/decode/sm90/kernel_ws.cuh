@@ -152,6 +152,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
 
   // ---- Q to shared memory (every thread), barriers initialised (thread 0).
   load_q<kDqk, kWsThreads>(sQ, g, w, tid);
+  cuda::cp_async_wait<0>();  // Q's copies, before the fence and the barrier below
   if (tid == 0) {
     mbar_init(&full[0], 128);
     mbar_init(&full[1], 128);

@@ -183,22 +183,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc
 #endif
 }
 
-// D[64 x 32] (+)= A[64 x 16] B[16 x 32], both from shared memory (descriptors), bf16 in, f32 out: half
-// of a key block's tokens (the token split of the scores, kernel.cuh).
-__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-#if defined(LKV_SM90_WGMMA)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-#else
-  (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
-  __trap();
-#endif
-}
-
 // The 128 accumulator operands of an m64n256 wgmma, as inline-asm read-write operands.
 #define LKV_WGMMA_N256_ACC(d) \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \

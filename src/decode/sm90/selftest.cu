@@ -74,37 +74,6 @@ __global__ void __launch_bounds__(128) qk_kernel(const uint16_t* q, const uint16
   store_accumulators(d, 64, s);
 }
 
-// The same S by halves of the tokens, as the token split's issue_scores<.., 32> forms them: for
-// half h, 36 wgmma m64n32k16 with the K descriptor starting 32 key rows (4096 bytes) into each chunk
-// and the k-step offsets added to the descriptors; S[:, 32 h ..] from its 16-float fragment.
-__global__ void __launch_bounds__(128) qk_halves_kernel(const uint16_t* q, const uint16_t* k, float* s) {
-  uint8_t *sq, *sk;
-  stage_qk(q, k, sq, sk);
-  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
-  for (int half = 0; half < 2; ++half) {
-    float d[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) d[i] = 0.0f;
-    const uint64_t dq = smem_desc(sq, 16, 1024), dk = smem_desc(sk + half * 32 * 128, 16, 1024);
-    wgmma_fence();
-#pragma unroll
-    for (int st = 0; st < 36; ++st) {
-      const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
-      wgmma_m64n32k16_ss(d, dq + (off >> 4), dk + (off >> 4), st > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(d);
-    for (int j = 0; j < 4; ++j) {
-      const int row = 16 * w + l / 4, col = 32 * half + 8 * j + 2 * (l % 4);
-      s[row * 64 + col] = d[4 * j];
-      s[row * 64 + col + 1] = d[4 * j + 1];
-      s[(row + 8) * 64 + col] = d[4 * j + 2];
-      s[(row + 8) * 64 + col + 1] = d[4 * j + 3];
-    }
-  }
-}
-
 __device__ __forceinline__ uint32_t pack_bits(uint16_t lo, uint16_t hi) {
   return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
 }
@@ -227,7 +196,7 @@ bool device_has_wgmma(int device) {
 }
 
 namespace {
-// One warpgroup of a Q K^T kernel (qk_kernel or qk_halves_kernel) on host arrays.
+// One warpgroup of a Q K^T kernel (qk_kernel) on host arrays.
 void run_qk(void (*kernel)(const uint16_t*, const uint16_t*, float*), const uint16_t* q, const uint16_t* k, float* s) {
   uint16_t* dq = to_device(q, 64 * 576);
   uint16_t* dk = to_device(k, 64 * 576);
@@ -245,7 +214,6 @@ void run_qk(void (*kernel)(const uint16_t*, const uint16_t*, float*), const uint
 
 void selftest_qk(const uint16_t* q, const uint16_t* k, float* s) { run_qk(qk_kernel, q, k, s); }
 
-void selftest_qk_halves(const uint16_t* q, const uint16_t* k, float* s) { run_qk(qk_halves_kernel, q, k, s); }
 
 void selftest_qk_contention(const uint16_t* q, const uint16_t* k, float* s, int mode, long long* clocks) {
   constexpr int kReps = 64;

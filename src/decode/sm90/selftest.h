@@ -14,11 +14,6 @@ bool device_has_wgmma(int device);
 // swizzled shared memory. Host arrays, row-major; q and k hold bf16 bits.
 void selftest_qk(const uint16_t* q, const uint16_t* k, float* s);
 
-// The same S as two halves of the tokens (S[:, 0:32], S[:, 32:64]), each from 36 wgmma m64n32k16
-// with the K descriptor 32 key rows into the tile: the token split's score product (kernel.cuh,
-// issue_scores<kQkSteps, 32>).
-void selftest_qk_halves(const uint16_t* q, const uint16_t* k, float* s);
-
 // selftest_qk's product repeated 64 times by one warpgroup while a second one (mode) 0: idles,
 // 1: stores 16-byte units over 72 KB of shared memory without pause (the decode kernel's
 // dequantization stores beside its score product), 2: runs the same products. S as selftest_qk;
