@@ -4,7 +4,7 @@
 #   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
-#   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [env_ab] [variant_ab]
+#   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [env_ab] [variant_ab] [variant_trace]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -46,7 +46,7 @@ if has build; then
   start=$(date +%s)
   jobs=$(nproc)
   upid=
-  if has variant_ab; then
+  if has variant_ab || has variant_trace; then
     jobs=$(( jobs / 2 ))
     # A CMake cache keeps every -D it was ever given, so a directory configured for other flags is
     # started afresh; the stamp records the flags the binaries were built with.
@@ -334,6 +334,23 @@ elif has variant_ab; then
   ab_tables "$OUT/variant-ab" "$OUT/ab-variant.txt" default variant
   (cd "$OUT" && tar czf variant-ab.tgz variant-ab && rm -rf variant-ab)
   note "variant_ab ($LKV_VARIANT_CMAKE): see ab-variant.txt"
+fi
+
+# variant_trace: the decode bench with the Hopper kernel's phase stamps (bench decode --trace) from
+# a variant built with LKV_VARIANT_CMAKE=-DLKV_SM90_TRACE=ON, for each ';'-separated filter of
+# LKV_TRACE_FILTERS (default: the V4 b 2 and b 64 cases and V3.2 b 128).
+if has variant_trace; then
+  if [[ "$(cat build-gpu-variant/lkv-variant-flags 2>/dev/null)" != *LKV_SM90_TRACE=ON* ]]; then
+    note "variant_trace skipped: build-gpu-variant was not built with -DLKV_SM90_TRACE=ON"
+  else
+    IFS=';' read -ra tfilters <<<"${LKV_TRACE_FILTERS:-v4_b2_;v4_b64_;v32_b128_h128}"
+    for f in "${tfilters[@]}"; do
+      timeout 300 ./build-gpu-variant/latentkv bench decode --device cuda --kernel auto --trace --filter "$f" \
+        --json "$OUT/trace-decode-$f.json" >"$OUT/trace-decode-$f.log" 2>&1
+      note "trace decode $f rc=$?"
+      cat "$OUT/trace-decode-$f.log"
+    done
+  fi
 fi
 
 if has decode_portable; then

@@ -126,6 +126,66 @@ int64_t unique_count(const std::vector<int32_t>& idx, int64_t num_slots) {
   return n;
 }
 
+#ifdef LKV_WITH_CUDA
+// --trace: one more flushed call with the Hopper kernel's phase stamps (decode/sm90/launch.h,
+// set_trace): for each phase the median and the latest CTA, in microseconds after the first CTA
+// started; the gap from a one-thread kernel queued right before the call to that start (launch),
+// from the first entry to the last exit (span), and from there to a one-thread kernel queued right
+// after the call (tail: the combine, if any, and the launch gaps around it). Printed, and kept in
+// the case's numbers.
+void trace_case(const std::string& name, const SparseDecodeArgs& a, BenchCase& bc) {
+  namespace s9 = decode::sm90;
+  bench_cuda::flush_l2();
+  s9::set_trace(true);
+  s9::mark_trace(0);
+  sparse_decode(a);
+  s9::mark_trace(1);
+  s9::set_trace(false);
+  const s9::KernelTrace t = s9::last_trace();
+  if (t.ctas == 0) {
+    std::printf("  trace %s: no stamps (the Hopper kernel did not run)\n", name.c_str());
+    return;
+  }
+  auto at = [&](int64_t c, int k) { return t.stamps[static_cast<size_t>(c * s9::kTracePhases + k)]; };
+  unsigned long long t0 = ~0ull, t1 = 0;
+  std::vector<double> per_cta;
+  for (int64_t c = 0; c < t.ctas; ++c) {
+    if (at(c, 0) != 0) t0 = std::min(t0, at(c, 0));
+    if (at(c, s9::kTracePhases - 1) != 0) t1 = std::max(t1, at(c, s9::kTracePhases - 1));
+    if (at(c, 0) != 0 && at(c, s9::kTracePhases - 1) != 0)
+      per_cta.push_back(static_cast<double>(at(c, s9::kTracePhases - 1) - at(c, 0)) * 1e-3);
+  }
+  if (t0 == ~0ull || t1 < t0 || per_cta.empty()) {
+    std::printf("  trace %s: incomplete stamps\n", name.c_str());
+    return;
+  }
+  std::sort(per_cta.begin(), per_cta.end());
+  const double launch = (static_cast<double>(t0) - static_cast<double>(t.before)) * 1e-3;
+  const double span = static_cast<double>(t1 - t0) * 1e-3;
+  const double tail = (static_cast<double>(t.after) - static_cast<double>(t1)) * 1e-3;
+  std::printf("  trace %s: %lld CTAs; launch %.2f, span %.2f, tail %.2f us; CTA median %.2f us; phase median/max us:",
+              name.c_str(), static_cast<long long>(t.ctas), launch, span, tail, per_cta[per_cta.size() / 2]);
+  bc.numbers["trace_launch_us"] = launch;
+  bc.numbers["trace_span_us"] = span;
+  bc.numbers["trace_tail_us"] = tail;
+  bc.numbers["trace_cta_median_us"] = per_cta[per_cta.size() / 2];
+  static const char* const kNames[s9::kTracePhases] = {"entry", "indices", "block0", "prologue",
+                                                       "block0_done", "block1_done", "loop", "exit"};
+  for (int k = 0; k < s9::kTracePhases; ++k) {
+    std::vector<double> v;
+    for (int64_t c = 0; c < t.ctas; ++c)
+      if (at(c, k) != 0) v.push_back(static_cast<double>(at(c, k) - t0) * 1e-3);
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    const double med = v[v.size() / 2], mx = v.back();
+    std::printf(" %s %.2f/%.2f", kNames[k], med, mx);
+    bc.numbers[std::string("trace_") + kNames[k] + "_median_us"] = med;
+    bc.numbers[std::string("trace_") + kNames[k] + "_max_us"] = mx;
+  }
+  std::printf("\n");
+}
+#endif
+
 }  // namespace
 
 int cmd_bench_decode(const Args& args) {
@@ -138,6 +198,7 @@ int cmd_bench_decode(const Args& args) {
   // --splits 1,2,4: each case also runs with each of these split counts (candidates divided into
   // that many equal whole blocks of 64) beside the planner's, to measure the planner's choice.
   const std::string splits_arg = args.get("splits", "");
+  const bool trace = args.flag("trace");
   args.check_all_used();
   std::vector<int64_t> forced_splits;
   for (size_t at = 0; at < splits_arg.size();) {
@@ -160,6 +221,11 @@ int cmd_bench_decode(const Args& args) {
   LKV_CHECK(device != "cuda", "--device cuda: latentkv was built without CUDA");
 #endif
   LKV_CHECK(forced_splits.empty() || cuda, "--splits needs --device cuda (the CPU paths do not split)");
+  LKV_CHECK(!trace || cuda, "--trace needs --device cuda");
+#ifdef LKV_WITH_CUDA
+  LKV_CHECK(!trace || decode::sm90::trace_built(),
+            "--trace needs a build with the CMake option LKV_SM90_TRACE=ON (the Hopper kernel's phase stamps)");
+#endif
   BenchResult res;
   res.op = "sparse_decode";
   res.command = args.command_line();
@@ -274,6 +340,9 @@ int cmd_bench_decode(const Args& args) {
                   bc.numbers["TFLOPS"], bc.numbers["GBps"],
                   hbm > 0 ? 100.0 * bc.numbers["frac_of_ceiling"] : 0.0,
                   static_cast<long long>(plan.num_splits), static_cast<long long>(plan.unsplit_b));
+#ifdef LKV_WITH_CUDA
+      if (trace) trace_case(bc.name, a, bc);
+#endif
       std::fflush(stdout);
       res.cases.push_back(bc);
     }

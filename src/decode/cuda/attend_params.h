@@ -70,6 +70,9 @@ struct KernelParams {
   Args src;
   Geometry g;
   OutRef o;
+#if defined(LKV_SM90_TRACE)
+  unsigned long long* trace = nullptr;  // [CTAs][sm90::kTracePhases] phase stamps, or null
+#endif
 };
 
 // Decode-shaped rows, row = (request i, query j), from a parameter struct with decode's field names

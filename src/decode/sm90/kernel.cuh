@@ -36,6 +36,7 @@
 #include "decode/cuda/source.cuh"
 #include "decode/sm90/config.h"
 #include "decode/sm90/dequant.cuh"
+#include "decode/sm90/launch.h"  // kTracePhases
 #include "decode/sm90/ptx.cuh"
 
 namespace latentkv::decode::sm90 {
@@ -480,6 +481,19 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const int tok_l = 8 * warp + lane % 8, part = lane / 8;  // this lane's token and chunk column
   const CtaWork<Source::kPacksRows> w(g);
   const int64_t kv_head = w.kv_head, r1 = w.r1, split = w.split;
+  // Phase stamps (launch.h, set_trace; built only with LKV_SM90_TRACE): thread 0's view.
+#if defined(LKV_SM90_TRACE)
+  auto stamp = [&](int phase) {
+    if (p.trace != nullptr && tid == 0) {
+      unsigned long long t;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      p.trace[(static_cast<uint64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * kTracePhases + phase] = t;
+    }
+  };
+#else
+  auto stamp = [](int) {};
+#endif
+  stamp(0);
 
   // ---- Q to shared memory, zero rows past the CTA's.
   load_q<kDqk, kThreads>(sQ, g, w, tid);
@@ -585,17 +599,21 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     resolve(0);
     resolve(1);
     __syncthreads();
+    stamp(1);
     copy_block(0, sK);
     finish_copies();
     __syncthreads();
+    stamp(2);
   } else {
     resolve(0);
     stage_barrier();
+    stamp(1);
     load();
     __syncthreads();
     resolve(1);
     store(sK);
     stage_barrier();
+    stamp(2);
     if (nb > 1) load();
     __syncthreads();
     resolve(2);
@@ -603,6 +621,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     fence_proxy_async();
     __syncthreads();
   }
+  stamp(3);
 
   float o[128];
 #pragma unroll
@@ -660,7 +679,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // Stage n & 1 and P are free; block n + 1's stage is complete (a pair: the peer's half too).
       if constexpr (kPair) cluster_sync();
       else named_barrier_sync(2);
+      if (n < 2) stamp(4 + static_cast<int>(n));
     }
+    stamp(6);
     // Row statistics for both warpgroups' epilogues.
     publish_row_stats(row_max, row_sum, sRowMax, sRowSum, r0, t4);
   } else {
@@ -690,6 +711,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // ---- The end: each warpgroup writes its 256 dims.
   __syncthreads();
   write_rows(p, o, sRowMax, sRowSum, r0, t4, wg, w);
+  stamp(7);
 #else
   (void)p;
   __trap();

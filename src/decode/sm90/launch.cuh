@@ -15,6 +15,12 @@
 
 namespace latentkv::decode::sm90 {
 
+#if defined(LKV_SM90_TRACE)
+// trace.cu: the stamp buffer for a launch of `ctas` CTAs, zeroed on `stream`, while tracing is on
+// (set_trace); null otherwise.
+unsigned long long* trace_buffer(int64_t ctas, cudaStream_t stream);
+#endif
+
 // One launch of `kernel` (threads per CTA, dynamic shared memory), pairs of neighbouring CTAs in x
 // as clusters of two when kPair.
 // With programmatic dependent launch where cuda::second_launch_pdl says so.
@@ -64,13 +70,20 @@ void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream st
             " head blocks, ", p.g.num_splits, " splits");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.g.num_splits));
   const auto s = static_cast<cudaStream_t>(stream);
+#if defined(LKV_SM90_TRACE)
+  cuda::KernelParams<typename Source::Args> traced = p;
+  traced.trace = trace_buffer(static_cast<int64_t>(grid.x) * grid.y, s);
+  const auto& q = traced;
+#else
+  const auto& q = p;
+#endif
   // Pairs: head blocks 2 k and 2 k + 1 of a row are neighbours in x (head block fastest); only
   // quantized keys are shared (16-bit keys are copied, and have no pair instantiation).
   constexpr bool kCanPair = Source::kStorage != cuda::KeyStorage::kDirect16;
   auto run = [&](auto pair) {
     constexpr bool kPair = decltype(pair)::value && kCanPair;
-    if (ws) launch_warp_specialised<Source, kPair>(p, grid, s);
-    else launch_two_warpgroups<Source, kPair>(p, grid, s);
+    if (ws) launch_warp_specialised<Source, kPair>(q, grid, s);
+    else launch_two_warpgroups<Source, kPair>(q, grid, s);
   };
   if (kCanPair && cta_pairs() && p.g.head_blocks_per_kv % 2 == 0) run(std::true_type{});
   else run(std::false_type{});

@@ -2,6 +2,9 @@
 // headers). decode/cuda/attend_launch.cuh chooses between it and the portable kernel.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 namespace latentkv::decode::sm90 {
 
 // The PTX architecture of the code the driver runs on `device` for kernels built with the library's
@@ -27,5 +30,25 @@ bool warp_specialised();
 // 317.9). Off by default. Results are bitwise identical either way.
 bool cta_pairs();
 void set_cta_pairs(bool on);
+
+// Phase stamps of the two-warpgroup kernel, for `latentkv bench decode --trace`: compiled in only
+// with the CMake option LKV_SM90_TRACE (off, so the default kernels carry no stamping code). While
+// on (set_trace), every launch of the kernel has thread 0 of each CTA write %globaltimer (ns) at
+// kTracePhases points, and a one-thread kernel stamps the stream before and after the traced call
+// (mark_trace), so the stamps also show the gaps between the kernels of a call. A call with two
+// attention launches keeps the second's stamps.
+inline constexpr int kTracePhases = 8;  // entry, indices, block 0, prologue, block 0 done, block 1 done, loop, exit
+struct KernelTrace {
+  int64_t ctas = 0;                       // CTAs of the last traced launch (grid x * y)
+  std::vector<unsigned long long> stamps;  // [ctas][kTracePhases]; 0 where a CTA did not reach a phase
+  unsigned long long before = 0, after = 0;  // mark_trace(0) and mark_trace(1)
+};
+bool trace_built();
+// Turns the stamps on or off (an error in a build without LKV_SM90_TRACE).
+void set_trace(bool on);
+// Stamps the current device's default stream: which 0 before a traced call, 1 after it.
+void mark_trace(int which);
+// Waits for the device and returns the last traced launch's stamps.
+KernelTrace last_trace();
 
 }  // namespace latentkv::decode::sm90
