@@ -42,21 +42,31 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 # on half the cores.
 targets=()
 for t in ${LKV_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+# variant_trace alone builds the variant with the Hopper kernel's phase stamps unless told otherwise.
+if has variant_trace && ! has variant_ab && [ -z "${LKV_VARIANT_CMAKE:-}" ]; then
+  LKV_VARIANT_CMAKE=-DLKV_SM90_TRACE=ON
+fi
+# The flags build-gpu-variant's binaries were last built with (written only after a build that
+# succeeded); the variant stages run only binaries built with the current LKV_VARIANT_CMAKE.
+variant_built() { [ -f build-gpu-variant/lkv-variant-built ] && [ "$(cat build-gpu-variant/lkv-variant-built)" = "${LKV_VARIANT_CMAKE:-}" ]; }
 if has build; then
   start=$(date +%s)
   jobs=$(nproc)
   upid=
   if has variant_ab || has variant_trace; then
     jobs=$(( jobs / 2 ))
-    # A CMake cache keeps every -D it was ever given, so a directory configured for other flags is
-    # started afresh; the stamp records the flags the binaries were built with.
-    if [ "$(cat build-gpu-variant/lkv-variant-flags 2>/dev/null)" != "${LKV_VARIANT_CMAKE:-}" ]; then
+    # A CMake cache keeps every -D it was ever given, so a directory configured with other flags
+    # (or with no record of them) is started afresh.
+    if ! { [ -f build-gpu-variant/lkv-variant-flags ] &&
+           [ "$(cat build-gpu-variant/lkv-variant-flags)" = "${LKV_VARIANT_CMAKE:-}" ]; }; then
       rm -rf build-gpu-variant
     fi
     mkdir -p build-gpu-variant && printf '%s' "${LKV_VARIANT_CMAKE:-}" >build-gpu-variant/lkv-variant-flags
+    rm -f build-gpu-variant/lkv-variant-built
     (cmake -S . -B build-gpu-variant -G Ninja -DCMAKE_BUILD_TYPE=Release ${LKV_VARIANT_CMAKE:-} \
        -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" >"$OUT/build-variant.log" 2>&1 &&
-     cmake --build build-gpu-variant -j "$jobs" "${targets[@]}" >>"$OUT/build-variant.log" 2>&1) &
+     cmake --build build-gpu-variant -j "$jobs" "${targets[@]}" >>"$OUT/build-variant.log" 2>&1 &&
+     printf '%s' "${LKV_VARIANT_CMAKE:-}" >build-gpu-variant/lkv-variant-built) &
     upid=$!
   fi
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -320,7 +330,7 @@ fi
 # variant_ab: the default build against one configured with the extra CMake flags LKV_VARIANT_CMAKE
 # (built into build-gpu-variant by the build stage, beside the default one), after the variant's
 # attention suites (LKV_VARIANT_TEST_FILTER).
-if has variant_ab && [ "$(cat build-gpu-variant/lkv-variant-flags 2>/dev/null)" != "${LKV_VARIANT_CMAKE:-}" ]; then
+if has variant_ab && ! variant_built; then
   note "variant_ab skipped: build-gpu-variant was not built with '${LKV_VARIANT_CMAKE:-}' (add the build stage)"
 elif has variant_ab; then
   timeout 300 ./build-gpu-variant/lkv_cuda_tests --gtest_filter="${LKV_VARIANT_TEST_FILTER:-Decode*:Prefill*:Dense*:Attention*}" \
@@ -337,11 +347,12 @@ elif has variant_ab; then
 fi
 
 # variant_trace: the decode bench with the Hopper kernel's phase stamps (bench decode --trace) from
-# a variant built with LKV_VARIANT_CMAKE=-DLKV_SM90_TRACE=ON, for each ';'-separated filter of
+# a variant built with LKV_VARIANT_CMAKE=-DLKV_SM90_TRACE=ON (the default when variant_ab is not
+# asked for as well), for each ';'-separated filter of
 # LKV_TRACE_FILTERS (default: the V4 b 2 and b 64 cases and V3.2 b 128).
 if has variant_trace; then
-  if [[ "$(cat build-gpu-variant/lkv-variant-flags 2>/dev/null)" != *LKV_SM90_TRACE=ON* ]]; then
-    note "variant_trace skipped: build-gpu-variant was not built with -DLKV_SM90_TRACE=ON"
+  if ! variant_built || [[ "${LKV_VARIANT_CMAKE:-}" != *LKV_SM90_TRACE=ON* ]]; then
+    note "variant_trace skipped: build-gpu-variant was not built with -DLKV_SM90_TRACE=ON (add the build stage)"
   else
     IFS=';' read -ra tfilters <<<"${LKV_TRACE_FILTERS:-v4_b2_;v4_b64_;v32_b128_h128}"
     for f in "${tfilters[@]}"; do

@@ -131,19 +131,29 @@ int64_t unique_count(const std::vector<int32_t>& idx, int64_t num_slots) {
 // set_trace): for each phase the median and the latest CTA, in microseconds after the first CTA
 // started; the gap from a one-thread kernel queued right before the call to that start (launch),
 // from the first entry to the last exit (span), and from there to a one-thread kernel queued right
-// after the call (tail: the combine, if any, and the launch gaps around it). Printed, and kept in
-// the case's numbers.
+// after the call (tail: the combine, if any, and the launch gaps around it). With a two-launch plan
+// both launches' CTAs count (launch: to the first launch's first CTA; span: to the last exit of
+// either). Printed, and kept in the case's numbers.
 void trace_case(const std::string& name, const SparseDecodeArgs& a, BenchCase& bc) {
   namespace s9 = decode::sm90;
   bench_cuda::flush_l2();
-  s9::set_trace(true);
-  s9::mark_trace(0);
-  sparse_decode(a);
-  s9::mark_trace(1);
-  s9::set_trace(false);
+  {
+    struct TraceOn {  // off again however the call ends
+      TraceOn() { s9::set_trace(true); }
+      ~TraceOn() { s9::set_trace(false); }
+    } on;
+    s9::mark_trace(0);
+    sparse_decode(a);
+    s9::mark_trace(1);
+  }
   const s9::KernelTrace t = s9::last_trace();
-  if (t.ctas == 0) {
-    std::printf("  trace %s: no stamps (the Hopper kernel did not run)\n", name.c_str());
+  if (t.ctas == 0 || s9::warp_specialised()) {
+    std::printf("  trace %s: no stamps (%s)\n", name.c_str(),
+                s9::warp_specialised() ? "the warp-specialised variant has none" : "the Hopper kernel did not run");
+    return;
+  }
+  if (t.before == 0 || t.after == 0) {
+    std::printf("  trace %s: a stream mark is missing\n", name.c_str());
     return;
   }
   auto at = [&](int64_t c, int k) { return t.stamps[static_cast<size_t>(c * s9::kTracePhases + k)]; };
@@ -163,8 +173,11 @@ void trace_case(const std::string& name, const SparseDecodeArgs& a, BenchCase& b
   const double launch = (static_cast<double>(t0) - static_cast<double>(t.before)) * 1e-3;
   const double span = static_cast<double>(t1 - t0) * 1e-3;
   const double tail = (static_cast<double>(t.after) - static_cast<double>(t1)) * 1e-3;
-  std::printf("  trace %s: %lld CTAs; launch %.2f, span %.2f, tail %.2f us; CTA median %.2f us; phase median/max us:",
-              name.c_str(), static_cast<long long>(t.ctas), launch, span, tail, per_cta[per_cta.size() / 2]);
+  std::printf("  trace %s: %lld CTAs in %zu launch%s; launch %.2f, span %.2f, tail %.2f us; CTA median %.2f us; "
+              "phase median/max us:",
+              name.c_str(), static_cast<long long>(t.ctas), t.launches.size(), t.launches.size() == 1 ? "" : "es",
+              launch, span, tail, per_cta[per_cta.size() / 2]);
+  bc.numbers["trace_launches"] = static_cast<double>(t.launches.size());
   bc.numbers["trace_launch_us"] = launch;
   bc.numbers["trace_span_us"] = span;
   bc.numbers["trace_tail_us"] = tail;

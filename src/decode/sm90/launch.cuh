@@ -16,9 +16,9 @@
 namespace latentkv::decode::sm90 {
 
 #if defined(LKV_SM90_TRACE)
-// trace.cu: the stamp buffer for a launch of `ctas` CTAs, zeroed on `stream`, while tracing is on
-// (set_trace); null otherwise.
-unsigned long long* trace_buffer(int64_t ctas, cudaStream_t stream);
+// trace.cu: this launch's slice of the stamp buffer (zeroed by set_trace) for `ctas` CTAs while
+// tracing is on; null otherwise.
+unsigned long long* trace_buffer(int64_t ctas);
 #endif
 
 // One launch of `kernel` (threads per CTA, dynamic shared memory), pairs of neighbouring CTAs in x
@@ -72,7 +72,7 @@ void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream st
   const auto s = static_cast<cudaStream_t>(stream);
 #if defined(LKV_SM90_TRACE)
   cuda::KernelParams<typename Source::Args> traced = p;
-  traced.trace = trace_buffer(static_cast<int64_t>(grid.x) * grid.y, s);
+  traced.trace = trace_buffer(static_cast<int64_t>(grid.x) * grid.y);
   const auto& q = traced;
 #else
   const auto& q = p;

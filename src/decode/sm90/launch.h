@@ -35,20 +35,23 @@ void set_cta_pairs(bool on);
 // with the CMake option LKV_SM90_TRACE (off, so the default kernels carry no stamping code). While
 // on (set_trace), every launch of the kernel has thread 0 of each CTA write %globaltimer (ns) at
 // kTracePhases points, and a one-thread kernel stamps the stream before and after the traced call
-// (mark_trace), so the stamps also show the gaps between the kernels of a call. A call with two
-// attention launches keeps the second's stamps.
+// (mark_trace), so the stamps also show the gaps between the kernels of a call. Every attention
+// launch of the traced call is kept (a two-launch plan's CTAs follow the first launch's); the
+// warp-specialised variant has no stamps.
 inline constexpr int kTracePhases = 8;  // entry, indices, block 0, prologue, block 0 done, block 1 done, loop, exit
 struct KernelTrace {
-  int64_t ctas = 0;                       // CTAs of the last traced launch (grid x * y)
+  int64_t ctas = 0;                       // CTAs of every traced launch (grid x * y each)
+  std::vector<int64_t> launches;          // each launch's CTAs, in launch order
   std::vector<unsigned long long> stamps;  // [ctas][kTracePhases]; 0 where a CTA did not reach a phase
-  unsigned long long before = 0, after = 0;  // mark_trace(0) and mark_trace(1)
+  unsigned long long before = 0, after = 0;  // mark_trace(0) and mark_trace(1); 0 if not run
 };
 bool trace_built();
-// Turns the stamps on or off (an error in a build without LKV_SM90_TRACE).
+// Turns the stamps on (for one call: stamps and marks zeroed, launches forgotten) or off (an error
+// in a build without LKV_SM90_TRACE).
 void set_trace(bool on);
 // Stamps the current device's default stream: which 0 before a traced call, 1 after it.
 void mark_trace(int which);
-// Waits for the device and returns the last traced launch's stamps.
+// Waits for the device and returns the traced call's stamps.
 KernelTrace last_trace();
 
 }  // namespace latentkv::decode::sm90
