@@ -128,19 +128,7 @@ void trace_case(const std::string& name, const CompressArgs& a, BenchCase& bc) {
               static_cast<long long>(t.plan.dim_slices));
   bc.numbers["plan_splits"] = static_cast<double>(t.plan.num_splits);
   bc.numbers["plan_dim_slices"] = static_cast<double>(t.plan.dim_slices);
-  for (int k = 0; k < cc::kTracePhases; ++k) {
-    std::vector<double> v;
-    for (int64_t c = 0; c < ctas; ++c) {
-      const unsigned long long s = t.stamps[static_cast<size_t>(c) * cc::kTracePhases + k];
-      if (s != 0) v.push_back(static_cast<double>(s - t0) * 1e-3);
-    }
-    if (v.empty()) continue;
-    std::sort(v.begin(), v.end());
-    const double med = v[v.size() / 2], mx = v.back();
-    std::printf(" %s %.2f/%.2f", kNames[k], med, mx);
-    bc.numbers[std::string("trace_") + kNames[k] + "_median_us"] = med;
-    bc.numbers[std::string("trace_") + kNames[k] + "_max_us"] = mx;
-  }
+  add_phase_stats(bc, t.stamps, ctas, cc::kTracePhases, kNames, t0);
   std::printf("\n");
 }
 #endif

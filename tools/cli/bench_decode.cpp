@@ -184,17 +184,7 @@ void trace_case(const std::string& name, const SparseDecodeArgs& a, BenchCase& b
   bc.numbers["trace_cta_median_us"] = per_cta[per_cta.size() / 2];
   static const char* const kNames[s9::kTracePhases] = {"entry", "indices", "block0", "prologue",
                                                        "block0_done", "block1_done", "loop", "exit"};
-  for (int k = 0; k < s9::kTracePhases; ++k) {
-    std::vector<double> v;
-    for (int64_t c = 0; c < t.ctas; ++c)
-      if (at(c, k) != 0) v.push_back(static_cast<double>(at(c, k) - t0) * 1e-3);
-    if (v.empty()) continue;
-    std::sort(v.begin(), v.end());
-    const double med = v[v.size() / 2], mx = v.back();
-    std::printf(" %s %.2f/%.2f", kNames[k], med, mx);
-    bc.numbers[std::string("trace_") + kNames[k] + "_median_us"] = med;
-    bc.numbers[std::string("trace_") + kNames[k] + "_max_us"] = mx;
-  }
+  add_phase_stats(bc, t.stamps, t.ctas, s9::kTracePhases, kNames, t0);
   std::printf("\n");
 }
 #endif

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -113,6 +114,23 @@ double measure_cpu_read_GBps() {
       },
       5);
   return static_cast<double>(kCeilingBytes) / (us * 1e-6) / 1e9;
+}
+
+void add_phase_stats(BenchCase& bc, const std::vector<unsigned long long>& stamps, int64_t ctas, int phases,
+                     const char* const* names, unsigned long long t0) {
+  for (int k = 0; k < phases; ++k) {
+    std::vector<double> v;
+    for (int64_t c = 0; c < ctas; ++c) {
+      const unsigned long long s = stamps[static_cast<size_t>(c * phases + k)];
+      if (s >= t0 && s != 0) v.push_back(static_cast<double>(s - t0) * 1e-3);
+    }
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    const double med = v[v.size() / 2], mx = v.back();
+    std::printf(" %s %.2f/%.2f", names[k], med, mx);
+    bc.numbers[std::string("trace_") + names[k] + "_median_us"] = med;
+    bc.numbers[std::string("trace_") + names[k] + "_max_us"] = mx;
+  }
 }
 
 void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, double peak_TFLOPS) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -65,6 +66,12 @@ struct BenchResult {
 // in the run. Records numbers flops_per_byte and memory_bound (1 or 0); nothing without a measured
 // HBM rate (CPU runs).
 void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, double peak_TFLOPS);
+
+// Phase stamps of a traced kernel (ns, [ctas][phases], 0 where a CTA did not reach a phase): for
+// each phase, the median and the latest CTA in microseconds after t0, printed as " name med/max"
+// and kept as trace_<name>_median_us / trace_<name>_max_us.
+void add_phase_stats(BenchCase& bc, const std::vector<unsigned long long>& stamps, int64_t ctas, int phases,
+                     const char* const* names, unsigned long long t0);
 // summary memory_bound_cases and min_frac_of_hbm_memory_bound over the cases add_roofline marked
 // memory-bound (absent when there are none).
 void summarise_memory_bound(BenchResult& r);
