@@ -693,3 +693,69 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
         EXPECT_EQ(d.nan_out, 0) << label;
       }
 }
+
+// The phase stamps of a build with LKV_SM90_TRACE (bench decode --trace): every CTA of every
+// launch of the traced call stamps entry and exit, the phases it reaches come in order, the stream
+// marks bracket the CTAs, and stamping changes no output byte. A one-launch split plan, the
+// planner's plan and a two-launch plan (requests 0..1 unsplit, then the rest split), with padded
+// head rows (h_q 100) and an extra cache. Skipped in the default build (no stamps compiled in).
+TEST(DecodeCuda, Sm90TraceStampsInOrder) {
+  namespace s9 = latentkv::decode::sm90;
+  REQUIRE_GPU();
+  if (!s9::trace_built()) GTEST_SKIP() << "a build with LKV_SM90_TRACE=ON";
+  if (!s9::usable(0) || s9::warp_specialised()) GTEST_SKIP() << "the two-warpgroup Hopper kernel";
+  UseKernel use(KernelChoice::kSm90);
+  DecodeWorkloadOptions o = variant_case(CacheFormat::v4_fp8, 5, 100, 300, /*hostile=*/true, 2500);
+  DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+  const DecodePlan one = splits_of_256(o);
+  DecodePlan two = one;
+  two.unsplit_b = 2;
+  const DecodePlan planned = plan_decode(o.b, o.s_q, o.h_q, o.topk, o.extra_topk, 132);
+  const DecodePlan* plans[3] = {&one, &planned, &two};
+  const char* names[3] = {"one launch", "planner", "two launches"};
+  for (int k = 0; k < 3; ++k) {
+    const GpuResult plain = rerun_gpu(w, plans[k]);
+    w.poison_outputs();
+    GpuResult traced;
+    {
+      struct TraceOn {
+        TraceOn() { s9::set_trace(true); }
+        ~TraceOn() { s9::set_trace(false); }
+      } on;
+      s9::mark_trace(0);
+      traced = run_gpu(w, plans[k]);
+      s9::mark_trace(1);
+    }
+    const s9::KernelTrace t = s9::last_trace();
+    expect_same(plain, traced, names[k]);
+    ASSERT_GT(t.ctas, 0) << names[k];
+    ASSERT_EQ(t.stamps.size(), static_cast<size_t>(t.ctas * s9::kTracePhases)) << names[k];
+    int64_t sum = 0;
+    for (int64_t n : t.launches) sum += n;
+    EXPECT_EQ(sum, t.ctas) << names[k];
+    if (plans[k] != &planned) {
+      EXPECT_EQ(t.launches.size(), plans[k] == &two ? 2u : 1u) << names[k];
+    }
+    ASSERT_NE(t.before, 0u) << names[k];
+    ASSERT_NE(t.after, 0u) << names[k];
+    int64_t out_of_order = 0, unstamped = 0;
+    for (int64_t c = 0; c < t.ctas; ++c) {
+      const unsigned long long* s = &t.stamps[static_cast<size_t>(c * s9::kTracePhases)];
+      if (s[0] == 0 || s[s9::kTracePhases - 1] == 0) {
+        ++unstamped;
+        continue;
+      }
+      unsigned long long last = t.before;
+      for (int ph = 0; ph < s9::kTracePhases; ++ph) {
+        if (s[ph] == 0) continue;  // a block the CTA did not have
+        if (s[ph] < last) ++out_of_order;
+        last = s[ph];
+      }
+      if (t.after < last) ++out_of_order;
+    }
+    EXPECT_EQ(unstamped, 0) << names[k];
+    EXPECT_EQ(out_of_order, 0) << names[k];
+    std::printf("[decode] sm90 trace %-13s %lld CTAs in %zu launch(es), call %.2f us\n", names[k],
+                static_cast<long long>(t.ctas), t.launches.size(), static_cast<double>(t.after - t.before) * 1e-3);
+  }
+}
