@@ -354,6 +354,9 @@ if has variant_trace; then
   if ! variant_built || [[ "${LKV_VARIANT_CMAKE:-}" != *LKV_SM90_TRACE=ON* ]]; then
     note "variant_trace skipped: build-gpu-variant was not built with -DLKV_SM90_TRACE=ON (add the build stage)"
   else
+    timeout 120 ./build-gpu-variant/lkv_cuda_tests --gtest_filter='DecodeCuda.Sm90TraceStampsInOrder' \
+      >"$OUT/cuda_tests-trace.log" 2>&1
+    note "trace test rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/cuda_tests-trace.log" | tr '\n' ' ')"
     IFS=';' read -ra tfilters <<<"${LKV_TRACE_FILTERS:-v4_b2_;v4_b64_;v32_b128_h128}"
     for f in "${tfilters[@]}"; do
       timeout 300 ./build-gpu-variant/latentkv bench decode --device cuda --kernel auto --trace --filter "$f" \
