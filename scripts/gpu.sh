@@ -38,7 +38,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
   | tee "$OUT/gpu.txt"
 
 # LKV_BUILD_TARGETS: build only these targets (e.g. "latentkv lkv_cuda_tests"), default all.
-# With variant_ab the LKV_VARIANT_CMAKE build (build-gpu-variant) runs beside the default one, each
+# With variant_ab or variant_trace the LKV_VARIANT_CMAKE build (build-gpu-variant) runs beside the default one, each
 # on half the cores.
 targets=()
 for t in ${LKV_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
