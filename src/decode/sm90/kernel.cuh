@@ -226,6 +226,14 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   cuda::cp_async_commit();
 }
 
+// The prologue's index loads issued together (attend_kernel, resolve_first): built with the CMake
+// option LKV_SM90_EARLY_INDICES (off until measured, bench/NOTES.md v17).
+#if defined(LKV_SM90_EARLY_INDICES)
+inline constexpr bool kEarlyIndices = true;
+#else
+inline constexpr bool kEarlyIndices = false;
+#endif
+
 // PackedRows::row_limit of this thread's rows r0 and r0 + 8.
 template <bool kPacks>
 __device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWork<kPacks>& w, int r0, int64_t visible,
@@ -536,6 +544,32 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     resolve_compute(blk);
     resolve_store(blk);
   };
+  // kEarlyIndices: the index loads of the blocks the prologue resolves (0-2 for quantized keys, 0-1
+  // for 16-bit keys) issued together before the first is used, so the prologue waits out one index
+  // latency instead of two (resolve(n) stores right after its load, so the next one's load waits).
+  constexpr int kEarly = kDirect ? 2 : 3;
+  int32_t early[kEarly];
+  if constexpr (kEarlyIndices) {
+    if (warp == 4 || warp == 5) {
+#pragma unroll
+      for (int b = 0; b < kEarly; ++b) {
+        const int64_t k = k_begin + b * kBlockTokens + (tid - 128);
+        early[b] = k < k_end ? src.raw_index(p.src, k) : -1;
+      }
+    }
+  }
+  auto resolve_first = [&](int b) {  // the prologue's blocks, b < kEarly
+    if constexpr (kEarlyIndices) {
+      if (warp == 4 || warp == 5) {
+        const int64_t k = k_begin + b * kBlockTokens + (tid - 128);
+        res_scale = nullptr;
+        res_data = k < k_end ? src.locate_index(p.src, k, early[b], &res_scale) : nullptr;
+      }
+      resolve_store(b);
+    } else {
+      resolve(b);
+    }
+  };
   Raw<kRawStorage> raw;
   // The token this lane dequantizes. A pair: warpgroup 1 alone loads and dequantizes the CTA's 32
   // tokens (32 rank ..) and mirrors them into the peer's stage; warpgroup 0 converts nothing, so its
@@ -596,8 +630,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // ---- Prologue: block 0 in stage 0, block 1's records in flight or its pointers resolved
   // (barriers between pointer writes and reads).
   if constexpr (kDirect) {
-    resolve(0);
-    resolve(1);
+    resolve_first(0);
+    resolve_first(1);
     __syncthreads();
     stamp(1);
     copy_block(0, sK);
@@ -605,18 +639,18 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     __syncthreads();
     stamp(2);
   } else {
-    resolve(0);
+    resolve_first(0);
     stage_barrier();
     stamp(1);
     load();
     __syncthreads();
-    resolve(1);
+    resolve_first(1);
     store(sK);
     stage_barrier();
     stamp(2);
     if (nb > 1) load();
     __syncthreads();
-    resolve(2);
+    resolve_first(2);
     cuda::cp_async_wait<0>();  // Q's copies (16-bit keys: finish_copies above waited for them)
     fence_proxy_async();
     __syncthreads();
