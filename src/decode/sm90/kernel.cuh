@@ -267,7 +267,6 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, 
 // row maxima and (per-thread partial) sums.
 __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&valid)[2], float scale_log2, int t4,
                                                float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2]) {
-  constexpr int kJ = 8;
   // Scores stay unscaled until the exponent: the scale is positive (every op checks it) and
   // rounding is monotonic, so the largest scaled score is the scaled largest raw score, and
   // exp2(score x scale - max) is one fma (one rounding instead of two).
@@ -276,7 +275,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&
   // valid[r]: the attended tokens of row r0 + 8 r (the same for both unless packed causal rows).
   const uint64_t mine[2] = {valid[0] >> (2 * t4), valid[1] >> (2 * t4)};
 #pragma unroll
-  for (int j = 0; j < kJ; ++j)
+  for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float v = ((mine[e / 2] >> (8 * j + e % 2)) & 1) ? s[4 * j + e] : -INFINITY;
@@ -299,7 +298,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&
   const float sub_max[2] = {row_max[0] == -INFINITY ? 0.0f : row_max[0],
                             row_max[1] == -INFINITY ? 0.0f : row_max[1]};
 #pragma unroll
-  for (int j = 0; j < kJ; ++j)
+  for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float pr = exp2_ftz(fmaf(s[4 * j + e], scale_log2, -sub_max[e / 2]));
@@ -308,26 +307,22 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&
     }
 }
 
-// k-step st (16 tokens) of a score fragment as bf16 pairs: the value product's A fragment (rows r0
-// and r0 + 8, tokens 2 t4.. and 2 t4 + 8..), stored also into the swizzled P tile at column c0.
-__device__ __forceinline__ void put_p_step(const float (&s)[32], int st, uint32_t (&a)[4], uint8_t* sP, int r0,
-                                           int c0) {
-  a[0] = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
-  a[1] = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
-  a[2] = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
-  a[3] = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
-  *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = a[0];
-  *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = a[1];
-  *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0 + 8)) = a[2];
-  *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0 + 8)) = a[3];
-}
-
 // P as bf16: the value product's A fragments (k-steps of 16 tokens) in pa, and the swizzled P tile
 // in shared memory for the other warpgroup; alpha beside it.
 __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][4], const float (&alpha)[2],
                                         uint8_t* sP, float* sAlpha, int r0, int t4) {
 #pragma unroll
-  for (int st = 0; st < 4; ++st) put_p_step(s, st, pa[st], sP, r0, 16 * st + 2 * t4);
+  for (int st = 0; st < 4; ++st) {
+    pa[st][0] = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
+    pa[st][1] = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
+    pa[st][2] = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
+    pa[st][3] = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
+    const int c0 = 16 * st + 2 * t4;
+    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = pa[st][0];
+    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = pa[st][1];
+    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0 + 8)) = pa[st][2];
+    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0 + 8)) = pa[st][3];
+  }
   if (t4 == 0) {
     sAlpha[r0] = alpha[0];
     sAlpha[r0 + 8] = alpha[1];
@@ -380,13 +375,13 @@ __device__ __forceinline__ void issue_values_from_registers(float (&o)[128], con
   for (int st = 0; st < 4; ++st) wgmma_m64n256k16_rs_tb(o, pa[st], dv + (st * 2048 >> 4), true);
 }
 
-// O[:, 256 wg ..] += P V with P from shared memory: the rows rescaled first by (a0, a1), V dims
-// 256 wg .. of the key stage read transposed (issued; the caller commits and waits). The second
-// warpgroup's product (alpha from shared memory).
+// O[:, 256:512] += P V for the second warpgroup: its rows rescaled first by the block's alpha
+// (a0, a1, from shared memory), then P from shared memory, V dims 256.. of the key stage read
+// transposed (issued; the caller commits and waits).
 __device__ __forceinline__ void issue_values_from_smem(float (&o)[128], float a0, float a1, const uint8_t* sP,
-                                                       const uint8_t* kstage, int wg) {
+                                                       const uint8_t* kstage) {
   rescale_o(o, a0, a1);
-  const uint64_t dp = smem_desc(sP, 16, 1024), dv = smem_desc(kstage + wg * 4 * kChunkBytes, kChunkBytes, 1024);
+  const uint64_t dp = smem_desc(sP, 16, 1024), dv = smem_desc(kstage + 4 * kChunkBytes, kChunkBytes, 1024);
   wgmma_fence();
 #pragma unroll
   for (int st = 0; st < 4; ++st) wgmma_m64n256k16_ss_tb(o, dp + (st * 32 >> 4), dv + (st * 2048 >> 4), true);
@@ -732,7 +727,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // Every thread has read block n + 2's pointers: block n + 3's replace them.
       if constexpr (!kDirect) resolve_store(n + 3);
       // ---- O[:, 256:512] += P V_s with P from shared memory.
-      issue_values_from_smem(o, sAlpha[r0], sAlpha[r0 + 8], sP, kcur, 1);
+      issue_values_from_smem(o, sAlpha[r0], sAlpha[r0 + 8], sP, kcur);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);

@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       uint8_t* kcur = sK + st_i * L::k_stage;
       wait_full(n);
       named_barrier_sync(1);  // P and alpha of block n
-      issue_values_from_smem(o, sAlpha[r0], sAlpha[r0 + 8], sP, kcur, 1);
+      issue_values_from_smem(o, sAlpha[r0], sAlpha[r0 + 8], sP, kcur);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);
