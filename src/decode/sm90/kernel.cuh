@@ -226,12 +226,12 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   cuda::cp_async_commit();
 }
 
-// The prologue's index loads issued together (attend_kernel, resolve_first): built with the CMake
-// option LKV_SM90_EARLY_INDICES (off until measured, bench/NOTES.md v17).
-#if defined(LKV_SM90_EARLY_INDICES)
-inline constexpr bool kEarlyIndices = true;
+// The end of a CTA through shared memory (write_rows): built with the CMake option
+// LKV_SM90_STAGED_EPILOGUE (off until measured, bench/NOTES.md v18).
+#if defined(LKV_SM90_STAGED_EPILOGUE)
+inline constexpr bool kStagedEpilogue = true;
 #else
-inline constexpr bool kEarlyIndices = false;
+inline constexpr bool kStagedEpilogue = false;
 #endif
 
 // PackedRows::row_limit of this thread's rows r0 and r0 + 8.
@@ -391,6 +391,15 @@ __device__ __forceinline__ void issue_values_from_smem(float (&o)[128], float a0
 // and sums in shared memory) and writes its 256 dims of out (or the split partials), and warpgroup
 // 0 writes lse and max_logits. The portable kernel's rules: a sum of exactly 0 is lonely (no
 // attended key; NaN is not), the sink applies only without splits.
+// write_rows_staged (kStagedEpilogue) does the same through `stage`, this warp's 16 KB window of
+// shared memory that nothing else reads or writes any more. The fragment holds each row's values in
+// 4- (bf16) or 8-byte (f32) pieces, so a direct store instruction touches 8 rows with 16 or 32
+// bytes each; through the window every store instruction writes 512 contiguous bytes of one row
+// with 16-byte stores. The window's 16-byte chunks are XOR-swizzled by row so that the fragment's
+// writes and the row reads are both free of bank conflicts (bf16: chunk j of row r at j ^ (r % 8);
+// f32: c ^ 2 (r % 4), which keeps every half row within its own 32 chunks). Same values, same bytes:
+// only the store pattern changes. (Rows are 16-byte aligned: the ops check out's rows, and the
+// partials are the library's workspace.)
 template <class Args, bool kPacks>
 __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const float (&o)[128],
                                            const float* sRowMax, const float* sRowSum, int r0, int t4,
@@ -436,6 +445,85 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
       if (wg == 0 && t4 == 0) {
         g.partial_lse[prow] = lse_split;
         if (g.partial_max) g.partial_max[prow] = max_logit;
+      }
+    }
+  }
+}
+
+template <class Args, bool kPacks>
+__device__ __forceinline__ void write_rows_staged(const KernelParams<Args>& p, const float (&o)[128],
+                                                  const float* sRowMax, const float* sRowSum, int r0, int t4,
+                                                  int wg, const CtaWork<kPacks>& w, uint8_t* stage) {
+  const cuda::Geometry& g = p.g;
+  const cuda::OutRef& out_ref = p.o;
+  const int64_t r1 = w.r1, split = w.split;
+  float factor[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int hr = r0 + 8 * r;
+    factor[r] = 0.0f;
+    if (hr >= w.rows_here) continue;
+    const int64_t h = w.head(hr), r2 = w.r2(hr);
+    const float m = sRowMax[hr], sum = sRowSum[hr];
+    const bool lonely = sum == 0.0f;
+    const float lse_split = lonely ? -INFINITY : (m + __log2f(sum)) * cuda::kLn2;
+    const float max_logit = lonely ? -INFINITY : m * cuda::kLn2;
+    factor[r] = lonely ? 0.0f : 1.0f / sum;
+    if (g.num_splits == 1 && !lonely && out_ref.sink) {
+      const float sink = out_ref.sink[h];
+      factor[r] *= (sink == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sink - lse_split));
+    }
+    if (wg != 0 || t4 != 0) continue;
+    if (g.num_splits == 1) {
+      out_ref.lse[r1 * out_ref.stride_lse_r1 + r2 * out_ref.stride_lse_r2 + h * out_ref.stride_lse_h] =
+          lonely ? INFINITY : lse_split;
+      if (out_ref.max_logits)
+        out_ref.max_logits[r1 * out_ref.stride_max_r1 + r2 * out_ref.stride_max_r2 + h * out_ref.stride_max_h] =
+            max_logit;
+    } else {
+      const int64_t prow = (w.pr.row(g, hr, w.heads_here) * g.h_q + h) * g.num_splits + split;
+      g.partial_lse[prow] = lse_split;
+      if (g.partial_max) g.partial_max[prow] = max_logit;
+    }
+  }
+
+  // ---- Staged: the warp's 16 rows (16 wq + i, i = gr + 8 r) into its window, then row by row out.
+  const int lane = threadIdx.x % 32, gr = lane / 4, row0 = r0 - gr;  // row0 = 16 wq
+  if (g.num_splits == 1) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<uint32_t*>(stage + (gr + 8 * r) * 512 + (j ^ gr) * 16 + 4 * t4) =
+            cuda::pack_bf16(o[4 * j + 2 * r] * factor[r], o[4 * j + 2 * r + 1] * factor[r]);
+    __syncwarp();
+    for (int i = 0; i < 16; ++i) {
+      const int hr = row0 + i;
+      if (hr >= w.rows_here) break;  // the rows past rows_here are the last ones
+      const uint4 v = *reinterpret_cast<const uint4*>(stage + i * 512 + (lane ^ (i % 8)) * 16);
+      uint16_t* out = out_ref.out + r1 * out_ref.stride_out_r1 + w.r2(hr) * out_ref.stride_out_r2 +
+                      w.head(hr) * out_ref.stride_out_h + 256 * wg;
+      *reinterpret_cast<uint4*>(out + 8 * lane) = v;
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(stage + (gr + 8 * r) * 1024 + ((2 * j + t4 / 2) ^ (2 * (gr % 4))) * 16 +
+                                   8 * (t4 % 2)) = make_float2(o[4 * j + 2 * r] * factor[r],
+                                                               o[4 * j + 2 * r + 1] * factor[r]);
+    __syncwarp();
+    for (int i = 0; i < 16; ++i) {
+      const int hr = row0 + i;
+      if (hr >= w.rows_here) break;
+      const int64_t prow = (w.pr.row(g, hr, w.heads_here) * g.h_q + w.head(hr)) * g.num_splits + split;
+      float* out = g.partial_out + prow * kDimV + 256 * wg;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int c = lane + 32 * half;
+        const uint4 v = *reinterpret_cast<const uint4*>(stage + i * 1024 + (c ^ (2 * (i % 4))) * 16);
+        *reinterpret_cast<uint4*>(out + 4 * c) = v;
       }
     }
   }
@@ -539,31 +627,26 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     resolve_compute(blk);
     resolve_store(blk);
   };
-  // kEarlyIndices: the index loads of the blocks the prologue resolves (0-2 for quantized keys, 0-1
-  // for 16-bit keys) issued together before the first is used, so the prologue waits out one index
-  // latency instead of two (resolve(n) stores right after its load, so the next one's load waits).
+  // The index loads of the blocks the prologue resolves (0-2 for quantized keys, 0-1 for 16-bit
+  // keys) are issued together before the first is used, so the prologue waits out one index latency
+  // instead of two (resolve(n) would store right after its load, so the next one's load would wait).
+  // Measured 0.5-1.5% faster on V4 b 64 and V3.2 b 128 (bench/NOTES.md v18).
   constexpr int kEarly = kDirect ? 2 : 3;
   int32_t early[kEarly];
-  if constexpr (kEarlyIndices) {
-    if (warp == 4 || warp == 5) {
+  if (warp == 4 || warp == 5) {
 #pragma unroll
-      for (int b = 0; b < kEarly; ++b) {
-        const int64_t k = k_begin + b * kBlockTokens + (tid - 128);
-        early[b] = k < k_end ? src.raw_index(p.src, k) : -1;
-      }
+    for (int b = 0; b < kEarly; ++b) {
+      const int64_t k = k_begin + b * kBlockTokens + (tid - 128);
+      early[b] = k < k_end ? src.raw_index(p.src, k) : -1;
     }
   }
   auto resolve_first = [&](int b) {  // the prologue's blocks, b < kEarly
-    if constexpr (kEarlyIndices) {
-      if (warp == 4 || warp == 5) {
-        const int64_t k = k_begin + b * kBlockTokens + (tid - 128);
-        res_scale = nullptr;
-        res_data = k < k_end ? src.locate_index(p.src, k, early[b], &res_scale) : nullptr;
-      }
-      resolve_store(b);
-    } else {
-      resolve(b);
+    if (warp == 4 || warp == 5) {
+      const int64_t k = k_begin + b * kBlockTokens + (tid - 128);
+      res_scale = nullptr;
+      res_data = k < k_end ? src.locate_index(p.src, k, early[b], &res_scale) : nullptr;
     }
+    resolve_store(b);
   };
   Raw<kRawStorage> raw;
   // The token this lane dequantizes. A pair: warpgroup 1 alone loads and dequantizes the CTA's 32
@@ -737,9 +820,12 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     }
   }
 
-  // ---- The end: each warpgroup writes its 256 dims.
+  // ---- The end: each warpgroup writes its 256 dims (kStagedEpilogue: each warp through its own
+  // 16 KB of the key stages, which every product has finished reading at the barrier).
   __syncthreads();
-  write_rows(p, o, sRowMax, sRowSum, r0, t4, wg, w);
+  static_assert(2 * L::k_stage >= kThreads / 32 * 16384, "the staged epilogue's windows must fit the key stages");
+  if constexpr (kStagedEpilogue) write_rows_staged(p, o, sRowMax, sRowSum, r0, t4, wg, w, sK + warp * 16384);
+  else write_rows(p, o, sRowMax, sRowSum, r0, t4, wg, w);
   stamp(7);
 #else
   (void)p;
