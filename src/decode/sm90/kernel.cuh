@@ -226,14 +226,6 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   cuda::cp_async_commit();
 }
 
-// The end of a CTA through shared memory (write_rows): built with the CMake option
-// LKV_SM90_STAGED_EPILOGUE (off until measured, bench/NOTES.md v18).
-#if defined(LKV_SM90_STAGED_EPILOGUE)
-inline constexpr bool kStagedEpilogue = true;
-#else
-inline constexpr bool kStagedEpilogue = false;
-#endif
-
 // PackedRows::row_limit of this thread's rows r0 and r0 + 8.
 template <bool kPacks>
 __device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWork<kPacks>& w, int r0, int64_t visible,
@@ -391,15 +383,6 @@ __device__ __forceinline__ void issue_values_from_smem(float (&o)[128], float a0
 // and sums in shared memory) and writes its 256 dims of out (or the split partials), and warpgroup
 // 0 writes lse and max_logits. The portable kernel's rules: a sum of exactly 0 is lonely (no
 // attended key; NaN is not), the sink applies only without splits.
-// write_rows_staged (kStagedEpilogue) does the same through `stage`, this warp's 16 KB window of
-// shared memory that nothing else reads or writes any more. The fragment holds each row's values in
-// 4- (bf16) or 8-byte (f32) pieces, so a direct store instruction touches 8 rows with 16 or 32
-// bytes each; through the window every store instruction writes 512 contiguous bytes of one row
-// with 16-byte stores. The window's 16-byte chunks are XOR-swizzled by row so that the fragment's
-// writes and the row reads are both free of bank conflicts (bf16: chunk j of row r at j ^ (r % 8);
-// f32: c ^ 2 (r % 4), which keeps every half row within its own 32 chunks). Same values, same bytes:
-// only the store pattern changes. (Rows are 16-byte aligned: the ops check out's rows, and the
-// partials are the library's workspace.)
 template <class Args, bool kPacks>
 __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const float (&o)[128],
                                            const float* sRowMax, const float* sRowSum, int r0, int t4,
@@ -450,13 +433,22 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
   }
 }
 
+// write_rows_staged does the same for an unsplit launch's bf16 rows through `stage`, this warp's
+// 8 KB window of shared memory that nothing else reads or writes any more. The fragment holds each
+// row's values in 4-byte pieces, so a direct store instruction touches 8 rows with 16 bytes each;
+// through the window every store instruction writes 512 contiguous bytes of one row with 16-byte
+// stores. The window's 16-byte chunks are XOR-swizzled by row (chunk j of row r at j ^ (r % 8)) so
+// that the fragment's writes and the row reads are both free of bank conflicts. Same values, same
+// bytes: only the store pattern changes (out's rows are 16-byte aligned: the ops check them).
+// Measured against write_rows (bench/NOTES.md v18): V4 b 64 4-9% faster, V3.2 b 128 3%, prefill 3-6%,
+// dense 0-1%; the same for the f32 partials of split launches was 1-3% slower on V4 b 2 h_q 128 and
+// 2% on the V4 h_q 128 peak, so those keep the direct stores.
 template <class Args, bool kPacks>
 __device__ __forceinline__ void write_rows_staged(const KernelParams<Args>& p, const float (&o)[128],
                                                   const float* sRowMax, const float* sRowSum, int r0, int t4,
                                                   int wg, const CtaWork<kPacks>& w, uint8_t* stage) {
-  const cuda::Geometry& g = p.g;
   const cuda::OutRef& out_ref = p.o;
-  const int64_t r1 = w.r1, split = w.split;
+  const int64_t r1 = w.r1;
   float factor[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -469,63 +461,35 @@ __device__ __forceinline__ void write_rows_staged(const KernelParams<Args>& p, c
     const float lse_split = lonely ? -INFINITY : (m + __log2f(sum)) * cuda::kLn2;
     const float max_logit = lonely ? -INFINITY : m * cuda::kLn2;
     factor[r] = lonely ? 0.0f : 1.0f / sum;
-    if (g.num_splits == 1 && !lonely && out_ref.sink) {
+    if (!lonely && out_ref.sink) {
       const float sink = out_ref.sink[h];
       factor[r] *= (sink == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sink - lse_split));
     }
-    if (wg != 0 || t4 != 0) continue;
-    if (g.num_splits == 1) {
+    if (wg == 0 && t4 == 0) {
       out_ref.lse[r1 * out_ref.stride_lse_r1 + r2 * out_ref.stride_lse_r2 + h * out_ref.stride_lse_h] =
           lonely ? INFINITY : lse_split;
       if (out_ref.max_logits)
         out_ref.max_logits[r1 * out_ref.stride_max_r1 + r2 * out_ref.stride_max_r2 + h * out_ref.stride_max_h] =
             max_logit;
-    } else {
-      const int64_t prow = (w.pr.row(g, hr, w.heads_here) * g.h_q + h) * g.num_splits + split;
-      g.partial_lse[prow] = lse_split;
-      if (g.partial_max) g.partial_max[prow] = max_logit;
     }
   }
 
-  // ---- Staged: the warp's 16 rows (16 wq + i, i = gr + 8 r) into its window, then row by row out.
+  // ---- The warp's 16 rows (16 wq + i, i = gr + 8 r) into its window, then out row by row.
   const int lane = threadIdx.x % 32, gr = lane / 4, row0 = r0 - gr;  // row0 = 16 wq
-  if (g.num_splits == 1) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
+  for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<uint32_t*>(stage + (gr + 8 * r) * 512 + (j ^ gr) * 16 + 4 * t4) =
-            cuda::pack_bf16(o[4 * j + 2 * r] * factor[r], o[4 * j + 2 * r + 1] * factor[r]);
-    __syncwarp();
-    for (int i = 0; i < 16; ++i) {
-      const int hr = row0 + i;
-      if (hr >= w.rows_here) break;  // the rows past rows_here are the last ones
-      const uint4 v = *reinterpret_cast<const uint4*>(stage + i * 512 + (lane ^ (i % 8)) * 16);
-      uint16_t* out = out_ref.out + r1 * out_ref.stride_out_r1 + w.r2(hr) * out_ref.stride_out_r2 +
-                      w.head(hr) * out_ref.stride_out_h + 256 * wg;
-      *reinterpret_cast<uint4*>(out + 8 * lane) = v;
-    }
-  } else {
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(stage + (gr + 8 * r) * 1024 + ((2 * j + t4 / 2) ^ (2 * (gr % 4))) * 16 +
-                                   8 * (t4 % 2)) = make_float2(o[4 * j + 2 * r] * factor[r],
-                                                               o[4 * j + 2 * r + 1] * factor[r]);
-    __syncwarp();
-    for (int i = 0; i < 16; ++i) {
-      const int hr = row0 + i;
-      if (hr >= w.rows_here) break;
-      const int64_t prow = (w.pr.row(g, hr, w.heads_here) * g.h_q + w.head(hr)) * g.num_splits + split;
-      float* out = g.partial_out + prow * kDimV + 256 * wg;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int c = lane + 32 * half;
-        const uint4 v = *reinterpret_cast<const uint4*>(stage + i * 1024 + (c ^ (2 * (i % 4))) * 16);
-        *reinterpret_cast<uint4*>(out + 4 * c) = v;
-      }
-    }
+    for (int j = 0; j < 32; ++j)
+      *reinterpret_cast<uint32_t*>(stage + (gr + 8 * r) * 512 + (j ^ gr) * 16 + 4 * t4) =
+          cuda::pack_bf16(o[4 * j + 2 * r] * factor[r], o[4 * j + 2 * r + 1] * factor[r]);
+  __syncwarp();
+  for (int i = 0; i < 16; ++i) {
+    const int hr = row0 + i;
+    if (hr >= w.rows_here) break;  // the rows past rows_here are the last ones
+    const uint4 v = *reinterpret_cast<const uint4*>(stage + i * 512 + (lane ^ (i % 8)) * 16);
+    uint16_t* out = out_ref.out + r1 * out_ref.stride_out_r1 + w.r2(hr) * out_ref.stride_out_r2 +
+                    w.head(hr) * out_ref.stride_out_h + 256 * wg;
+    *reinterpret_cast<uint4*>(out + 8 * lane) = v;
   }
 }
 
@@ -820,11 +784,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     }
   }
 
-  // ---- The end: each warpgroup writes its 256 dims (kStagedEpilogue: each warp through its own
-  // 16 KB of the key stages, which every product has finished reading at the barrier).
+  // ---- The end: each warpgroup writes its 256 dims; unsplit, each warp through its own 8 KB of the
+  // key stages, which every product has finished reading at the barrier.
   __syncthreads();
-  static_assert(2 * L::k_stage >= kThreads / 32 * 16384, "the staged epilogue's windows must fit the key stages");
-  if constexpr (kStagedEpilogue) write_rows_staged(p, o, sRowMax, sRowSum, r0, t4, wg, w, sK + warp * 16384);
+  static_assert(2 * L::k_stage >= kThreads / 32 * 8192, "the epilogue's windows must fit the key stages");
+  if (p.g.num_splits == 1) write_rows_staged(p, o, sRowMax, sRowSum, r0, t4, wg, w, sK + warp * 8192);
   else write_rows(p, o, sRowMax, sRowSum, r0, t4, wg, w);
   stamp(7);
 #else
