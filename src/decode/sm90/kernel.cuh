@@ -226,6 +226,22 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   cuda::cp_async_commit();
 }
 
+// Two prologue variants (bench/NOTES.md v18), built with CMake options, off until measured:
+// kIndexFirst (LKV_SM90_INDEX_FIRST) issues the prologue's index loads before Q's copies, so they do
+// not queue behind the CTA's 64-72 KB of Q; kPrologueBoth (LKV_SM90_PROLOGUE_BOTH) loads block 1's
+// records together with block 0's (quantized keys), so that the first iteration's dequantization of
+// block 1 does not wait out a memory round trip issued only after block 0 was dequantized.
+#if defined(LKV_SM90_INDEX_FIRST)
+inline constexpr bool kIndexFirst = true;
+#else
+inline constexpr bool kIndexFirst = false;
+#endif
+#if defined(LKV_SM90_PROLOGUE_BOTH)
+inline constexpr bool kPrologueBoth = true;
+#else
+inline constexpr bool kPrologueBoth = false;
+#endif
+
 // PackedRows::row_limit of this thread's rows r0 and r0 + 8.
 template <bool kPacks>
 __device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWork<kPacks>& w, int r0, int64_t visible,
@@ -518,11 +534,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   uint8_t* sQ = smem + L::q_off;
   uint8_t* sK = smem + L::k_off;
   uint8_t* sP = smem + L::p_off;
-  // Key pointers: quantized storage keeps one block's record and scale pointers ([64] + [64]);
-  // 16-bit keys keep two blocks' record pointers ([2][64]), since block n + 1's copies start while
-  // block n + 2 is being resolved.
+  // Key pointers: quantized storage keeps one block's record and scale pointers ([64] records, then
+  // [64] scales); 16-bit keys keep two blocks' record pointers ([2][64]), since block n + 1's copies
+  // start while block n + 2 is being resolved.
   const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::ptr_off);
-  const uint8_t** sScale = sData + kBlockTokens;
   uint32_t* sValid = reinterpret_cast<uint32_t*>(smem + L::valid_off);  // [4 blocks][2 words]
   float* sAlpha = reinterpret_cast<float*>(smem + L::alpha_off);
   float* sRowMax = reinterpret_cast<float*>(smem + L::stat_off);
@@ -550,8 +565,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
 #endif
   stamp(0);
 
-  // ---- Q to shared memory, zero rows past the CTA's.
-  load_q<kDqk, kThreads>(sQ, g, w, tid);
+  // ---- Q to shared memory, zero rows past the CTA's (kIndexFirst: after the first index loads).
+  if constexpr (!kIndexFirst) load_q<kDqk, kThreads>(sQ, g, w, tid);
 
   const Source src(p.src, r1, w.pr.r2_last(), kv_head);
   const int64_t k_begin = split * g.keys_per_split;
@@ -575,14 +590,17 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     res_scale = nullptr;
     res_data = k < k_end ? src.locate(p.src, k, &res_scale) : nullptr;
   };
-  auto resolve_store = [&](int64_t blk) {
+  // (kPrologueBoth: block 1's pointers go to `to`, the start of key stage 1, which nothing else
+  // uses before the first iteration dequantizes block 1 into it.)
+  auto resolve_store = [&](int64_t blk, const uint8_t** to = nullptr) {
     if (warp != 4 && warp != 5) return;
     const int t = tid - 128;
     if constexpr (kDirect) {
       sData[(blk & 1) * kBlockTokens + t] = res_data;
     } else {
-      sData[t] = res_data;
-      sScale[t] = res_scale;
+      const uint8_t** d = to ? to : sData;
+      d[t] = res_data;
+      d[kBlockTokens + t] = res_scale;
     }
     const uint32_t bits = __ballot_sync(0xffffffffu, res_data != nullptr);
     if (lane == 0) sValid[(blk & 3) * 2 + (warp - 4)] = bits;
@@ -604,31 +622,34 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       early[b] = k < k_end ? src.raw_index(p.src, k) : -1;
     }
   }
-  auto resolve_first = [&](int b) {  // the prologue's blocks, b < kEarly
+  auto resolve_first = [&](int b, const uint8_t** to = nullptr) {  // the prologue's blocks, b < kEarly
     if (warp == 4 || warp == 5) {
       const int64_t k = k_begin + b * kBlockTokens + (tid - 128);
       res_scale = nullptr;
       res_data = k < k_end ? src.locate_index(p.src, k, early[b], &res_scale) : nullptr;
     }
-    resolve_store(b);
+    resolve_store(b, to);
   };
+  if constexpr (kIndexFirst) load_q<kDqk, kThreads>(sQ, g, w, tid);
   Raw<kRawStorage> raw;
   // The token this lane dequantizes. A pair: warpgroup 1 alone loads and dequantizes the CTA's 32
   // tokens (32 rank ..) and mirrors them into the peer's stage; warpgroup 0 converts nothing, so its
   // path per block is the score product, the softmax and its value product.
   const int tok_d = kPair ? tok_l - 32 + 32 * static_cast<int>(rank) : tok_l;
-  auto load = [&]() {
+  auto load_into = [&](Raw<kRawStorage>& r, const uint8_t* const* ptrs) {
     if constexpr (!kDirect) {
       if (kPair && wg == 0) return;
-      load_raw<kRawStorage>(raw, sData[tok_d], sScale[tok_d], part);
+      load_raw<kRawStorage>(r, ptrs[tok_d], ptrs[kBlockTokens + tok_d], part);
     }
   };
+  auto load = [&]() { load_into(raw, sData); };
   // Dequantized block to `stage` (and to the peer's), then visible to wgmma.
-  auto store = [&](uint8_t* stage) {
-    if (!(kPair && wg == 0)) store_dequantized<kRawStorage, kPair>(raw, stage, tok_d, part, peer_delta);
+  auto store_from = [&](const Raw<kRawStorage>& r, uint8_t* stage) {
+    if (!(kPair && wg == 0)) store_dequantized<kRawStorage, kPair>(r, stage, tok_d, part, peer_delta);
     if constexpr (kPair) fence_proxy_async_cluster();
     else fence_proxy_async();
   };
+  auto store = [&](uint8_t* stage) { store_from(raw, stage); };
   // The CTA's barrier where a stage changes hands; a pair's stages are written by both CTAs, so
   // there it is the cluster barrier (which the first remote write must also wait for: the peer
   // has to be running).
@@ -679,6 +700,25 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     copy_block(0, sK);
     finish_copies();
     __syncthreads();
+    stamp(2);
+  } else if constexpr (kPrologueBoth) {
+    // Blocks 0 and 1 resolved (block 1's pointers into stage 1), both blocks' records loaded at
+    // once, block 2 resolved while they are in flight, block 0 dequantized into stage 0; `raw`
+    // keeps block 1's records for the first iteration, as below.
+    const uint8_t** ptrs1 = reinterpret_cast<const uint8_t**>(sK + L::k_stage);
+    resolve_first(0);
+    resolve_first(1, ptrs1);
+    stage_barrier();
+    stamp(1);
+    Raw<kRawStorage> raw0;
+    load_into(raw0, sData);
+    if (nb > 1) load_into(raw, ptrs1);
+    __syncthreads();  // every thread has read both blocks' pointers
+    resolve_first(2);
+    store_from(raw0, sK);
+    cuda::cp_async_wait<0>();  // Q's copies
+    fence_proxy_async();
+    stage_barrier();
     stamp(2);
   } else {
     resolve_first(0);
