@@ -395,10 +395,38 @@ __device__ __forceinline__ void issue_values_from_smem(float (&o)[128], float a0
   for (int st = 0; st < 4; ++st) wgmma_m64n256k16_ss_tb(o, dp + (st * 32 >> 4), dv + (st * 2048 >> 4), true);
 }
 
+// Row hr's end (the portable kernel's rules): a sum of exactly 0 is lonely (no attended key; NaN
+// is not); lse and the max logit in natural log (the split's own when split); the factor its O row
+// is scaled by, 1 / sum times the sink's share, which applies only without splits.
+struct RowEnd {
+  bool lonely;
+  float lse, max_logit, factor;
+};
+__device__ __forceinline__ RowEnd row_end(const float* sRowMax, const float* sRowSum, int hr, int64_t h,
+                                          bool unsplit, const float* sink) {
+  const float m = sRowMax[hr], sum = sRowSum[hr];
+  RowEnd e;
+  e.lonely = sum == 0.0f;
+  e.lse = e.lonely ? -INFINITY : (m + __log2f(sum)) * cuda::kLn2;
+  e.max_logit = e.lonely ? -INFINITY : m * cuda::kLn2;
+  e.factor = e.lonely ? 0.0f : 1.0f / sum;
+  if (unsplit && !e.lonely && sink) {
+    const float sk = sink[h];
+    e.factor *= (sk == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sk - e.lse));
+  }
+  return e;
+}
+
+// An unsplit row's lse (+inf when lonely) and max logit.
+__device__ __forceinline__ void write_row_lse(const cuda::OutRef& o, int64_t r1, int64_t r2, int64_t h,
+                                              const RowEnd& e) {
+  o.lse[r1 * o.stride_lse_r1 + r2 * o.stride_lse_r2 + h * o.stride_lse_h] = e.lonely ? INFINITY : e.lse;
+  if (o.max_logits) o.max_logits[r1 * o.stride_max_r1 + r2 * o.stride_max_r2 + h * o.stride_max_h] = e.max_logit;
+}
+
 // The end of a CTA: warpgroup `wg` normalises its rows r0 and r0 + 8 (O fragment `o`, row maxima
 // and sums in shared memory) and writes its 256 dims of out (or the split partials), and warpgroup
-// 0 writes lse and max_logits. The portable kernel's rules: a sum of exactly 0 is lonely (no
-// attended key; NaN is not), the sink applies only without splits.
+// 0 writes lse and max_logits (row_end's rules).
 template <class Args, bool kPacks>
 __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const float (&o)[128],
                                            const float* sRowMax, const float* sRowSum, int r0, int t4,
@@ -411,15 +439,8 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
     const int hr = r0 + 8 * r;
     if (hr >= w.rows_here) continue;
     const int64_t h = w.head(hr), r2 = w.r2(hr);
-    const float m = sRowMax[hr], sum = sRowSum[hr];
-    const bool lonely = sum == 0.0f;
-    const float lse_split = lonely ? -INFINITY : (m + __log2f(sum)) * cuda::kLn2;
-    const float max_logit = lonely ? -INFINITY : m * cuda::kLn2;
-    float factor = lonely ? 0.0f : 1.0f / sum;
-    if (g.num_splits == 1 && !lonely && out_ref.sink) {
-      const float sink = out_ref.sink[h];
-      factor *= (sink == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sink - lse_split));
-    }
+    const RowEnd e = row_end(sRowMax, sRowSum, hr, h, g.num_splits == 1, out_ref.sink);
+    const float factor = e.factor;
     if (g.num_splits == 1) {
       uint16_t* out = out_ref.out + r1 * out_ref.stride_out_r1 + r2 * out_ref.stride_out_r2 +
                       h * out_ref.stride_out_h + 256 * wg;
@@ -427,13 +448,7 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * t4) =
             cuda::pack_bf16(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
-      if (wg == 0 && t4 == 0) {
-        out_ref.lse[r1 * out_ref.stride_lse_r1 + r2 * out_ref.stride_lse_r2 + h * out_ref.stride_lse_h] =
-            lonely ? INFINITY : lse_split;
-        if (out_ref.max_logits)
-          out_ref.max_logits[r1 * out_ref.stride_max_r1 + r2 * out_ref.stride_max_r2 + h * out_ref.stride_max_h] =
-              max_logit;
-      }
+      if (wg == 0 && t4 == 0) write_row_lse(out_ref, r1, r2, h, e);
     } else {
       const int64_t prow = (w.pr.row(g, hr, w.heads_here) * g.h_q + h) * g.num_splits + split;
       float* out = g.partial_out + prow * kDimV + 256 * wg;
@@ -442,8 +457,8 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
         *reinterpret_cast<float2*>(out + 8 * j + 2 * t4) =
             make_float2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
       if (wg == 0 && t4 == 0) {
-        g.partial_lse[prow] = lse_split;
-        if (g.partial_max) g.partial_max[prow] = max_logit;
+        g.partial_lse[prow] = e.lse;
+        if (g.partial_max) g.partial_max[prow] = e.max_logit;
       }
     }
   }
@@ -472,22 +487,9 @@ __device__ __forceinline__ void write_rows_staged(const KernelParams<Args>& p, c
     factor[r] = 0.0f;
     if (hr >= w.rows_here) continue;
     const int64_t h = w.head(hr), r2 = w.r2(hr);
-    const float m = sRowMax[hr], sum = sRowSum[hr];
-    const bool lonely = sum == 0.0f;
-    const float lse_split = lonely ? -INFINITY : (m + __log2f(sum)) * cuda::kLn2;
-    const float max_logit = lonely ? -INFINITY : m * cuda::kLn2;
-    factor[r] = lonely ? 0.0f : 1.0f / sum;
-    if (!lonely && out_ref.sink) {
-      const float sink = out_ref.sink[h];
-      factor[r] *= (sink == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sink - lse_split));
-    }
-    if (wg == 0 && t4 == 0) {
-      out_ref.lse[r1 * out_ref.stride_lse_r1 + r2 * out_ref.stride_lse_r2 + h * out_ref.stride_lse_h] =
-          lonely ? INFINITY : lse_split;
-      if (out_ref.max_logits)
-        out_ref.max_logits[r1 * out_ref.stride_max_r1 + r2 * out_ref.stride_max_r2 + h * out_ref.stride_max_h] =
-            max_logit;
-    }
+    const RowEnd e = row_end(sRowMax, sRowSum, hr, h, true, out_ref.sink);
+    factor[r] = e.factor;
+    if (wg == 0 && t4 == 0) write_row_lse(out_ref, r1, r2, h, e);
   }
 
   // ---- The warp's 16 rows (16 wq + i, i = gr + 8 r) into its window, then out row by row.
