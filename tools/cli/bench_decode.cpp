@@ -182,8 +182,8 @@ void trace_case(const std::string& name, const SparseDecodeArgs& a, BenchCase& b
   bc.numbers["trace_span_us"] = span;
   bc.numbers["trace_tail_us"] = tail;
   bc.numbers["trace_cta_median_us"] = per_cta[per_cta.size() / 2];
-  static const char* const kNames[s9::kTracePhases] = {"entry", "indices", "block0", "prologue",
-                                                       "block0_done", "block1_done", "loop", "exit"};
+  static const char* const kNames[s9::kTracePhases] = {"entry",       "indices",     "block0", "q_wait", "prologue",
+                                                       "block0_done", "block1_done", "loop",   "exit"};
   add_phase_stats(bc, t.stamps, t.ctas, s9::kTracePhases, kNames, t0);
   std::printf("\n");
 }

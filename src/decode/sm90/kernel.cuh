@@ -718,10 +718,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     __syncthreads();  // every thread has read both blocks' pointers
     resolve_first(2);
     store_from(raw0, sK);
+    stamp(2);
+    stamp(3);
     cuda::cp_async_wait<0>();  // Q's copies
     fence_proxy_async();
     stage_barrier();
-    stamp(2);
   } else {
     resolve_first(0);
     stage_barrier();
@@ -735,11 +736,12 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     if (nb > 1) load();
     __syncthreads();
     resolve_first(2);
+    stamp(3);
     cuda::cp_async_wait<0>();  // Q's copies (16-bit keys: finish_copies above waited for them)
     fence_proxy_async();
     __syncthreads();
   }
-  stamp(3);
+  stamp(4);
 
   float o[128];
 #pragma unroll
@@ -797,9 +799,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // Stage n & 1 and P are free; block n + 1's stage is complete (a pair: the peer's half too).
       if constexpr (kPair) cluster_sync();
       else named_barrier_sync(2);
-      if (n < 2) stamp(4 + static_cast<int>(n));
+      if (n < 2) stamp(5 + static_cast<int>(n));
     }
-    stamp(6);
+    stamp(7);
     // Row statistics for both warpgroups' epilogues.
     publish_row_stats(row_max, row_sum, sRowMax, sRowSum, r0, t4);
   } else {
@@ -832,7 +834,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   static_assert(2 * L::k_stage >= kThreads / 32 * 8192, "the epilogue's windows must fit the key stages");
   if (p.g.num_splits == 1) write_rows_staged(p, o, sRowMax, sRowSum, r0, t4, wg, w, sK + warp * 8192);
   else write_rows(p, o, sRowMax, sRowSum, r0, t4, wg, w);
-  stamp(7);
+  stamp(8);
 #else
   (void)p;
   __trap();

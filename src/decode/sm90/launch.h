@@ -38,7 +38,9 @@ void set_cta_pairs(bool on);
 // (mark_trace), so the stamps also show the gaps between the kernels of a call. Every attention
 // launch of the traced call is kept (a two-launch plan's CTAs follow the first launch's); the
 // warp-specialised variant has no stamps.
-inline constexpr int kTracePhases = 8;  // entry, indices, block 0, prologue, block 0 done, block 1 done, loop, exit
+// entry, indices, block 0, q_wait (quantized keys: the prologue's last resolve done, before waiting
+// for Q's copies), prologue, block 0 done, block 1 done, loop, exit
+inline constexpr int kTracePhases = 9;
 struct KernelTrace {
   int64_t ctas = 0;                       // CTAs of every traced launch (grid x * y each)
   std::vector<int64_t> launches;          // each launch's CTAs, in launch order
