@@ -31,7 +31,11 @@ template <int kDqk>
 struct Layout {
   static constexpr int chunks = kDqk / 64;                // 9 (v32_fp8) or 8 (v4_fp8)
   static constexpr int q_off = 0;                         // Q [64][d_qk] bf16, swizzled chunks
-  static constexpr int k_off = q_off + chunks * kChunkBytes;  // K [2 stages][64][d_qk] bf16
+  // K [2 stages][64][d_qk] bf16. Reused where no product reads it: the end of an unsplit CTA stages
+  // each warp's 16 rows of bf16 out in 8 KB windows (8 warps: 64 KB, within stage 0; 16-byte
+  // stores then write whole rows), and the LKV_SM90_PROLOGUE_BOTH prologue parks block 1's 128
+  // pointers (1 KB) at the start of stage 1 until the first iteration fills it.
+  static constexpr int k_off = q_off + chunks * kChunkBytes;
   static constexpr int k_stage = chunks * kChunkBytes;
   static constexpr int p_off = k_off + 2 * k_stage;       // P [64][64] bf16, one swizzled chunk
   static constexpr int ptr_off = p_off + kChunkBytes;     // a block's record and scale pointers
