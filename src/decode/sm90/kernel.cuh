@@ -751,15 +751,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const int r0 = 16 * wq + gr;  // this thread's rows r0 and r0 + 8
   int64_t row_lim[2];            // the candidates those rows see (packed causal rows)
   row_limits(g, w, r0, src.candidates(), k_begin, row_lim);
-  // Block n's attended tokens for this thread's two rows (sValid[n % 4]); packed causal rows mask
-  // their own later candidates (row_lim: all of them otherwise).
-  auto block_masks = [&](int64_t n, uint64_t (&rows)[2]) {
-    const uint64_t valid = static_cast<uint64_t>(sValid[(n & 3) * 2]) |
-                           (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
-    const int64_t base = n * kBlockTokens;
-    rows[0] = Source::kPacksRows ? row_mask(valid, row_lim[0], base) : valid;
-    rows[1] = Source::kPacksRows ? row_mask(valid, row_lim[1], base) : valid;
-  };
 
   // Each warpgroup's loop is one branch (wgmma in code the compiler sees as divergent would be
   // serialized); the two meet at named barriers 1 (P ready) and 2 (block done).
@@ -781,8 +772,12 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       wgmma_wait<0>();
       fence_operands(s);
       // ---- Online softmax; P to registers and shared memory.
-      uint64_t valid_rows[2];
-      block_masks(n, valid_rows);
+      const uint64_t valid = static_cast<uint64_t>(sValid[(n & 3) * 2]) |
+                             (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
+      // Packed causal rows mask their own later candidates (row_lim: all of them otherwise).
+      const int64_t base = n * kBlockTokens;
+      const uint64_t valid_rows[2] = {Source::kPacksRows ? row_mask(valid, row_lim[0], base) : valid,
+                                      Source::kPacksRows ? row_mask(valid, row_lim[1], base) : valid};
       float alpha[2];
       online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, alpha);
       uint32_t pa[4][4];  // P as the value product's A fragments (k-steps of 16 tokens)
