@@ -33,7 +33,7 @@ struct Layout {
   static constexpr int q_off = 0;                         // Q [64][d_qk] bf16, swizzled chunks
   // K [2 stages][64][d_qk] bf16. Reused where no product reads it: the end of an unsplit CTA stages
   // each warp's 16 rows of bf16 out in 8 KB windows (8 warps: 64 KB, within stage 0; 16-byte
-  // stores then write whole rows), and the LKV_SM90_PROLOGUE_BOTH prologue parks block 1's 128
+  // stores then write whole rows), and the prologue of quantized keys parks block 1's 128
   // pointers (1 KB) at the start of stage 1 until the first iteration fills it.
   static constexpr int k_off = q_off + chunks * kChunkBytes;
   static constexpr int k_stage = chunks * kChunkBytes;

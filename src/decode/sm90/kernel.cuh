@@ -226,22 +226,6 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   cuda::cp_async_commit();
 }
 
-// Two prologue variants (bench/NOTES.md v18), built with CMake options, off until measured:
-// kIndexFirst (LKV_SM90_INDEX_FIRST) issues the prologue's index loads before Q's copies, so they do
-// not queue behind the CTA's 64-72 KB of Q; kPrologueBoth (LKV_SM90_PROLOGUE_BOTH) loads block 1's
-// records together with block 0's (quantized keys), so that the first iteration's dequantization of
-// block 1 does not wait out a memory round trip issued only after block 0 was dequantized.
-#if defined(LKV_SM90_INDEX_FIRST)
-inline constexpr bool kIndexFirst = true;
-#else
-inline constexpr bool kIndexFirst = false;
-#endif
-#if defined(LKV_SM90_PROLOGUE_BOTH)
-inline constexpr bool kPrologueBoth = true;
-#else
-inline constexpr bool kPrologueBoth = false;
-#endif
-
 // PackedRows::row_limit of this thread's rows r0 and r0 + 8.
 template <bool kPacks>
 __device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWork<kPacks>& w, int r0, int64_t visible,
@@ -567,8 +551,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
 #endif
   stamp(0);
 
-  // ---- Q to shared memory, zero rows past the CTA's (kIndexFirst: after the first index loads).
-  if constexpr (!kIndexFirst) load_q<kDqk, kThreads>(sQ, g, w, tid);
+  // ---- Q to shared memory, zero rows past the CTA's. Quantized keys issue Q's copies after the
+  // prologue's index loads (below), so that those do not queue behind the CTA's 64-72 KB of Q: with
+  // the two blocks' records loaded together, 1-3.5% faster on V4 b 2 / b 64 and ~1% on V3.2 b 128;
+  // the same order on 16-bit keys (prefill) was 0.5-1.8% slower on h_q 64 (bench/NOTES.md v19).
+  if constexpr (kDirect) load_q<kDqk, kThreads>(sQ, g, w, tid);
 
   const Source src(p.src, r1, w.pr.r2_last(), kv_head);
   const int64_t k_begin = split * g.keys_per_split;
@@ -592,7 +579,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     res_scale = nullptr;
     res_data = k < k_end ? src.locate(p.src, k, &res_scale) : nullptr;
   };
-  // (kPrologueBoth: block 1's pointers go to `to`, the start of key stage 1, which nothing else
+  // (The prologue puts block 1's pointers at `to`, the start of key stage 1, which nothing else
   // uses before the first iteration dequantizes block 1 into it.)
   auto resolve_store = [&](int64_t blk, const uint8_t** to = nullptr) {
     if (warp != 4 && warp != 5) return;
@@ -632,7 +619,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     }
     resolve_store(b, to);
   };
-  if constexpr (kIndexFirst) load_q<kDqk, kThreads>(sQ, g, w, tid);
+  if constexpr (!kDirect) load_q<kDqk, kThreads>(sQ, g, w, tid);
   Raw<kRawStorage> raw;
   // The token this lane dequantizes. A pair: warpgroup 1 alone loads and dequantizes the CTA's 32
   // tokens (32 rank ..) and mirrors them into the peer's stage; warpgroup 0 converts nothing, so its
@@ -703,10 +690,12 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     finish_copies();
     __syncthreads();
     stamp(2);
-  } else if constexpr (kPrologueBoth) {
+  } else {
     // Blocks 0 and 1 resolved (block 1's pointers into stage 1), both blocks' records loaded at
     // once, block 2 resolved while they are in flight, block 0 dequantized into stage 0; `raw`
-    // keeps block 1's records for the first iteration, as below.
+    // keeps block 1's records for the first iteration. Against resolving and loading block 1 only
+    // after block 0 was dequantized, with Q's copies behind the index loads: V4 b 2 1.5-3.5%,
+    // V4 b 64 1.1-2.1% and V3.2 b 128 ~1% faster (bench/NOTES.md v19).
     const uint8_t** ptrs1 = reinterpret_cast<const uint8_t**>(sK + L::k_stage);
     resolve_first(0);
     resolve_first(1, ptrs1);
@@ -723,23 +712,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     cuda::cp_async_wait<0>();  // Q's copies
     fence_proxy_async();
     stage_barrier();
-  } else {
-    resolve_first(0);
-    stage_barrier();
-    stamp(1);
-    load();
-    __syncthreads();
-    resolve_first(1);
-    store(sK);
-    stage_barrier();
-    stamp(2);
-    if (nb > 1) load();
-    __syncthreads();
-    resolve_first(2);
-    stamp(3);
-    cuda::cp_async_wait<0>();  // Q's copies (16-bit keys: finish_copies above waited for them)
-    fence_proxy_async();
-    __syncthreads();
   }
   stamp(4);
 
