@@ -4,7 +4,7 @@
 #   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
-#   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [env_ab] [variant_ab] [variant_trace]
+#   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [env_ab] [variant_ab] [racecheck_variant] [variant_trace]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -38,7 +38,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
   | tee "$OUT/gpu.txt"
 
 # LKV_BUILD_TARGETS: build only these targets (e.g. "latentkv lkv_cuda_tests"), default all.
-# With variant_ab or variant_trace the LKV_VARIANT_CMAKE build (build-gpu-variant) runs beside the default one, each
+# With variant_ab, racecheck_variant or variant_trace the LKV_VARIANT_CMAKE build (build-gpu-variant) runs beside the default one, each
 # on half the cores.
 targets=()
 for t in ${LKV_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
@@ -53,7 +53,7 @@ if has build; then
   start=$(date +%s)
   jobs=$(nproc)
   upid=
-  if has variant_ab || has variant_trace; then
+  if has variant_ab || has variant_trace || has racecheck_variant; then
     jobs=$(( jobs / 2 ))
     # A CMake cache keeps every -D it was ever given, so a directory configured with other flags
     # (or with no record of them) is started afresh.
@@ -344,6 +344,15 @@ elif has variant_ab; then
   ab_tables "$OUT/variant-ab" "$OUT/ab-variant.txt" default variant
   (cd "$OUT" && tar czf variant-ab.tgz variant-ab && rm -rf variant-ab)
   note "variant_ab ($LKV_VARIANT_CMAKE): see ab-variant.txt"
+fi
+
+# racecheck_variant: the racecheck stage's check on the variant build's suites.
+if has racecheck_variant && ! variant_built; then
+  note "racecheck_variant skipped: build-gpu-variant was not built with '${LKV_VARIANT_CMAKE:-}' (add the build stage)"
+elif has racecheck_variant; then
+  timeout 200 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu-variant/lkv_cuda_tests \
+    --gtest_filter="${LKV_RACECHECK_FILTER:-DecodeCuda.CornerCases:DecodeCuda.Sm90PairsAgreeBitwiseWithSingleCtas}" >"$OUT/racecheck-variant.log" 2>&1
+  note "racecheck (variant) rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck-variant.log" | tail -1)"
 fi
 
 # variant_trace: the decode bench with the Hopper kernel's phase stamps (bench decode --trace) from

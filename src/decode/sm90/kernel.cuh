@@ -35,7 +35,7 @@
 #include "cuda_common/pdl.cuh"
 #include "decode/cuda/source.cuh"
 #include "decode/sm90/config.h"
-#include "decode/sm90/dequant.cuh"
+#include "decode/sm90/records.cuh"
 #include "decode/sm90/launch.h"  // kTracePhases
 #include "decode/sm90/ptx.cuh"
 
@@ -43,19 +43,6 @@ namespace latentkv::decode::sm90 {
 
 using cuda::KernelParams;
 using cuda::KeyStorage;
-
-// Record geometry per quantized storage: dims stored as e4m3, dims per scale, byte offset of the
-// bf16 RoPE.
-template <KeyStorage S>
-struct Rec;
-template <>
-struct Rec<KeyStorage::kV32Fp8> {
-  static constexpr int kNope = 512, kGroup = 128, kRope = 528;
-};
-template <>
-struct Rec<KeyStorage::kV4Fp8> {
-  static constexpr int kNope = 448, kGroup = 64, kRope = 448;
-};
 
 // 2^x with subnormal results flushed to zero: a probability below 2^-126 of the row's largest
 // contributes nothing a bf16 P could carry (CUDA's exp2f adds a rescaling path for them).
@@ -65,121 +52,6 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
-
-// The raw bytes one lane holds for one token of a block. Lane l of warp w handles token 8 w + l % 8
-// and the 16-byte chunks c = l / 8 + 4 i: four lanes read 64 contiguous bytes of a record (whole
-// sectors), and the eight lanes of a quarter-warp store to eight rows of the swizzled tile, which
-// land in eight different bank groups. A CTA pair (the two head blocks of one query row in a
-// cluster) splits every block by token: the CTA of cluster rank r dequantizes tokens 32 r .. 32 r +
-// 31 whole and writes them into both CTAs' stages, so the per-token work (scales, fast-path check,
-// addresses, RoPE) is done once per token, as without pairs.
-template <KeyStorage F>
-struct Raw {
-  static constexpr int kNopeChunks = Rec<F>::kNope / 16 / 4;  // per lane and token: 8 (v32) or 7 (v4)
-  static constexpr int kRopeUnits = 2;
-  uint4 nope[kNopeChunks];
-  uint4 rope[kRopeUnits];
-  uint4 scale;  // v32: 4 fp32 scales; v4: 8 ue8m0 bytes in .x, .y
-};
-// Bytes a CTA of a pair writes into its peer's stage per block: 32 whole tokens of d_qk bf16 dims.
-template <int kDqk>
-inline constexpr uint32_t kPairPeerBytes = 32u * kDqk * 2u;
-
-template <KeyStorage F>
-__device__ __forceinline__ void load_raw(Raw<F>& r, const uint8_t* data, const uint8_t* scale, int part) {
-  using R = Raw<F>;
-  if (!data) {
-#pragma unroll
-    for (int i = 0; i < R::kNopeChunks; ++i) r.nope[i] = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < R::kRopeUnits; ++u) r.rope[u] = make_uint4(0, 0, 0, 0);
-    // Scale 1 (fp32 1.0 / ue8m0 127): the zero payload stays zero on the fast path.
-    r.scale = F == KeyStorage::kV32Fp8 ? make_uint4(0x3f800000u, 0x3f800000u, 0x3f800000u, 0x3f800000u)
-                                        : make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0, 0);
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < R::kNopeChunks; ++i)
-    r.nope[i] = __ldg(reinterpret_cast<const uint4*>(data + 16 * (part + 4 * i)));
-#pragma unroll
-  for (int u = 0; u < R::kRopeUnits; ++u)
-    r.rope[u] = __ldg(reinterpret_cast<const uint4*>(data + Rec<F>::kRope + 16 * (part + 4 * u)));
-  if constexpr (F == KeyStorage::kV32Fp8) {
-    r.scale = __ldg(reinterpret_cast<const uint4*>(scale));
-  } else {
-    const uint2 s = __ldg(reinterpret_cast<const uint2*>(scale));
-    r.scale = make_uint4(s.x, s.y, 0, 0);
-  }
-}
-
-// Writes one token's dequantized dims into a key stage ([chunks][64 rows][64 dims], swizzled). A CTA
-// pair (kMirror) also writes them at the same offsets of the peer's stage: `peer_delta` is the
-// peer's shared::cluster address of this CTA's shared-memory byte 0, minus that byte's own address.
-// kWholeToken: one fast-path check for all of the lane's chunks, then a branch-free run over them
-// (false: a check per chunk, fewer live registers). kAsyncPeer (the warp-specialised kernel's
-// pairs): the peer's copy goes by st.async and completes on the peer's mbarrier `peer_bar`
-// (shared::cluster address) instead of a plain remote store ordered by a cluster barrier.
-template <KeyStorage F, bool kMirror = false, bool kWholeToken = true, bool kAsyncPeer = false>
-__device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stage, int tok, int part,
-                                                  uint32_t peer_delta = 0, uint32_t peer_bar = 0) {
-  using R = Raw<F>;
-  const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
-  auto put = [&](uint32_t offset, uint4 v) {
-    *reinterpret_cast<uint4*>(stage + offset) = v;
-    if constexpr (kMirror && kAsyncPeer) st_async_peer(stage_addr + offset + peer_delta, v, peer_bar);
-    else if constexpr (kMirror) st_shared_cluster(stage_addr + offset + peer_delta, v);
-  };
-  // Each chunk group's scale; then one check for the whole token, so that the common case runs
-  // its chunks without a branch between them (the compiler interleaves their conversions).
-  float sc[R::kNopeChunks];
-  uint32_t e8[R::kNopeChunks];  // v4: the ue8m0 scale bytes
-  bool fast = kWholeToken;
-  // The NaN flags of the whole token, two instructions per word (nan_bits16), masked once below
-  // rather than tested per chunk (V4 b 64 4-5% faster: bench/NOTES.md, v17).
-  uint32_t nan_bits = 0;
-#pragma unroll
-  for (int i = 0; i < R::kNopeChunks; ++i) {
-    // Chunk c = part + 4 i holds dims 16 c..: swizzled chunk i, units 2 part and 2 part + 1.
-    if constexpr (F == KeyStorage::kV32Fp8) {
-      // 128 dims per scale: groups 0-1 -> scale 0, ...
-      const uint32_t sb[4] = {r.scale.x, r.scale.y, r.scale.z, r.scale.w};
-      sc[i] = __uint_as_float(sb[i / 2]);
-    } else {
-      const uint32_t word = i < 4 ? r.scale.x : r.scale.y;  // 64 dims per scale: chunk group i
-      e8[i] = (word >> (8 * (i % 4))) & 0xffu;
-      sc[i] = num::ue8m0_to_f32(static_cast<uint8_t>(e8[i]));
-    }
-    if (kWholeToken) {
-      nan_bits |= nan_bits16(r.nope[i]);
-      if constexpr (F == KeyStorage::kV4Fp8) fast = fast && ue8m0_fast(e8[i]);
-      else fast = fast && fast_scale(sc[i]);
-    }
-  }
-  if (kWholeToken) fast = fast && (nan_bits & 0x80808080u) == 0;
-  if (fast) {
-#pragma unroll
-    for (int i = 0; i < R::kNopeChunks; ++i) {
-      uint4 lo, hi;
-      if constexpr (F == KeyStorage::kV4Fp8) dequant16_fast(r.nope[i], ue8m0_multiplier(e8[i]), lo, hi);
-      else dequant16_fast(r.nope[i], fast_multiplier(sc[i]), lo, hi);
-      put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
-      put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < R::kNopeChunks; ++i) {
-      uint4 lo, hi;
-      dequant16(r.nope[i], sc[i], lo, hi);
-      put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
-      put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < R::kRopeUnits; ++u) {
-    const int dim = Rec<F>::kNope + 8 * (part + 4 * u);
-    put((dim / 64) * kChunkBytes + sw128_offset(tok, dim % 64), r.rope[u]);
-  }
-}
 
 // What a CTA works on, from its grid position (x: row group, kv head and head block, head block
 // fastest; y: split): the query rows of one row group (one query (r1, r2), or with Geometry::pack
@@ -225,6 +97,14 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   }
   cuda::cp_async_commit();
 }
+
+// The dequantization split of LKV_SM90_REBALANCE (attend_kernel's kRebalance; bench/NOTES.md v19):
+// prepared, off until measured.
+#if defined(LKV_SM90_REBALANCE)
+inline constexpr bool kRebalanceBuild = true;
+#else
+inline constexpr bool kRebalanceBuild = false;
+#endif
 
 // PackedRows::row_limit of this thread's rows r0 and r0 + 8.
 template <bool kPacks>
@@ -505,6 +385,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   constexpr int kDqk = Source::kDqk;
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
+  constexpr bool kRebalance = kRebalanceBuild && !kDirect && !kPair;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -621,24 +502,49 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   };
   if constexpr (!kDirect) load_q<kDqk, kThreads>(sQ, g, w, tid);
   Raw<kRawStorage> raw;
+  Raw<kRawStorage, 8> raw8;  // kRebalance: the records of this lane's 8-lane token
   // The token this lane dequantizes. A pair: warpgroup 1 alone loads and dequantizes the CTA's 32
   // tokens (32 rank ..) and mirrors them into the peer's stage; warpgroup 0 converts nothing, so its
   // path per block is the score product, the softmax and its value product.
   const int tok_d = kPair ? tok_l - 32 + 32 * static_cast<int>(rank) : tok_l;
+  // kRebalance: warpgroup 0 converts tokens 0-15 with 8 lanes each (half the chunks per lane, the
+  // same per-token work), warpgroup 1 tokens 16-47 with 4 lanes each and 48-63 with 8, so that
+  // warpgroup 0, whose softmax and score issue sit on the block's critical path, converts a quarter
+  // of the block instead of half (records.cuh: lanes4, lanes8).
+  const TokenLane tl4 = lanes4(16, wq, lane), tl8 = lanes8(wg == 0 ? 0 : 48, wq, lane);
   auto load_into = [&](Raw<kRawStorage>& r, const uint8_t* const* ptrs) {
-    if constexpr (!kDirect) {
+    if constexpr (kRebalance) {
+      if (wg != 0) load_raw(r, ptrs[tl4.tok], ptrs[kBlockTokens + tl4.tok], tl4.part);
+    } else if constexpr (!kDirect) {
       if (kPair && wg == 0) return;
       load_raw<kRawStorage>(r, ptrs[tok_d], ptrs[kBlockTokens + tok_d], part);
     }
   };
-  auto load = [&]() { load_into(raw, sData); };
-  // Dequantized block to `stage` (and to the peer's), then visible to wgmma.
+  auto load8_into = [&](Raw<kRawStorage, 8>& r8, const uint8_t* const* ptrs) {
+    if constexpr (kRebalance) load_raw(r8, ptrs[tl8.tok], ptrs[kBlockTokens + tl8.tok], tl8.part);
+  };
+  auto load = [&]() {
+    load8_into(raw8, sData);
+    load_into(raw, sData);
+  };
+  // Dequantized block to `stage` (and to the peer's), then visible to wgmma (store8_from first:
+  // store_from's fence covers both).
+  auto store8_from = [&](const Raw<kRawStorage, 8>& r8, uint8_t* stage) {
+    if constexpr (kRebalance) store_dequantized<kRawStorage>(r8, stage, tl8.tok, tl8.part);
+  };
   auto store_from = [&](const Raw<kRawStorage>& r, uint8_t* stage) {
-    if (!(kPair && wg == 0)) store_dequantized<kRawStorage, kPair>(r, stage, tok_d, part, peer_delta);
+    if constexpr (kRebalance) {
+      if (wg != 0) store_dequantized<kRawStorage>(r, stage, tl4.tok, tl4.part);
+    } else if (!(kPair && wg == 0)) {
+      store_dequantized<kRawStorage, kPair>(r, stage, tok_d, part, peer_delta);
+    }
     if constexpr (kPair) fence_proxy_async_cluster();
     else fence_proxy_async();
   };
-  auto store = [&](uint8_t* stage) { store_from(raw, stage); };
+  auto store = [&](uint8_t* stage) {
+    store8_from(raw8, stage);
+    store_from(raw, stage);
+  };
   // The CTA's barrier where a stage changes hands; a pair's stages are written by both CTAs, so
   // there it is the cluster barrier (which the first remote write must also wait for: the peer
   // has to be running).
@@ -702,10 +608,16 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     stage_barrier();
     stamp(1);
     Raw<kRawStorage> raw0;
+    Raw<kRawStorage, 8> raw8_0;
+    load8_into(raw8_0, sData);
     load_into(raw0, sData);
-    if (nb > 1) load_into(raw, ptrs1);
+    if (nb > 1) {
+      load8_into(raw8, ptrs1);
+      load_into(raw, ptrs1);
+    }
     __syncthreads();  // every thread has read both blocks' pointers
     resolve_first(2);
+    store8_from(raw8_0, sK);
     store_from(raw0, sK);
     stamp(2);
     stamp(3);
