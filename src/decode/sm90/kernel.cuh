@@ -25,7 +25,7 @@
 // each CTA dequantizes half of every block's tokens into both CTAs' stages (warpgroup 0 converts
 // nothing), and barrier 2 becomes the cluster barrier.
 //
-// Dequantization: decode/sm90/dequant.cuh.
+// Record loads and dequantization: decode/sm90/records.cuh, decode/sm90/dequant.cuh.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -97,14 +97,6 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   }
   cuda::cp_async_commit();
 }
-
-// The dequantization split of LKV_SM90_REBALANCE (attend_kernel's kRebalance; bench/NOTES.md v19):
-// prepared, off until measured.
-#if defined(LKV_SM90_REBALANCE)
-inline constexpr bool kRebalanceBuild = true;
-#else
-inline constexpr bool kRebalanceBuild = false;
-#endif
 
 // PackedRows::row_limit of this thread's rows r0 and r0 + 8.
 template <bool kPacks>
@@ -385,7 +377,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   constexpr int kDqk = Source::kDqk;
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
-  constexpr bool kRebalance = kRebalanceBuild && !kDirect && !kPair;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -502,49 +493,24 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   };
   if constexpr (!kDirect) load_q<kDqk, kThreads>(sQ, g, w, tid);
   Raw<kRawStorage> raw;
-  Raw<kRawStorage, 8> raw8;  // kRebalance: the records of this lane's 8-lane token
   // The token this lane dequantizes. A pair: warpgroup 1 alone loads and dequantizes the CTA's 32
   // tokens (32 rank ..) and mirrors them into the peer's stage; warpgroup 0 converts nothing, so its
   // path per block is the score product, the softmax and its value product.
   const int tok_d = kPair ? tok_l - 32 + 32 * static_cast<int>(rank) : tok_l;
-  // kRebalance: warpgroup 0 converts tokens 0-15 with 8 lanes each (half the chunks per lane, the
-  // same per-token work), warpgroup 1 tokens 16-47 with 4 lanes each and 48-63 with 8, so that
-  // warpgroup 0, whose softmax and score issue sit on the block's critical path, converts a quarter
-  // of the block instead of half (records.cuh: lanes4, lanes8).
-  const TokenLane tl4 = lanes4(16, wq, lane), tl8 = lanes8(wg == 0 ? 0 : 48, wq, lane);
   auto load_into = [&](Raw<kRawStorage>& r, const uint8_t* const* ptrs) {
-    if constexpr (kRebalance) {
-      if (wg != 0) load_raw(r, ptrs[tl4.tok], ptrs[kBlockTokens + tl4.tok], tl4.part);
-    } else if constexpr (!kDirect) {
+    if constexpr (!kDirect) {
       if (kPair && wg == 0) return;
       load_raw<kRawStorage>(r, ptrs[tok_d], ptrs[kBlockTokens + tok_d], part);
     }
   };
-  auto load8_into = [&](Raw<kRawStorage, 8>& r8, const uint8_t* const* ptrs) {
-    if constexpr (kRebalance) load_raw(r8, ptrs[tl8.tok], ptrs[kBlockTokens + tl8.tok], tl8.part);
-  };
-  auto load = [&]() {
-    load8_into(raw8, sData);
-    load_into(raw, sData);
-  };
-  // Dequantized block to `stage` (and to the peer's), then visible to wgmma (store8_from first:
-  // store_from's fence covers both).
-  auto store8_from = [&](const Raw<kRawStorage, 8>& r8, uint8_t* stage) {
-    if constexpr (kRebalance) store_dequantized<kRawStorage>(r8, stage, tl8.tok, tl8.part);
-  };
+  auto load = [&]() { load_into(raw, sData); };
+  // Dequantized block to `stage` (and to the peer's), then visible to wgmma.
   auto store_from = [&](const Raw<kRawStorage>& r, uint8_t* stage) {
-    if constexpr (kRebalance) {
-      if (wg != 0) store_dequantized<kRawStorage>(r, stage, tl4.tok, tl4.part);
-    } else if (!(kPair && wg == 0)) {
-      store_dequantized<kRawStorage, kPair>(r, stage, tok_d, part, peer_delta);
-    }
+    if (!(kPair && wg == 0)) store_dequantized<kRawStorage, kPair>(r, stage, tok_d, part, peer_delta);
     if constexpr (kPair) fence_proxy_async_cluster();
     else fence_proxy_async();
   };
-  auto store = [&](uint8_t* stage) {
-    store8_from(raw8, stage);
-    store_from(raw, stage);
-  };
+  auto store = [&](uint8_t* stage) { store_from(raw, stage); };
   // The CTA's barrier where a stage changes hands; a pair's stages are written by both CTAs, so
   // there it is the cluster barrier (which the first remote write must also wait for: the peer
   // has to be running).
@@ -608,16 +574,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     stage_barrier();
     stamp(1);
     Raw<kRawStorage> raw0;
-    Raw<kRawStorage, 8> raw8_0;
-    load8_into(raw8_0, sData);
     load_into(raw0, sData);
-    if (nb > 1) {
-      load8_into(raw8, ptrs1);
-      load_into(raw, ptrs1);
-    }
+    if (nb > 1) load_into(raw, ptrs1);
     __syncthreads();  // every thread has read both blocks' pointers
     resolve_first(2);
-    store8_from(raw8_0, sK);
     store_from(raw0, sK);
     stamp(2);
     stamp(3);
