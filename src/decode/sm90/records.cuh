@@ -142,4 +142,63 @@ __device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stag
   }
 }
 
+// store_dequantized in pieces, for a caller that converts a token's chunks between the score
+// product's wgmma issues (kernel.cuh, kInterleave): token_scales makes the whole token's fast-path
+// decision once, store_chunks converts and stores chunks [kFirst, kLast) of this lane, store_rope
+// the RoPE units. Same bytes as store_dequantized (no pairs, whole-token check).
+template <KeyStorage F>
+struct TokenScales {
+  float sc[Raw<F>::kNopeChunks];
+  uint32_t e8[Raw<F>::kNopeChunks];  // v4: the ue8m0 scale bytes
+  bool fast;
+};
+template <KeyStorage F>
+__device__ __forceinline__ TokenScales<F> token_scales(const Raw<F>& r) {
+  using R = Raw<F>;
+  TokenScales<F> t;
+  t.fast = true;
+  uint32_t nan_bits = 0;
+#pragma unroll
+  for (int i = 0; i < R::kNopeChunks; ++i) {
+    if constexpr (F == KeyStorage::kV32Fp8) {
+      const uint32_t sb[4] = {r.scale.x, r.scale.y, r.scale.z, r.scale.w};
+      t.sc[i] = __uint_as_float(sb[i / 2]);
+      t.fast = t.fast && fast_scale(t.sc[i]);
+    } else {
+      const uint32_t word = i < 4 ? r.scale.x : r.scale.y;
+      t.e8[i] = (word >> (8 * (i % 4))) & 0xffu;
+      t.sc[i] = num::ue8m0_to_f32(static_cast<uint8_t>(t.e8[i]));
+      t.fast = t.fast && ue8m0_fast(t.e8[i]);
+    }
+    nan_bits |= nan_bits16(r.nope[i]);
+  }
+  t.fast = t.fast && (nan_bits & 0x80808080u) == 0;
+  return t;
+}
+template <KeyStorage F, int kFirst, int kLast>
+__device__ __forceinline__ void store_chunks(const Raw<F>& r, const TokenScales<F>& t, uint8_t* stage, int tok,
+                                             int part) {
+  constexpr int kEnd = kLast < Raw<F>::kNopeChunks ? kLast : Raw<F>::kNopeChunks;
+#pragma unroll
+  for (int i = kFirst; i < kEnd; ++i) {
+    uint4 lo, hi;
+    if (t.fast) {
+      if constexpr (F == KeyStorage::kV4Fp8) dequant16_fast(r.nope[i], ue8m0_multiplier(t.e8[i]), lo, hi);
+      else dequant16_fast(r.nope[i], fast_multiplier(t.sc[i]), lo, hi);
+    } else {
+      dequant16(r.nope[i], t.sc[i], lo, hi);
+    }
+    *reinterpret_cast<uint4*>(stage + i * kChunkBytes + sw128_offset(tok, 16 * part)) = lo;
+    *reinterpret_cast<uint4*>(stage + i * kChunkBytes + sw128_offset(tok, 16 * part + 8)) = hi;
+  }
+}
+template <KeyStorage F>
+__device__ __forceinline__ void store_rope(const Raw<F>& r, uint8_t* stage, int tok, int part) {
+#pragma unroll
+  for (int u = 0; u < Raw<F>::kRopeUnits; ++u) {
+    const int dim = Rec<F>::kNope + 8 * (part + 4 * u);
+    *reinterpret_cast<uint4*>(stage + (dim / 64) * kChunkBytes + sw128_offset(tok, dim % 64)) = r.rope[u];
+  }
+}
+
 }  // namespace latentkv::decode::sm90
