@@ -98,26 +98,6 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   cuda::cp_async_commit();
 }
 
-// LKV_SM90_INTERLEAVE (bench/NOTES.md v19): warpgroup 0 issues the score product in four parts
-// with a quarter of its dequantization between them, instead of all 36 (32) wgmmas and then the
-// dequantization. Prepared, off until measured.
-#if defined(LKV_SM90_INTERLEAVE)
-inline constexpr bool kInterleaveBuild = true;
-#else
-inline constexpr bool kInterleaveBuild = false;
-#endif
-
-// Score-product steps [kFirst, kLast) of issue_scores (after its wgmma_fence), on descriptors made
-// once: dq / dk = smem_desc(sQ / kstage, 16, 1024).
-template <int kFirst, int kLast>
-__device__ __forceinline__ void issue_score_steps(float (&s)[32], uint64_t dq, uint64_t dk) {
-#pragma unroll
-  for (int st = kFirst; st < kLast; ++st) {
-    const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
-    wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
-  }
-}
-
 // PackedRows::row_limit of this thread's rows r0 and r0 + 8.
 template <bool kPacks>
 __device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWork<kPacks>& w, int r0, int64_t visible,
@@ -397,7 +377,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   constexpr int kDqk = Source::kDqk;
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
-  constexpr bool kInterleave = kInterleaveBuild && !kDirect && !kPair;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -628,37 +607,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
       // ---- S = Q K^T, asynchronous; meanwhile both warpgroups dequantize block n + 1.
-      if constexpr (kInterleave) {
-        // The score product in four parts, a quarter of this lane's chunks converted after each of
-        // the first three and the rest after the last: the wgmma issue, which stalls once the
-        // tensor pipe's queue is full, no longer holds the dequantization back.
-        uint8_t* knext = sK + ((n + 1) & 1) * L::k_stage;
-        const bool fill = n + 1 < nb;
-        const TokenScales<kRawStorage> ts = token_scales(raw);
-        const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kcur, 16, 1024);
-        constexpr int kQ = kQkSteps / 4;
-        wgmma_fence();
-        issue_score_steps<0, kQ>(s, dq, dk);
-        if (fill) store_chunks<kRawStorage, 0, 2>(raw, ts, knext, tok_d, part);
-        issue_score_steps<kQ, 2 * kQ>(s, dq, dk);
-        if (fill) store_chunks<kRawStorage, 2, 4>(raw, ts, knext, tok_d, part);
-        issue_score_steps<2 * kQ, 3 * kQ>(s, dq, dk);
-        if (fill) store_chunks<kRawStorage, 4, 6>(raw, ts, knext, tok_d, part);
-        issue_score_steps<3 * kQ, kQkSteps>(s, dq, dk);
-        wgmma_commit();
-        if (fill) {
-          store_chunks<kRawStorage, 6, 8>(raw, ts, knext, tok_d, part);
-          store_rope(raw, knext, tok_d, part);
-          fence_proxy_async();
-        }
-        if (n + 2 < nb) load();
-      } else {
-        issue_scores<kQkSteps>(s, sQ, kcur);
-        wgmma_commit();
-        if constexpr (!kPair) {
-          if (n + 1 < nb) fill_next(n);
-          if (!kDirect && n + 2 < nb) load();  // block n + 2's records: in flight until iteration n + 1
-        }
+      issue_scores<kQkSteps>(s, sQ, kcur);
+      wgmma_commit();
+      if constexpr (!kPair) {
+        if (n + 1 < nb) fill_next(n);
+        if (!kDirect && n + 2 < nb) load();  // block n + 2's records: in flight until iteration n + 1
       }
       wgmma_wait<0>();
       fence_operands(s);
