@@ -426,7 +426,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // ---- Q to shared memory, zero rows past the CTA's. Quantized keys issue Q's copies after the
   // prologue's index loads (below), so that those do not queue behind the CTA's 64-72 KB of Q: with
   // the two blocks' records loaded together, 0.4-3.5% faster on V4 b 2 / b 64 and ~1% on V3.2 b 128;
-  // the same order on 16-bit keys (prefill) was 0.5-1.8% slower on h_q 64 (bench/NOTES.md v19).
+  // the same order on 16-bit keys (prefill, dense bf16) was 0.5-1.8% slower on prefill's h_q 64 cases
+  // without lengths (bench/NOTES.md v19).
   if constexpr (kDirect) load_q<kDqk, kThreads>(sQ, g, w, tid);
 
   const Source src(p.src, r1, w.pr.r2_last(), kv_head);
@@ -565,9 +566,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   } else {
     // Blocks 0 and 1 resolved (block 1's pointers into stage 1), both blocks' records loaded at
     // once, block 2 resolved while they are in flight, block 0 dequantized into stage 0; `raw`
-    // keeps block 1's records for the first iteration. Against resolving and loading block 1 only
-    // after block 0 was dequantized, with Q's copies behind the index loads: V4 b 2 0.4-3.5%,
-    // V4 b 64 1.1-2.1% and V3.2 b 128 ~1% faster (bench/NOTES.md v19).
+    // keeps block 1's records for the first iteration. With Q's copies behind the index loads,
+    // against resolving and loading block 1 only after block 0 was dequantized (and Q's copies
+    // first): V4 b 2 0.4-3.5%, V4 b 64 1.1-2.1% and V3.2 b 128 ~1% faster (bench/NOTES.md v19).
     const uint8_t** ptrs1 = reinterpret_cast<const uint8_t**>(sK + L::k_stage);
     resolve_first(0);
     resolve_first(1, ptrs1);

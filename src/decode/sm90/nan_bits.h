@@ -1,5 +1,5 @@
 // decode/sm90/nan_bits.h: a NaN check of e4m3 bytes in two instructions per 32-bit word, for the
-// Hopper kernel's per-token fast-path test (kernel.cuh, store_dequantized); host and device, so the
+// Hopper kernel's per-token fast-path test (records.cuh, store_dequantized); host and device, so the
 // CPU tests check it over every byte value and position (tests/cpu/test_decode.cpp).
 #pragma once
 
