@@ -98,6 +98,16 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   cuda::cp_async_commit();
 }
 
+// LKV_SM90_LATE_LOADS (bench/NOTES.md v19): warpgroup 0 reads block n + 2's record pointers where it
+// issued their loads before, but issues the loads after its value product, so that they neither
+// queue ahead of the softmax's shared-memory read of the attended mask nor make its first writes
+// wait for their address registers. Prepared, off until measured.
+#if defined(LKV_SM90_LATE_LOADS)
+inline constexpr bool kLateLoadsBuild = true;
+#else
+inline constexpr bool kLateLoadsBuild = false;
+#endif
+
 // PackedRows::row_limit of this thread's rows r0 and r0 + 8.
 template <bool kPacks>
 __device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWork<kPacks>& w, int r0, int64_t visible,
@@ -377,6 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   constexpr int kDqk = Source::kDqk;
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
+  constexpr bool kLateLoads = kLateLoadsBuild && !kDirect && !kPair;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -610,7 +621,16 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // ---- S = Q K^T, asynchronous; meanwhile both warpgroups dequantize block n + 1.
       issue_scores<kQkSteps>(s, sQ, kcur);
       wgmma_commit();
-      if constexpr (!kPair) {
+      // kLateLoads: block n + 2's pointers, read before barrier 1 (warpgroup 1 replaces them after it).
+      const uint8_t* late_data = nullptr;
+      const uint8_t* late_scale = nullptr;
+      if constexpr (kLateLoads) {
+        if (n + 1 < nb) fill_next(n);
+        if (n + 2 < nb) {
+          late_data = sData[tok_d];
+          late_scale = sData[kBlockTokens + tok_d];
+        }
+      } else if constexpr (!kPair) {
         if (n + 1 < nb) fill_next(n);
         if (!kDirect && n + 2 < nb) load();  // block n + 2's records: in flight until iteration n + 1
       }
@@ -632,6 +652,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // ---- O[:, 0:256] += P V_s with P from registers, after the rescale.
       issue_values_from_registers(o, alpha, pa, kcur);
       wgmma_commit();
+      if constexpr (kLateLoads) {
+        if (n + 2 < nb) load_raw<kRawStorage>(raw, late_data, late_scale, part);
+      }
       wgmma_wait<0>();
       fence_operands(o);
       finish_copies();
