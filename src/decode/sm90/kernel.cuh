@@ -108,6 +108,16 @@ inline constexpr bool kLateLoadsBuild = true;
 inline constexpr bool kLateLoadsBuild = false;
 #endif
 
+// LKV_SM90_POINTERS_FIRST (bench/NOTES.md v19): each thread reads block n + 2's record pointers
+// before it dequantizes block n + 1 (whose shared-memory stores would queue ahead of those reads),
+// and issues the loads after it, as before; warpgroup 0 also reads the block's attended mask before
+// those loads rather than after them. Prepared, off until measured.
+#if defined(LKV_SM90_POINTERS_FIRST)
+inline constexpr bool kPointersFirstBuild = true;
+#else
+inline constexpr bool kPointersFirstBuild = false;
+#endif
+
 // PackedRows::row_limit of this thread's rows r0 and r0 + 8.
 template <bool kPacks>
 __device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWork<kPacks>& w, int r0, int64_t visible,
@@ -388,6 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
   constexpr bool kLateLoads = kLateLoadsBuild && !kDirect && !kPair;
+  constexpr bool kPointersFirst = kPointersFirstBuild && !kDirect && !kPair && !kLateLoads;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -624,12 +635,25 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // kLateLoads: block n + 2's pointers, read before barrier 1 (warpgroup 1 replaces them after it).
       const uint8_t* late_data = nullptr;
       const uint8_t* late_scale = nullptr;
+      // kPointersFirst: the same pointers, read before the dequantization, and the block's attended
+      // mask, read before the loads.
+      uint64_t valid_first = 0;
       if constexpr (kLateLoads) {
         if (n + 1 < nb) fill_next(n);
         if (n + 2 < nb) {
           late_data = sData[tok_d];
           late_scale = sData[kBlockTokens + tok_d];
         }
+      } else if constexpr (kPointersFirst) {
+        const bool next2 = n + 2 < nb;
+        const uint8_t* data2 = next2 ? sData[tok_d] : nullptr;
+        const uint8_t* scale2 = next2 ? sData[kBlockTokens + tok_d] : nullptr;
+        if (n + 1 < nb) fill_next(n);
+        // The attended mask before the loads, so that its read does not queue behind them.
+        valid_first = static_cast<uint64_t>(sValid[(n & 3) * 2]) |
+                      (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
+        asm volatile("" : "+l"(valid_first));
+        if (next2) load_raw<kRawStorage>(raw, data2, scale2, part);
       } else if constexpr (!kPair) {
         if (n + 1 < nb) fill_next(n);
         if (!kDirect && n + 2 < nb) load();  // block n + 2's records: in flight until iteration n + 1
@@ -637,8 +661,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       wgmma_wait<0>();
       fence_operands(s);
       // ---- Online softmax; P to registers and shared memory.
-      const uint64_t valid = static_cast<uint64_t>(sValid[(n & 3) * 2]) |
-                             (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
+      const uint64_t valid = kPointersFirst ? valid_first
+                                            : static_cast<uint64_t>(sValid[(n & 3) * 2]) |
+                                                  (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
       // Packed causal rows mask their own later candidates (row_lim: all of them otherwise).
       const int64_t base = n * kBlockTokens;
       const uint64_t valid_rows[2] = {Source::kPacksRows ? row_mask(valid, row_lim[0], base) : valid,
@@ -670,12 +695,21 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   } else {
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
-      if (n + 1 < nb) fill_next(n);
-      if constexpr (kDirect) {
-        resolve(n + 2);
-      } else {
-        if (n + 2 < nb) load();
+      if constexpr (kPointersFirst) {
+        const bool next2 = n + 2 < nb;
+        const uint8_t* data2 = next2 ? sData[tok_d] : nullptr;
+        const uint8_t* scale2 = next2 ? sData[kBlockTokens + tok_d] : nullptr;
+        if (n + 1 < nb) fill_next(n);
+        if (next2) load_raw<kRawStorage>(raw, data2, scale2, part);
         resolve_compute(n + 3);
+      } else {
+        if (n + 1 < nb) fill_next(n);
+        if constexpr (kDirect) {
+          resolve(n + 2);
+        } else {
+          if (n + 2 < nb) load();
+          resolve_compute(n + 3);
+        }
       }
       named_barrier_sync(1);  // P and alpha are visible (16-bit keys: block n + 2's pointers too)
       // Every thread has read block n + 2's pointers: block n + 3's replace them.
