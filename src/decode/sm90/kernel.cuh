@@ -118,6 +118,11 @@ inline constexpr bool kPointersFirstBuild = true;
 inline constexpr bool kPointersFirstBuild = false;
 #endif
 
+// Block n's attended tokens (bit t: token t), as resolve_store left them in sValid[n % 4].
+__device__ __forceinline__ uint64_t block_attended(const uint32_t* sValid, int64_t n) {
+  return static_cast<uint64_t>(sValid[(n & 3) * 2]) | (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
+}
+
 // PackedRows::row_limit of this thread's rows r0 and r0 + 8.
 template <bool kPacks>
 __device__ __forceinline__ void row_limits(const cuda::Geometry& g, const CtaWork<kPacks>& w, int r0, int64_t visible,
@@ -566,6 +571,13 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       store(stage);
     }
   };
+  // kLateLoads / kPointersFirst: this lane's record and scale pointers of block blk (null past the
+  // last block), read from sData while they are block blk's (before barrier 1 of iteration blk - 2).
+  auto record_pointers = [&](int64_t blk, const uint8_t*& data, const uint8_t*& scale) {
+    const bool here = blk < nb;
+    data = here ? sData[tok_d] : nullptr;
+    scale = here ? sData[kBlockTokens + tok_d] : nullptr;
+  };
   // 16-bit keys: this thread's copies of block n + 1 have landed and are visible to wgmma.
   auto finish_copies = [&]() {
     if constexpr (kDirect) {
@@ -640,20 +652,15 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       uint64_t valid_first = 0;
       if constexpr (kLateLoads) {
         if (n + 1 < nb) fill_next(n);
-        if (n + 2 < nb) {
-          late_data = sData[tok_d];
-          late_scale = sData[kBlockTokens + tok_d];
-        }
+        record_pointers(n + 2, late_data, late_scale);
       } else if constexpr (kPointersFirst) {
-        const bool next2 = n + 2 < nb;
-        const uint8_t* data2 = next2 ? sData[tok_d] : nullptr;
-        const uint8_t* scale2 = next2 ? sData[kBlockTokens + tok_d] : nullptr;
+        const uint8_t *data2, *scale2;
+        record_pointers(n + 2, data2, scale2);
         if (n + 1 < nb) fill_next(n);
         // The attended mask before the loads, so that its read does not queue behind them.
-        valid_first = static_cast<uint64_t>(sValid[(n & 3) * 2]) |
-                      (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
+        valid_first = block_attended(sValid, n);
         asm volatile("" : "+l"(valid_first));
-        if (next2) load_raw<kRawStorage>(raw, data2, scale2, part);
+        if (n + 2 < nb) load_raw<kRawStorage>(raw, data2, scale2, part);
       } else if constexpr (!kPair) {
         if (n + 1 < nb) fill_next(n);
         if (!kDirect && n + 2 < nb) load();  // block n + 2's records: in flight until iteration n + 1
@@ -661,9 +668,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       wgmma_wait<0>();
       fence_operands(s);
       // ---- Online softmax; P to registers and shared memory.
-      const uint64_t valid = kPointersFirst ? valid_first
-                                            : static_cast<uint64_t>(sValid[(n & 3) * 2]) |
-                                                  (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
+      const uint64_t valid = kPointersFirst ? valid_first : block_attended(sValid, n);
       // Packed causal rows mask their own later candidates (row_lim: all of them otherwise).
       const int64_t base = n * kBlockTokens;
       const uint64_t valid_rows[2] = {Source::kPacksRows ? row_mask(valid, row_lim[0], base) : valid,
@@ -696,11 +701,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
       if constexpr (kPointersFirst) {
-        const bool next2 = n + 2 < nb;
-        const uint8_t* data2 = next2 ? sData[tok_d] : nullptr;
-        const uint8_t* scale2 = next2 ? sData[kBlockTokens + tok_d] : nullptr;
+        const uint8_t *data2, *scale2;
+        record_pointers(n + 2, data2, scale2);
         if (n + 1 < nb) fill_next(n);
-        if (next2) load_raw<kRawStorage>(raw, data2, scale2, part);
+        if (n + 2 < nb) load_raw<kRawStorage>(raw, data2, scale2, part);
         resolve_compute(n + 3);
       } else {
         if (n + 1 < nb) fill_next(n);
