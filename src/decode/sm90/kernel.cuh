@@ -98,26 +98,6 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   cuda::cp_async_commit();
 }
 
-// LKV_SM90_LATE_LOADS (bench/NOTES.md v19): warpgroup 0 reads block n + 2's record pointers where it
-// issued their loads before, but issues the loads after its value product, so that they neither
-// queue ahead of the softmax's shared-memory read of the attended mask nor make its first writes
-// wait for their address registers. Prepared, off until measured.
-#if defined(LKV_SM90_LATE_LOADS)
-inline constexpr bool kLateLoadsBuild = true;
-#else
-inline constexpr bool kLateLoadsBuild = false;
-#endif
-
-// LKV_SM90_POINTERS_FIRST (bench/NOTES.md v19): each thread reads block n + 2's record pointers
-// before it dequantizes block n + 1 (whose shared-memory stores would queue ahead of those reads),
-// and issues the loads after it, as before; warpgroup 0 also reads the block's attended mask before
-// those loads rather than after them. Prepared, off until measured.
-#if defined(LKV_SM90_POINTERS_FIRST)
-inline constexpr bool kPointersFirstBuild = true;
-#else
-inline constexpr bool kPointersFirstBuild = false;
-#endif
-
 // Block n's attended tokens (bit t: token t), as resolve_store left them in sValid[n % 4].
 __device__ __forceinline__ uint64_t block_attended(const uint32_t* sValid, int64_t n) {
   return static_cast<uint64_t>(sValid[(n & 3) * 2]) | (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
@@ -402,8 +382,12 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   constexpr int kDqk = Source::kDqk;
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
-  constexpr bool kLateLoads = kLateLoadsBuild && !kDirect && !kPair;
-  constexpr bool kPointersFirst = kPointersFirstBuild && !kDirect && !kPair && !kLateLoads;
+  // Quantized keys without a pair: every thread reads block n + 2's record pointers before it
+  // dequantizes block n + 1 (whose shared-memory stores would queue ahead of those reads), issues
+  // the loads after it, and warpgroup 0 reads the block's attended mask before the loads (not
+  // behind them). Against reading both after the dequantization, one alternating run: V3.2 b 64 and
+  // b 128 4%, V4 b 64 1.1-3.5%, the peak cases 3.3-3.9% faster (bench/NOTES.md v20).
+  constexpr bool kPointersFirst = !kDirect && !kPair;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -571,8 +555,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       store(stage);
     }
   };
-  // kLateLoads / kPointersFirst: this lane's record and scale pointers of block blk (null past the
-  // last block), read from sData while they are block blk's (before barrier 1 of iteration blk - 2).
+  // kPointersFirst: this lane's record and scale pointers of block blk (null past the last block),
+  // read from sData while they are block blk's (before barrier 1 of iteration blk - 2).
   auto record_pointers = [&](int64_t blk, const uint8_t*& data, const uint8_t*& scale) {
     const bool here = blk < nb;
     data = here ? sData[tok_d] : nullptr;
@@ -644,26 +628,18 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // ---- S = Q K^T, asynchronous; meanwhile both warpgroups dequantize block n + 1.
       issue_scores<kQkSteps>(s, sQ, kcur);
       wgmma_commit();
-      // kLateLoads: block n + 2's pointers, read before barrier 1 (warpgroup 1 replaces them after it).
-      const uint8_t* late_data = nullptr;
-      const uint8_t* late_scale = nullptr;
-      // kPointersFirst: the same pointers, read before the dequantization, and the block's attended
-      // mask, read before the loads.
+      // kPointersFirst: block n + 2's pointers before the dequantization, the attended mask before
+      // the loads.
       uint64_t valid_first = 0;
-      if constexpr (kLateLoads) {
-        if (n + 1 < nb) fill_next(n);
-        record_pointers(n + 2, late_data, late_scale);
-      } else if constexpr (kPointersFirst) {
+      if constexpr (kPointersFirst) {
         const uint8_t *data2, *scale2;
         record_pointers(n + 2, data2, scale2);
         if (n + 1 < nb) fill_next(n);
-        // The attended mask before the loads, so that its read does not queue behind them.
         valid_first = block_attended(sValid, n);
-        asm volatile("" : "+l"(valid_first));
+        asm volatile("" : "+l"(valid_first));  // keeps the read here, ahead of the loads
         if (n + 2 < nb) load_raw<kRawStorage>(raw, data2, scale2, part);
-      } else if constexpr (!kPair) {
+      } else if constexpr (kDirect) {
         if (n + 1 < nb) fill_next(n);
-        if (!kDirect && n + 2 < nb) load();  // block n + 2's records: in flight until iteration n + 1
       }
       wgmma_wait<0>();
       fence_operands(s);
@@ -682,9 +658,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // ---- O[:, 0:256] += P V_s with P from registers, after the rescale.
       issue_values_from_registers(o, alpha, pa, kcur);
       wgmma_commit();
-      if constexpr (kLateLoads) {
-        if (n + 2 < nb) load_raw<kRawStorage>(raw, late_data, late_scale, part);
-      }
       wgmma_wait<0>();
       fence_operands(o);
       finish_copies();
@@ -710,7 +683,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         if (n + 1 < nb) fill_next(n);
         if constexpr (kDirect) {
           resolve(n + 2);
-        } else {
+        } else {  // a pair
           if (n + 2 < nb) load();
           resolve_compute(n + 3);
         }
