@@ -98,25 +98,6 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   cuda::cp_async_commit();
 }
 
-// LKV_SM90_EARLY_READS (bench/NOTES.md v20): warpgroup 0 reads block n + 2's record pointers and
-// block n's attended mask at the top of iteration n, before it issues the score product, rather
-// than between its dequantization and the loads (where the stall profile has the first use of each
-// waiting behind shared-memory traffic). Prepared, off until measured.
-#if defined(LKV_SM90_EARLY_READS)
-inline constexpr bool kEarlyReadsBuild = true;
-#else
-inline constexpr bool kEarlyReadsBuild = false;
-#endif
-// LKV_SM90_HOLD_ADDRESS (with LKV_SM90_EARLY_READS; bench/NOTES.md v20): the record loads' address
-// (this lane's part already added) comes out of an empty asm and stays live through the softmax, so
-// that ptxas can neither recompute it nor hand its registers to the softmax's first writes, which
-// then wait for all 11 loads to leave the memory pipe's queue. Prepared, off until measured.
-#if defined(LKV_SM90_HOLD_ADDRESS)
-inline constexpr bool kHoldAddressBuild = true;
-#else
-inline constexpr bool kHoldAddressBuild = false;
-#endif
-
 // Block n's attended tokens (bit t: token t), as resolve_store left them in sValid[n % 4].
 __device__ __forceinline__ uint64_t block_attended(const uint32_t* sValid, int64_t n) {
   return static_cast<uint64_t>(sValid[(n & 3) * 2]) | (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
@@ -407,8 +388,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // behind them). Against reading both after the dequantization, one alternating run: V3.2 b 64 and
   // b 128 4%, V4 b 64 1.1-3.5%, the peak cases 3.3-3.9% faster (bench/NOTES.md v20).
   constexpr bool kPointersFirst = !kDirect && !kPair;
-  constexpr bool kEarlyReads = kEarlyReadsBuild && kPointersFirst;
-  constexpr bool kHoldAddress = kHoldAddressBuild && kEarlyReads;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -646,27 +625,13 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
-      // kEarlyReads: block n + 2's pointers (written before barrier 2 of iteration n - 1) and block
-      // n's mask, read before the score issue.
-      const uint8_t *early_data = nullptr, *early_scale = nullptr;
-      uint64_t early_valid = 0;
-      if constexpr (kEarlyReads) {
-        record_pointers(n + 2, early_data, early_scale);
-        early_valid = block_attended(sValid, n);
-        if constexpr (kHoldAddress) early_data = early_data ? early_data + 16 * part : nullptr;
-        asm volatile("" : "+l"(early_valid), "+l"(early_data), "+l"(early_scale));
-      }
       // ---- S = Q K^T, asynchronous; meanwhile both warpgroups dequantize block n + 1.
       issue_scores<kQkSteps>(s, sQ, kcur);
       wgmma_commit();
       // kPointersFirst: block n + 2's pointers before the dequantization, the attended mask before
       // the loads.
       uint64_t valid_first = 0;
-      if constexpr (kEarlyReads) {
-        if (n + 1 < nb) fill_next(n);
-        valid_first = early_valid;
-        if (n + 2 < nb) load_raw<kRawStorage>(raw, early_data, early_scale, kHoldAddress ? 0 : part);
-      } else if constexpr (kPointersFirst) {
+      if constexpr (kPointersFirst) {
         const uint8_t *data2, *scale2;
         record_pointers(n + 2, data2, scale2);
         if (n + 1 < nb) fill_next(n);
@@ -686,7 +651,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
                                       Source::kPacksRows ? row_mask(valid, row_lim[1], base) : valid};
       float alpha[2];
       online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, alpha);
-      if constexpr (kHoldAddress) asm volatile("" ::"l"(early_data), "l"(early_scale));
       uint32_t pa[4][4];  // P as the value product's A fragments (k-steps of 16 tokens)
       store_p(s, pa, alpha, sP, sAlpha, r0, t4);
       fence_proxy_async();
