@@ -161,3 +161,64 @@ TEST(Sm90Primitives, DequantizationMatchesReference) {
     EXPECT_EQ(wrong_path, 0);
   }
 }
+
+// The two ways the decode kernel can split a block's dequantization between lanes (records.cuh:
+// 4 lanes per token, and 8 lanes per token with two tokens per lane, LKV_SM90_WIDE_GATHER) write
+// the same key stage, byte for byte, and every 16-byte unit of it: random records with NaN
+// bytes, scales on and off the fast path (v32: fp32 powers of two in and out of range and others;
+// v4: ue8m0 bytes in and out of the fast range, and a random padding byte after the seven scales,
+// next to the chunk that lanes 4-7 of the 8-lane split do not have), and absent tokens (zero keys).
+// Runs in the default build, so the layout is checked before it is switched on.
+TEST(Sm90Primitives, TokenLayoutsWriteTheSameStage) {
+  if (!has_sm90()) GTEST_SKIP() << "needs a compute capability 9.0 device";
+  for (const bool v4 : {false, true}) {
+    const int rec = v4 ? 576 : 656, stage_bytes = (v4 ? 8 : 9) * 8192;
+    uint64_t x = v4 ? 0x9e3779b97f4a7c15ull : 0x2545f4914f6cdd1dull;
+    auto next = [&]() {  // xorshift64
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      return x;
+    };
+    std::vector<uint8_t> records(64 * static_cast<size_t>(rec)), scales(64 * 8), present(64);
+    for (int t = 0; t < 64; ++t) {
+      present[t] = t % 11 != 3;
+      uint8_t* r = records.data() + static_cast<size_t>(t) * rec;
+      const int nope = v4 ? 448 : 512;
+      for (int j = 0; j < nope; ++j) {
+        uint8_t b = static_cast<uint8_t>(next());
+        if ((b & 0x7f) == 0x7f && t % 5 != 0) b ^= 1;  // NaN bytes only in every fifth token
+        r[j] = b;
+      }
+      for (int j = v4 ? 448 : 528; j < rec; ++j) r[j] = static_cast<uint8_t>(next());  // bf16 RoPE bits
+      if (v4) {
+        for (int j = 0; j < 8; ++j) {
+          const uint32_t k = static_cast<uint32_t>(next() % 8);
+          // mostly in the fast range 10..134, some outside it
+          scales[8 * t + j] = static_cast<uint8_t>(k == 0 ? next() % 10 : k == 1 ? 135 + next() % 121 : 100 + next() % 35);
+        }
+      } else {
+        for (int g = 0; g < 4; ++g) {
+          const uint32_t k = static_cast<uint32_t>(next() % 8);
+          const float s = k == 0 ? 0.37f : k == 1 ? std::ldexp(1.0f, -120) : std::ldexp(1.0f, static_cast<int>(next() % 20) - 12);
+          std::memcpy(r + 512 + 4 * g, &s, 4);
+        }
+      }
+    }
+    std::vector<uint8_t> a(stage_bytes), b(stage_bytes);
+    decode::sm90::selftest_token_layout(v4, records.data(), scales.data(), present.data(), 0, a.data());
+    decode::sm90::selftest_token_layout(v4, records.data(), scales.data(), present.data(), 1, b.data());
+    int64_t differing = 0, unwritten = 0;
+    for (int i = 0; i < stage_bytes; ++i) differing += a[i] != b[i];
+    for (int u = 0; u < stage_bytes / 16; ++u) {
+      bool fill = true;
+      for (int j = 0; j < 16; ++j) fill = fill && b[16 * u + j] == 0xa5;
+      unwritten += fill;
+    }
+    std::printf("[sm90] token layouts (%s): %d stage bytes, %lld differing, %lld 16-byte units unwritten\n",
+                v4 ? "v4_fp8" : "v32_fp8", stage_bytes, static_cast<long long>(differing),
+                static_cast<long long>(unwritten));
+    EXPECT_EQ(differing, 0);
+    EXPECT_EQ(unwritten, 0);
+  }
+}

@@ -98,6 +98,17 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   cuda::cp_async_commit();
 }
 
+// LKV_SM90_WIDE_GATHER (bench/NOTES.md v20): every token's records loaded and dequantized by 8
+// lanes (128-byte runs per load instruction; records.cuh lanes8), two tokens per lane, instead of
+// 4 lanes (64-byte runs) and one token per lane: the same 8 chunks per lane, ~30% fewer cache-line
+// lookups per block in the L1's data pipe, which the profile has 73% busy. Prepared, off until
+// measured.
+#if defined(LKV_SM90_WIDE_GATHER)
+inline constexpr bool kWideGatherBuild = true;
+#else
+inline constexpr bool kWideGatherBuild = false;
+#endif
+
 // Block n's attended tokens (bit t: token t), as resolve_store left them in sValid[n % 4].
 __device__ __forceinline__ uint64_t block_attended(const uint32_t* sValid, int64_t n) {
   return static_cast<uint64_t>(sValid[(n & 3) * 2]) | (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
@@ -388,6 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // behind them). Against reading both after the dequantization, one alternating run: V3.2 b 64 and
   // b 128 4%, V4 b 64 1.1-3.5%, the peak cases 3.3-3.9% faster (bench/NOTES.md v20).
   constexpr bool kPointersFirst = !kDirect && !kPair;
+  constexpr bool kWide = kWideGatherBuild && kPointersFirst;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -516,6 +528,27 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     }
   };
   auto load = [&]() { load_into(raw, sData); };
+  // kWide: this lane's two tokens, 8 lanes each (tokens 0-31 and 32-63 over the CTA's 8 warps), and
+  // their records of block n + 1 (the prologue: block 1).
+  using Raw8 = Raw<kRawStorage, 8>;
+  const TokenLane wide_a = lanes8(0, warp, lane), wide_b = lanes8(32, warp, lane);
+  Raw8 raw_a, raw_b;
+  auto wide_pointers = [&](int64_t blk, const uint8_t* (&ptr)[4]) {
+    const bool here = blk < nb;
+    ptr[0] = here ? sData[wide_a.tok] : nullptr;
+    ptr[1] = here ? sData[kBlockTokens + wide_a.tok] : nullptr;
+    ptr[2] = here ? sData[wide_b.tok] : nullptr;
+    ptr[3] = here ? sData[kBlockTokens + wide_b.tok] : nullptr;
+  };
+  auto wide_load = [&](Raw8& a, Raw8& b, const uint8_t* const (&ptr)[4]) {
+    load_raw(a, ptr[0], ptr[1], wide_a.part);
+    load_raw(b, ptr[2], ptr[3], wide_b.part);
+  };
+  auto wide_store = [&](const Raw8& a, const Raw8& b, uint8_t* stage) {
+    store_dequantized<kRawStorage>(a, stage, wide_a.tok, wide_a.part);
+    store_dequantized<kRawStorage>(b, stage, wide_b.tok, wide_b.part);
+    fence_proxy_async();
+  };
   // Dequantized block to `stage` (and to the peer's), then visible to wgmma.
   auto store_from = [&](const Raw<kRawStorage>& r, uint8_t* stage) {
     if (!(kPair && wg == 0)) store_dequantized<kRawStorage, kPair>(r, stage, tok_d, part, peer_delta);
@@ -551,6 +584,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     uint8_t* stage = sK + ((n + 1) & 1) * L::k_stage;
     if constexpr (kDirect) {
       copy_block(n + 1, stage);
+    } else if constexpr (kWide) {
+      wide_store(raw_a, raw_b, stage);
     } else {
       store(stage);
     }
@@ -592,12 +627,25 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     resolve_first(1, ptrs1);
     stage_barrier();
     stamp(1);
-    Raw<kRawStorage> raw0;
-    load_into(raw0, sData);
-    if (nb > 1) load_into(raw, ptrs1);
-    __syncthreads();  // every thread has read both blocks' pointers
-    resolve_first(2);
-    store_from(raw0, sK);
+    if constexpr (kWide) {
+      const uint8_t* ptr0[4] = {sData[wide_a.tok], sData[kBlockTokens + wide_a.tok], sData[wide_b.tok],
+                                sData[kBlockTokens + wide_b.tok]};
+      const uint8_t* ptr1[4] = {ptrs1[wide_a.tok], ptrs1[kBlockTokens + wide_a.tok], ptrs1[wide_b.tok],
+                                ptrs1[kBlockTokens + wide_b.tok]};
+      Raw8 a0, b0;
+      wide_load(a0, b0, ptr0);
+      if (nb > 1) wide_load(raw_a, raw_b, ptr1);
+      __syncthreads();  // every thread has read both blocks' pointers
+      resolve_first(2);
+      wide_store(a0, b0, sK);
+    } else {
+      Raw<kRawStorage> raw0;
+      load_into(raw0, sData);
+      if (nb > 1) load_into(raw, ptrs1);
+      __syncthreads();  // every thread has read both blocks' pointers
+      resolve_first(2);
+      store_from(raw0, sK);
+    }
     stamp(2);
     stamp(3);
     cuda::cp_async_wait<0>();  // Q's copies
@@ -631,7 +679,14 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // kPointersFirst: block n + 2's pointers before the dequantization, the attended mask before
       // the loads.
       uint64_t valid_first = 0;
-      if constexpr (kPointersFirst) {
+      if constexpr (kWide) {
+        const uint8_t* ptr2[4];
+        wide_pointers(n + 2, ptr2);
+        if (n + 1 < nb) fill_next(n);
+        valid_first = block_attended(sValid, n);
+        asm volatile("" : "+l"(valid_first));
+        if (n + 2 < nb) wide_load(raw_a, raw_b, ptr2);
+      } else if constexpr (kPointersFirst) {
         const uint8_t *data2, *scale2;
         record_pointers(n + 2, data2, scale2);
         if (n + 1 < nb) fill_next(n);
@@ -673,7 +728,13 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   } else {
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
-      if constexpr (kPointersFirst) {
+      if constexpr (kWide) {
+        const uint8_t* ptr2[4];
+        wide_pointers(n + 2, ptr2);
+        if (n + 1 < nb) fill_next(n);
+        if (n + 2 < nb) wide_load(raw_a, raw_b, ptr2);
+        resolve_compute(n + 3);
+      } else if constexpr (kPointersFirst) {
         const uint8_t *data2, *scale2;
         record_pointers(n + 2, data2, scale2);
         if (n + 1 < nb) fill_next(n);

@@ -1,6 +1,6 @@
 // decode/sm90/records.cuh: a block's quantized key records, from global memory into registers
-// (load_raw) and dequantized into a key stage of the Hopper kernels (store_dequantized). The
-// conversion itself is in dequant.cuh.
+// (load_raw) and dequantized into a key stage of the Hopper kernels (store_dequantized), and which
+// lanes handle which token. The conversion itself is in dequant.cuh.
 #pragma once
 
 #include <cstdint>
@@ -27,17 +27,33 @@ struct Rec<KeyStorage::kV4Fp8> {
   static constexpr int kNope = 448, kGroup = 64, kRope = 448;
 };
 
-// The raw bytes one lane holds for one token of a block. Lane l of warp w handles token 8 w + l % 8
-// and the 16-byte chunks c = l / 8 + 4 i: four lanes read 64 contiguous bytes of a record (whole
-// sectors), and the eight lanes of a quarter-warp store to eight rows of the swizzled tile, which
-// land in eight different bank groups. A CTA pair (the two head blocks of one query row in a
-// cluster) splits every block by token: the CTA of cluster rank r dequantizes tokens 32 r .. 32 r +
-// 31 whole and writes them into both CTAs' stages, so the per-token work (scales, fast-path check,
-// addresses, RoPE) is done once per token, as without pairs.
-template <KeyStorage F>
+// The raw bytes one lane holds for one token of a block, when kLanes lanes share each token.
+// Lane `part` of a token holds the 16-byte e4m3 chunks c = part + kLanes i and the 16-byte RoPE
+// units part + kLanes u, so the token's lanes read whole 64-byte (4 lanes) or 128-byte (8 lanes)
+// runs of its record.
+// kLanes = 4 (lanes4: the default): lane l of warp w handles token 8 w + l % 8
+// and chunks c = l / 8 + 4 i; the eight lanes of a quarter-warp store to eight rows of the swizzled
+// tile, which land in eight different bank groups. A CTA pair (the two head blocks of one query row
+// in a cluster) splits every block by token: the CTA of cluster rank r dequantizes tokens 32 r ..
+// 32 r + 31 whole and writes them into both CTAs' stages, so the per-token work (scales, fast-path
+// check, addresses, RoPE) is done once per token, as without pairs.
+// kLanes = 8 (lanes8): 128-byte runs per token and load instruction, so that a warp's load of a
+// chunk touches ~7.5 cache lines for its 512 bytes instead of ~11 (records are 16-byte aligned);
+// the layout of the kernel's LKV_SM90_WIDE_GATHER (kernel.cuh, kWide: every lane two tokens of 8
+// lanes, the same 8 chunks per lane). v4 records have 28 chunks, so lanes 4-7 of a token have 3
+// (has_chunk).
+template <KeyStorage F, int kLanes = 4>
 struct Raw {
-  static constexpr int kNopeChunks = Rec<F>::kNope / 16 / 4;  // per lane and token: 8 (v32) or 7 (v4)
-  static constexpr int kRopeUnits = 2;
+  static_assert(kLanes == 4 || kLanes == 8, "4 or 8 lanes per token");
+  static constexpr int kAllChunks = Rec<F>::kNope / 16;                   // per token: 32 (v32) or 28 (v4)
+  static constexpr int kNopeChunks = (kAllChunks + kLanes - 1) / kLanes;  // per lane: 8 / 7 (4 lanes), 4 (8 lanes)
+  static constexpr int kRopeUnits = 8 / kLanes;                          // 64 bf16 dims = 8 units per token
+  // Whether lane `part` has chunk i (false only for the last chunk of v4's lanes 4-7 of 8).
+  static constexpr bool kEven = kAllChunks % kLanes == 0;
+  __device__ __forceinline__ static bool has_chunk(int i, int part) {
+    if constexpr (kEven) return true;
+    else return i < kNopeChunks - 1 || part + kLanes * i < kAllChunks;
+  }
   uint4 nope[kNopeChunks];
   uint4 rope[kRopeUnits];
   uint4 scale;  // v32: 4 fp32 scales; v4: 8 ue8m0 bytes in .x, .y
@@ -46,9 +62,24 @@ struct Raw {
 template <int kDqk>
 inline constexpr uint32_t kPairPeerBytes = 32u * kDqk * 2u;
 
-template <KeyStorage F>
-__device__ __forceinline__ void load_raw(Raw<F>& r, const uint8_t* data, const uint8_t* scale, int part) {
-  using R = Raw<F>;
+// A lane's token and part.
+struct TokenLane {
+  int tok, part;
+};
+// 4 lanes per token: lane `lane` of the group's warp `w` takes token first + 8 w + lane % 8.
+__device__ __forceinline__ TokenLane lanes4(int first, int w, int lane) { return {first + 8 * w + lane % 8, lane / 8}; }
+// 8 lanes per token: a warp takes tokens first + 4 w .. + 3; each quarter-warp holds two tokens (rows
+// 2 k and 2 k + 1 of the tile) with parts 0-3 of one and 4-7 of the other, so its eight 16-byte
+// stores of a chunk (units 2 (part % 4) of tile 2 i + part / 4) and of a RoPE unit (unit part) fall
+// in eight different bank groups after the row swizzle.
+__device__ __forceinline__ TokenLane lanes8(int first, int w, int lane) {
+  const int half = (lane / 4) % 2;  // which token of the quarter-warp's pair
+  return {first + 4 * w + 2 * (lane / 16) + half, lane % 4 + 4 * (half ^ ((lane / 8) % 2))};
+}
+
+template <KeyStorage F, int kLanes>
+__device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data, const uint8_t* scale, int part) {
+  using R = Raw<F, kLanes>;
   if (!data) {
 #pragma unroll
     for (int i = 0; i < R::kNopeChunks; ++i) r.nope[i] = make_uint4(0, 0, 0, 0);
@@ -61,10 +92,11 @@ __device__ __forceinline__ void load_raw(Raw<F>& r, const uint8_t* data, const u
   }
 #pragma unroll
   for (int i = 0; i < R::kNopeChunks; ++i)
-    r.nope[i] = __ldg(reinterpret_cast<const uint4*>(data + 16 * (part + 4 * i)));
+    r.nope[i] = R::kEven || R::has_chunk(i, part) ? __ldg(reinterpret_cast<const uint4*>(data + 16 * (part + kLanes * i)))
+                                      : make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int u = 0; u < R::kRopeUnits; ++u)
-    r.rope[u] = __ldg(reinterpret_cast<const uint4*>(data + Rec<F>::kRope + 16 * (part + 4 * u)));
+    r.rope[u] = __ldg(reinterpret_cast<const uint4*>(data + Rec<F>::kRope + 16 * (part + kLanes * u)));
   if constexpr (F == KeyStorage::kV32Fp8) {
     r.scale = __ldg(reinterpret_cast<const uint4*>(scale));
   } else {
@@ -80,10 +112,10 @@ __device__ __forceinline__ void load_raw(Raw<F>& r, const uint8_t* data, const u
 // (false: a check per chunk, fewer live registers). kAsyncPeer (the warp-specialised kernel's
 // pairs): the peer's copy goes by st.async and completes on the peer's mbarrier `peer_bar`
 // (shared::cluster address) instead of a plain remote store ordered by a cluster barrier.
-template <KeyStorage F, bool kMirror = false, bool kWholeToken = true, bool kAsyncPeer = false>
-__device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stage, int tok, int part,
+template <KeyStorage F, bool kMirror = false, bool kWholeToken = true, bool kAsyncPeer = false, int kLanes = 4>
+__device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8_t* stage, int tok, int part,
                                                   uint32_t peer_delta = 0, uint32_t peer_bar = 0) {
-  using R = Raw<F>;
+  using R = Raw<F, kLanes>;
   const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
   auto put = [&](uint32_t offset, uint4 v) {
     *reinterpret_cast<uint4*>(stage + offset) = v;
@@ -100,44 +132,63 @@ __device__ __forceinline__ void store_dequantized(const Raw<F>& r, uint8_t* stag
   uint32_t nan_bits = 0;
 #pragma unroll
   for (int i = 0; i < R::kNopeChunks; ++i) {
-    // Chunk c = part + 4 i holds dims 16 c..: swizzled chunk i, units 2 part and 2 part + 1.
     if constexpr (F == KeyStorage::kV32Fp8) {
-      // 128 dims per scale: groups 0-1 -> scale 0, ...
+      // 128 dims per scale: chunk c uses scale c / 8, that is (kLanes i) / 8 (part < kLanes <= 8).
       const uint32_t sb[4] = {r.scale.x, r.scale.y, r.scale.z, r.scale.w};
-      sc[i] = __uint_as_float(sb[i / 2]);
+      sc[i] = __uint_as_float(sb[kLanes * i / 8]);
     } else {
-      const uint32_t word = i < 4 ? r.scale.x : r.scale.y;  // 64 dims per scale: chunk group i
-      e8[i] = (word >> (8 * (i % 4))) & 0xffu;
+      // 64 dims per scale: chunk c uses byte c / 4 (4 lanes: byte i; 8 lanes: 2 i + part / 4, in
+      // the same word for both parts).
+      const int first = kLanes * i / 4;
+      const uint32_t word = first < 4 ? r.scale.x : r.scale.y;
+      if constexpr (kLanes == 4) e8[i] = (word >> (8 * (i % 4))) & 0xffu;
+      else e8[i] = (word >> (8 * (first % 4 + part / 4))) & 0xffu;
       sc[i] = num::ue8m0_to_f32(static_cast<uint8_t>(e8[i]));
     }
     if (kWholeToken) {
       nan_bits |= nan_bits16(r.nope[i]);
-      if constexpr (F == KeyStorage::kV4Fp8) fast = fast && ue8m0_fast(e8[i]);
-      else fast = fast && fast_scale(sc[i]);
+      if (R::kEven || R::has_chunk(i, part)) {  // a missing chunk's scale byte may be anything
+        if constexpr (F == KeyStorage::kV4Fp8) fast = fast && ue8m0_fast(e8[i]);
+        else fast = fast && fast_scale(sc[i]);
+      }
     }
   }
   if (kWholeToken) fast = fast && (nan_bits & 0x80808080u) == 0;
   if (fast) {
 #pragma unroll
     for (int i = 0; i < R::kNopeChunks; ++i) {
+      if (!(R::kEven || R::has_chunk(i, part))) continue;
       uint4 lo, hi;
       if constexpr (F == KeyStorage::kV4Fp8) dequant16_fast(r.nope[i], ue8m0_multiplier(e8[i]), lo, hi);
       else dequant16_fast(r.nope[i], fast_multiplier(sc[i]), lo, hi);
-      put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
-      put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
+      // Chunk c = part + kLanes i: dims 16 c.., units 2 (c % 4) and 2 (c % 4) + 1 of tile c / 4.
+      if constexpr (kLanes == 4) {
+        put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
+        put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
+      } else {
+        put((2 * i + part / 4) * kChunkBytes + sw128_offset(tok, 16 * (part % 4)), lo);
+        put((2 * i + part / 4) * kChunkBytes + sw128_offset(tok, 16 * (part % 4) + 8), hi);
+      }
     }
   } else {
 #pragma unroll
     for (int i = 0; i < R::kNopeChunks; ++i) {
+      if (!(R::kEven || R::has_chunk(i, part))) continue;
       uint4 lo, hi;
       dequant16(r.nope[i], sc[i], lo, hi);
-      put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
-      put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
+      // Chunk c = part + kLanes i: dims 16 c.., units 2 (c % 4) and 2 (c % 4) + 1 of tile c / 4.
+      if constexpr (kLanes == 4) {
+        put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
+        put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
+      } else {
+        put((2 * i + part / 4) * kChunkBytes + sw128_offset(tok, 16 * (part % 4)), lo);
+        put((2 * i + part / 4) * kChunkBytes + sw128_offset(tok, 16 * (part % 4) + 8), hi);
+      }
     }
   }
 #pragma unroll
   for (int u = 0; u < R::kRopeUnits; ++u) {
-    const int dim = Rec<F>::kNope + 8 * (part + 4 * u);
+    const int dim = Rec<F>::kNope + 8 * (part + kLanes * u);
     put((dim / 64) * kChunkBytes + sw128_offset(tok, dim % 64), r.rope[u]);
   }
 }

@@ -1,7 +1,7 @@
 // decode/sm90/selftest.cu: the kernels behind selftest.h (one warpgroup each).
 #include "cuda_common/cuda_check.h"
-#include "decode/sm90/config.h"
 #include "decode/sm90/dequant.cuh"
+#include "decode/sm90/records.cuh"
 #include "decode/sm90/ptx.cuh"
 #include "decode/sm90/selftest.h"
 
@@ -178,6 +178,49 @@ __global__ void dequant_kernel(const uint4* bytes, const float* scales, const ui
 #endif
 }
 
+// One block of 64 tokens' records dequantized into a key stage, which then goes to `out` whole
+// (stage bytes, pre-filled with 0xa5). layout 0: every token by 4 lanes (lanes4 over the 8 warps);
+// 1: every token by 8 lanes, two tokens per lane (lanes8 over the 8 warps from tokens 0 and 32: the
+// kernel's kWide). Token t's record is at records + t * rec_bytes (v4: its scales at scales + 8 t;
+// v32: inside the record), or absent when present[t] is 0.
+template <KeyStorage F>
+__global__ void __launch_bounds__(256) token_layout_kernel(const uint8_t* records, const uint8_t* scales,
+                                                           int rec_bytes, const uint8_t* present, int layout,
+                                                           uint8_t* out, int stage_bytes) {
+#if defined(LKV_SM90_WGMMA)
+  uint8_t* stage = aligned_smem();
+  for (int i = threadIdx.x; i < stage_bytes / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(stage)[i] = 0xa5a5a5a5u;
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  auto data_of = [&](int t) { return present[t] ? records + static_cast<size_t>(t) * rec_bytes : nullptr; };
+  auto scale_of = [&](int t) -> const uint8_t* {
+    if (!present[t]) return nullptr;
+    return F == KeyStorage::kV32Fp8 ? records + static_cast<size_t>(t) * rec_bytes + 512 : scales + 8 * t;
+  };
+  auto run4 = [&](TokenLane tl) {
+    Raw<F> r;
+    load_raw(r, data_of(tl.tok), scale_of(tl.tok), tl.part);
+    store_dequantized<F>(r, stage, tl.tok, tl.part);
+  };
+  auto run8 = [&](TokenLane tl) {
+    Raw<F, 8> r;
+    load_raw(r, data_of(tl.tok), scale_of(tl.tok), tl.part);
+    store_dequantized<F>(r, stage, tl.tok, tl.part);
+  };
+  if (layout == 0) {
+    run4(lanes4(0, warp, lane));
+  } else {
+    run8(lanes8(0, warp, lane));
+    run8(lanes8(32, warp, lane));
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < stage_bytes / 16; i += blockDim.x)
+    reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(stage)[i];
+#else
+  (void)records, (void)scales, (void)rec_bytes, (void)present, (void)layout, (void)out, (void)stage_bytes;
+#endif
+}
+
 template <typename T>
 T* to_device(const T* host, size_t n) {
   T* d = nullptr;
@@ -249,6 +292,25 @@ void selftest_dequant(const uint8_t* bytes, const float* scales, const uint8_t* 
   cudaFree(de);
   cudaFree(dout);
   cudaFree(dfast);
+}
+
+void selftest_token_layout(bool v4, const uint8_t* records, const uint8_t* scales, const uint8_t* present,
+                           int layout, uint8_t* stage_out) {
+  const int rec_bytes = v4 ? 576 : 656, stage_bytes = (v4 ? 8 : 9) * kChunkBytes;
+  uint8_t* dr = to_device(records, 64 * static_cast<size_t>(rec_bytes));
+  uint8_t* ds = v4 ? to_device(scales, 64 * 8) : nullptr;
+  uint8_t* dp = to_device(present, 64);
+  uint8_t* dout = to_device<uint8_t>(nullptr, stage_bytes);
+  auto kernel = v4 ? token_layout_kernel<KeyStorage::kV4Fp8> : token_layout_kernel<KeyStorage::kV32Fp8>;
+  const int smem = stage_bytes + 1024;
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<1, 256, smem>>>(dr, ds, rec_bytes, dp, layout, dout, stage_bytes);
+  LKV_CUDA_CHECK_LAUNCH();
+  LKV_CUDA_CHECK(cudaMemcpy(stage_out, dout, stage_bytes, cudaMemcpyDeviceToHost));
+  cudaFree(dr);
+  cudaFree(ds);
+  cudaFree(dp);
+  cudaFree(dout);
 }
 
 void selftest_pv(const uint16_t* p, const uint16_t* v, float* o, bool p_in_registers) {
