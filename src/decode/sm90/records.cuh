@@ -77,6 +77,38 @@ __device__ __forceinline__ TokenLane lanes8(int first, int w, int lane) {
   return {first + 4 * w + 2 * (lane / 16) + half, lane % 4 + 4 * (half ^ ((lane / 8) % 2))};
 }
 
+// LKV_SM90_NO_ALLOCATE (bench/NOTES.md v20): the record loads skip L1 allocation
+// (ld.global.nc.L1::no_allocate). A record is read by one CTA once (only the few lines two load
+// instructions share hit, 18% in the profile), and the L1's data pipe, 73% busy, also carries the
+// fills of the lines it allocates. Prepared, off until measured.
+#if defined(LKV_SM90_NO_ALLOCATE)
+inline constexpr bool kNoAllocateBuild = true;
+#else
+inline constexpr bool kNoAllocateBuild = false;
+#endif
+
+// One 16-byte record load: __ldg, or without L1 allocation in the LKV_SM90_NO_ALLOCATE build.
+__device__ __forceinline__ uint4 load_record16(const uint8_t* p) {
+  if constexpr (kNoAllocateBuild) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+  } else {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+  }
+}
+__device__ __forceinline__ uint2 load_record8(const uint8_t* p) {
+  if constexpr (kNoAllocateBuild) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+  } else {
+    return __ldg(reinterpret_cast<const uint2*>(p));
+  }
+}
+
 template <KeyStorage F, int kLanes>
 __device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data, const uint8_t* scale, int part) {
   using R = Raw<F, kLanes>;
@@ -92,15 +124,15 @@ __device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data,
   }
 #pragma unroll
   for (int i = 0; i < R::kNopeChunks; ++i)
-    r.nope[i] = R::kEven || R::has_chunk(i, part) ? __ldg(reinterpret_cast<const uint4*>(data + 16 * (part + kLanes * i)))
+    r.nope[i] = R::kEven || R::has_chunk(i, part) ? load_record16(data + 16 * (part + kLanes * i))
                                       : make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int u = 0; u < R::kRopeUnits; ++u)
-    r.rope[u] = __ldg(reinterpret_cast<const uint4*>(data + Rec<F>::kRope + 16 * (part + kLanes * u)));
+    r.rope[u] = load_record16(data + Rec<F>::kRope + 16 * (part + kLanes * u));
   if constexpr (F == KeyStorage::kV32Fp8) {
-    r.scale = __ldg(reinterpret_cast<const uint4*>(scale));
+    r.scale = load_record16(scale);
   } else {
-    const uint2 s = __ldg(reinterpret_cast<const uint2*>(scale));
+    const uint2 s = load_record8(scale);
     r.scale = make_uint4(s.x, s.y, 0, 0);
   }
 }
