@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU workflow, run on the device machine (H200) in one call:
 #   bash scripts/gpu.sh [build] [test] [sanitize] [reference] [bench] [decode] [decode_portable] [profile] [prefill] [dense]
-#   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
+#   [racecheck] [bench_cluster] [bench_slices] [profile_sass] [profile_pipes] [profile_compress] [splits] [prefill_portable] [dense_portable] [test_ws] [decode_ws] [prefill_ws] [dense_ws]
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
 #   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [env_ab] [variant_ab] [racecheck_variant] [variant_trace]
@@ -215,6 +215,19 @@ if has profile; then
   rc=$?
   grep -E "Throughput|Duration|stalled|Issued|Pipe|Warp Cycles|Eligible|Active" "$OUT/ncu-decode.log" | head -60
   note "profile rc=$rc"
+fi
+
+# profile_pipes: the same launch's pipe and L1 data-path utilisation (ncu's breakdown of the L1/TEX
+# and SM throughputs, the shared-memory wavefronts of the LSU data pipe, which also count wgmma's
+# shared-memory operand reads, and the L1 data-bank reads and writes); LKV_PROFILE_KERNEL as above.
+if has profile_pipes; then
+  timeout 120 ncu --clock-control none -k regex:attend_kernel -c 1 \
+    --metrics breakdown:l1tex__throughput.avg.pct_of_peak_sustained_elapsed,breakdown:sm__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed,sm__inst_executed_pipe_tensor_op_gmma.sum,sm__cycles_elapsed.avg \
+    ./build-gpu/latentkv bench decode --device cuda --kernel "${LKV_PROFILE_KERNEL:-auto}" \
+    --filter "${LKV_PROFILE_FILTER:-v32_b128_h128}" --reps 1 >"$OUT/ncu-pipes.log" 2>&1
+  rc=$?
+  grep -E "data_pipe_lsu_wavefronts|pipe_tensor_cycles|issue_active|data_bank|cycles_elapsed" "$OUT/ncu-pipes.log" | head -12
+  note "profile_pipes rc=$rc"
 fi
 
 # profile_sass: per-instruction warp-stall samples of the same launch (SourceCounters), exported
