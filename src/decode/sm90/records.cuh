@@ -137,6 +137,14 @@ __device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data,
   }
 }
 
+// Stage offset of dims 16 c + d .. 16 c + d + 7 (d 0 or 8) of a lane's chunk c = part + kLanes i:
+// units 2 (c % 4) and 2 (c % 4) + 1 of tile c / 4, row tok.
+template <int kLanes>
+__device__ __forceinline__ uint32_t chunk_offset(int i, int tok, int part, int d) {
+  if constexpr (kLanes == 4) return i * kChunkBytes + sw128_offset(tok, 16 * part + d);
+  else return (2 * i + part / 4) * kChunkBytes + sw128_offset(tok, 16 * (part % 4) + d);
+}
+
 // Writes one token's dequantized dims into a key stage ([chunks][64 rows][64 dims], swizzled). A CTA
 // pair (kMirror) also writes them at the same offsets of the peer's stage: `peer_delta` is the
 // peer's shared::cluster address of this CTA's shared-memory byte 0, minus that byte's own address.
@@ -193,14 +201,8 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
       uint4 lo, hi;
       if constexpr (F == KeyStorage::kV4Fp8) dequant16_fast(r.nope[i], ue8m0_multiplier(e8[i]), lo, hi);
       else dequant16_fast(r.nope[i], fast_multiplier(sc[i]), lo, hi);
-      // Chunk c = part + kLanes i: dims 16 c.., units 2 (c % 4) and 2 (c % 4) + 1 of tile c / 4.
-      if constexpr (kLanes == 4) {
-        put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
-        put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
-      } else {
-        put((2 * i + part / 4) * kChunkBytes + sw128_offset(tok, 16 * (part % 4)), lo);
-        put((2 * i + part / 4) * kChunkBytes + sw128_offset(tok, 16 * (part % 4) + 8), hi);
-      }
+      put(chunk_offset<kLanes>(i, tok, part, 0), lo);
+      put(chunk_offset<kLanes>(i, tok, part, 8), hi);
     }
   } else {
 #pragma unroll
@@ -208,14 +210,8 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
       if (!(R::kEven || R::has_chunk(i, part))) continue;
       uint4 lo, hi;
       dequant16(r.nope[i], sc[i], lo, hi);
-      // Chunk c = part + kLanes i: dims 16 c.., units 2 (c % 4) and 2 (c % 4) + 1 of tile c / 4.
-      if constexpr (kLanes == 4) {
-        put(i * kChunkBytes + sw128_offset(tok, 16 * part), lo);
-        put(i * kChunkBytes + sw128_offset(tok, 16 * part + 8), hi);
-      } else {
-        put((2 * i + part / 4) * kChunkBytes + sw128_offset(tok, 16 * (part % 4)), lo);
-        put((2 * i + part / 4) * kChunkBytes + sw128_offset(tok, 16 * (part % 4) + 8), hi);
-      }
+      put(chunk_offset<kLanes>(i, tok, part, 0), lo);
+      put(chunk_offset<kLanes>(i, tok, part, 8), hi);
     }
   }
 #pragma unroll
