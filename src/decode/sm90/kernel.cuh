@@ -461,8 +461,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
 
   // Warps 4 and 5 resolve a block's 64 candidates: pointers to sData (/ sScale), attended mask to
   // sValid[block % 4]. Quantized storage: every thread then loads its part of one token's record
-  // into registers (lane l of warp w: token 8 w + l % 8, chunks l / 8 + 4 i) and later dequantizes
-  // it. 16-bit keys: the same threads copy the same parts straight into the stage (cp.async).
+  // into registers (lane l of warp w: token 8 w + l % 8, chunks l / 8 + 4 i; kWide: two tokens of 8
+  // lanes each, records.cuh lanes8) and later dequantizes it. 16-bit keys: the same threads copy the same parts straight into the stage (cp.async).
   // Quantized storage resolves three blocks ahead in two steps: the pointers are computed into
   // registers before barrier 1 (their index loads in flight meanwhile) and stored after it, when
   // every thread has issued its loads from the previous pointers; so each block's records are

@@ -301,6 +301,9 @@ void selftest_token_layout(bool v4, const uint8_t* records, const uint8_t* scale
   uint8_t* ds = v4 ? to_device(scales, 64 * 8) : nullptr;
   uint8_t* dp = to_device(present, 64);
   uint8_t* dout = to_device<uint8_t>(nullptr, stage_bytes);
+  // A different fill per layout, so that a kernel that wrote nothing (a build without sm_90a code)
+  // cannot make the two results agree.
+  LKV_CUDA_CHECK(cudaMemset(dout, layout == 0 ? 0x00 : 0xff, stage_bytes));
   auto kernel = v4 ? token_layout_kernel<KeyStorage::kV4Fp8> : token_layout_kernel<KeyStorage::kV32Fp8>;
   const int smem = stage_bytes + 1024;
   LKV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
