@@ -462,7 +462,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // Warps 4 and 5 resolve a block's 64 candidates: pointers to sData (/ sScale), attended mask to
   // sValid[block % 4]. Quantized storage: every thread then loads its part of one token's record
   // into registers (lane l of warp w: token 8 w + l % 8, chunks l / 8 + 4 i; kWide: two tokens of 8
-  // lanes each, records.cuh lanes8) and later dequantizes it. 16-bit keys: the same threads copy the same parts straight into the stage (cp.async).
+  // lanes each, records.cuh lanes8) and later dequantizes it. 16-bit keys: the same threads copy the
+  // same parts straight into the stage (cp.async).
   // Quantized storage resolves three blocks ahead in two steps: the pointers are computed into
   // registers before barrier 1 (their index loads in flight meanwhile) and stored after it, when
   // every thread has issued its loads from the previous pointers; so each block's records are
@@ -533,12 +534,12 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   using Raw8 = Raw<kRawStorage, 8>;
   const TokenLane wide_a = lanes8(0, warp, lane), wide_b = lanes8(32, warp, lane);
   Raw8 raw_a, raw_b;
-  auto wide_pointers = [&](int64_t blk, const uint8_t* (&ptr)[4]) {
-    const bool here = blk < nb;
-    ptr[0] = here ? sData[wide_a.tok] : nullptr;
-    ptr[1] = here ? sData[kBlockTokens + wide_a.tok] : nullptr;
-    ptr[2] = here ? sData[wide_b.tok] : nullptr;
-    ptr[3] = here ? sData[kBlockTokens + wide_b.tok] : nullptr;
+  // The two tokens' record and scale pointers from a block's pointer array (null if !here).
+  auto wide_pointers = [&](const uint8_t* const* from, bool here, const uint8_t* (&ptr)[4]) {
+    ptr[0] = here ? from[wide_a.tok] : nullptr;
+    ptr[1] = here ? from[kBlockTokens + wide_a.tok] : nullptr;
+    ptr[2] = here ? from[wide_b.tok] : nullptr;
+    ptr[3] = here ? from[kBlockTokens + wide_b.tok] : nullptr;
   };
   auto wide_load = [&](Raw8& a, Raw8& b, const uint8_t* const (&ptr)[4]) {
     load_raw(a, ptr[0], ptr[1], wide_a.part);
@@ -628,10 +629,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     stage_barrier();
     stamp(1);
     if constexpr (kWide) {
-      const uint8_t* ptr0[4] = {sData[wide_a.tok], sData[kBlockTokens + wide_a.tok], sData[wide_b.tok],
-                                sData[kBlockTokens + wide_b.tok]};
-      const uint8_t* ptr1[4] = {ptrs1[wide_a.tok], ptrs1[kBlockTokens + wide_a.tok], ptrs1[wide_b.tok],
-                                ptrs1[kBlockTokens + wide_b.tok]};
+      const uint8_t *ptr0[4], *ptr1[4];
+      wide_pointers(sData, true, ptr0);
+      wide_pointers(ptrs1, true, ptr1);
       Raw8 a0, b0;
       wide_load(a0, b0, ptr0);
       if (nb > 1) wide_load(raw_a, raw_b, ptr1);
@@ -681,7 +681,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       uint64_t valid_first = 0;
       if constexpr (kWide) {
         const uint8_t* ptr2[4];
-        wide_pointers(n + 2, ptr2);
+        wide_pointers(sData, n + 2 < nb, ptr2);
         if (n + 1 < nb) fill_next(n);
         valid_first = block_attended(sValid, n);
         asm volatile("" : "+l"(valid_first));
@@ -730,7 +730,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
       if constexpr (kWide) {
         const uint8_t* ptr2[4];
-        wide_pointers(n + 2, ptr2);
+        wide_pointers(sData, n + 2 < nb, ptr2);
         if (n + 1 < nb) fill_next(n);
         if (n + 2 < nb) wide_load(raw_a, raw_b, ptr2);
         resolve_compute(n + 3);
