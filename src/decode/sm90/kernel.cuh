@@ -399,7 +399,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // behind them). Against reading both after the dequantization, one alternating run: V3.2 b 64 and
   // b 128 4%, V4 b 64 1.1-3.5%, the peak cases 3.3-3.9% faster (bench/NOTES.md v20).
   constexpr bool kPointersFirst = !kDirect && !kPair;
-  constexpr bool kWide = kWideGatherBuild && kPointersFirst;
+  // V3.2 records only: V4's 576-byte records with separate scales measured 0-4.7% slower wide
+  // (bench/NOTES.md v21).
+  constexpr bool kWide = kWideGatherBuild && kPointersFirst && kStorage == KeyStorage::kV32Fp8;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;

@@ -77,37 +77,12 @@ __device__ __forceinline__ TokenLane lanes8(int first, int w, int lane) {
   return {first + 4 * w + 2 * (lane / 16) + half, lane % 4 + 4 * (half ^ ((lane / 8) % 2))};
 }
 
-// LKV_SM90_NO_ALLOCATE (bench/NOTES.md v20): the record loads skip L1 allocation
-// (ld.global.nc.L1::no_allocate). A record is read by one CTA once (only the few lines two load
-// instructions share hit, 18% in the profile), and the L1's data pipe, 73% busy, also carries the
-// fills of the lines it allocates. Prepared, off until measured.
-#if defined(LKV_SM90_NO_ALLOCATE)
-inline constexpr bool kNoAllocateBuild = true;
-#else
-inline constexpr bool kNoAllocateBuild = false;
-#endif
-
-// One 16-byte record load: __ldg, or without L1 allocation in the LKV_SM90_NO_ALLOCATE build.
-__device__ __forceinline__ uint4 load_record16(const uint8_t* p) {
-  if constexpr (kNoAllocateBuild) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-  } else {
-    return __ldg(reinterpret_cast<const uint4*>(p));
-  }
-}
-__device__ __forceinline__ uint2 load_record8(const uint8_t* p) {
-  if constexpr (kNoAllocateBuild) {
-    uint2 v;
-    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-    return v;
-  } else {
-    return __ldg(reinterpret_cast<const uint2*>(p));
-  }
-}
+// One 16- or 8-byte record load, through the L1 (ld.global.nc). Loading without L1 allocation
+// (ld.global.nc.L1::no_allocate) measured 25-35% slower on every V3.2 and V4 case: the lines a
+// load instruction shares with its neighbours' are served from the L1 (bench/NOTES.md v21; the
+// variant's code at 1f2c270).
+__device__ __forceinline__ uint4 load_record16(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint2 load_record8(const uint8_t* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
 
 template <KeyStorage F, int kLanes>
 __device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data, const uint8_t* scale, int part) {
