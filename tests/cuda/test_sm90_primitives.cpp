@@ -163,12 +163,12 @@ TEST(Sm90Primitives, DequantizationMatchesReference) {
 }
 
 // The two ways the decode kernel can split a block's dequantization between lanes (records.cuh:
-// 4 lanes per token, and 8 lanes per token with two tokens per lane, LKV_SM90_WIDE_GATHER) write
+// 4 lanes per token, and 8 lanes per token with two tokens per lane, the kernel's for V3.2) write
 // the same key stage, byte for byte, and every 16-byte unit of it: random records with NaN
 // bytes, scales on and off the fast path (v32: fp32 powers of two in and out of range and others;
 // v4: ue8m0 bytes in and out of the fast range, and a random padding byte after the seven scales,
 // next to the chunk that lanes 4-7 of the 8-lane split do not have), and absent tokens (zero keys).
-// Runs in the default build, so the layout is checked before it is switched on.
+// Both formats in both layouts, so that either can be switched without an untested layout.
 TEST(Sm90Primitives, TokenLayoutsWriteTheSameStage) {
   if (!has_sm90()) GTEST_SKIP() << "needs a compute capability 9.0 device";
   for (const bool v4 : {false, true}) {

@@ -98,17 +98,6 @@ __device__ __forceinline__ void load_q(uint8_t* sQ, const cuda::Geometry& g, con
   cuda::cp_async_commit();
 }
 
-// LKV_SM90_WIDE_GATHER (bench/NOTES.md v20): every token's records loaded and dequantized by 8
-// lanes (128-byte runs per load instruction; records.cuh lanes8), two tokens per lane, instead of
-// 4 lanes (64-byte runs) and one token per lane: the same 8 chunks per lane, ~30% fewer cache-line
-// lookups per block in the L1's data pipe, which the profile has 73% busy. Prepared, off until
-// measured.
-#if defined(LKV_SM90_WIDE_GATHER)
-inline constexpr bool kWideGatherBuild = true;
-#else
-inline constexpr bool kWideGatherBuild = false;
-#endif
-
 // Block n's attended tokens (bit t: token t), as resolve_store left them in sValid[n % 4].
 __device__ __forceinline__ uint64_t block_attended(const uint32_t* sValid, int64_t n) {
   return static_cast<uint64_t>(sValid[(n & 3) * 2]) | (static_cast<uint64_t>(sValid[(n & 3) * 2 + 1]) << 32);
@@ -399,9 +388,13 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // behind them). Against reading both after the dequantization, one alternating run: V3.2 b 64 and
   // b 128 4%, V4 b 64 1.1-3.5%, the peak cases 3.3-3.9% faster (bench/NOTES.md v20).
   constexpr bool kPointersFirst = !kDirect && !kPair;
-  // V3.2 records only: V4's 576-byte records with separate scales measured 0-4.7% slower wide
-  // (bench/NOTES.md v21).
-  constexpr bool kWide = kWideGatherBuild && kPointersFirst && kStorage == KeyStorage::kV32Fp8;
+  // V3.2 records (sparse decode, dense fp8 pages) are gathered wide: every token by 8 lanes, two
+  // tokens per lane (records.cuh lanes8), so that each load instruction reads 128-byte runs, not
+  // the 4-lane layout's 64 bytes of 8 tokens: fewer cache-line lookups in the L1's data pipe, the
+  // busiest unit in the profile (73%). Against the 4-lane layout, one alternating run: V3.2 decode
+  // 1.3-4.0%, dense fp8 pages 0.8-3.6% faster. V4 records (576 bytes, scales apart) measured up to
+  // 4.7% slower wide and keep 4 lanes (bench/NOTES.md v21).
+  constexpr bool kWide = kPointersFirst && kStorage == KeyStorage::kV32Fp8;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;

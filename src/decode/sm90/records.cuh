@@ -39,9 +39,9 @@ struct Rec<KeyStorage::kV4Fp8> {
 // check, addresses, RoPE) is done once per token, as without pairs.
 // kLanes = 8 (lanes8): 128-byte runs per token and load instruction, so that a warp's load of a
 // chunk touches ~7.5 cache lines for its 512 bytes instead of ~11 (records are 16-byte aligned);
-// the layout of the kernel's LKV_SM90_WIDE_GATHER (kernel.cuh, kWide: every lane two tokens of 8
-// lanes, the same 8 chunks per lane). v4 records have 28 chunks, so lanes 4-7 of a token have 3
-// (has_chunk).
+// the kernel's layout for V3.2 records (kernel.cuh, kWide: every lane two tokens of 8 lanes, the
+// same 8 chunks per lane). v4 records have 28 chunks, so lanes 4-7 of a token would have 3
+// (has_chunk); the kernel keeps v4 at 4 lanes, which measured faster.
 template <KeyStorage F, int kLanes = 4>
 struct Raw {
   static_assert(kLanes == 4 || kLanes == 8, "4 or 8 lanes per token");

@@ -34,7 +34,8 @@ void selftest_dequant(const uint8_t* bytes, const float* scales, const uint8_t* 
 
 // One block of 64 tokens' quantized records (v4: [64][576] bytes, scales [64][8]; v32: [64][656],
 // scales inside) dequantized into a key stage (records.cuh) by `layout` 0 (4 lanes per token) or 1
-// (8 lanes per token, two tokens per lane: the kernel's LKV_SM90_WIDE_GATHER), tokens with present[t] == 0 absent (zero keys). stage_out: the stage's bytes
+// (8 lanes per token, two tokens per lane: the kernel's layout for V3.2 records), tokens with
+// present[t] == 0 absent (zero keys). stage_out: the stage's bytes
 // ((v4 ? 8 : 9) x 8 KB), pre-filled with 0xa5 before the stores.
 void selftest_token_layout(bool v4, const uint8_t* records, const uint8_t* scales, const uint8_t* present,
                            int layout, uint8_t* stage_out);
