@@ -78,7 +78,7 @@ __device__ __forceinline__ TokenLane lanes8(int first, int w, int lane) {
 }
 
 // One 16- or 8-byte record load, through the L1 (ld.global.nc). Loading without L1 allocation
-// (ld.global.nc.L1::no_allocate) measured 25-35% slower on every V3.2 and V4 case: the lines a
+// (ld.global.nc.L1::no_allocate) measured 25-35% slower on V3.2, 9-21% on V4: the lines a
 // load instruction shares with its neighbours' are served from the L1 (bench/NOTES.md v21; the
 // variant's code at 1f2c270).
 __device__ __forceinline__ uint4 load_record16(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
