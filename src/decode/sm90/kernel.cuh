@@ -130,6 +130,16 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, 
   }
 }
 
+// LKV_SM90_FULL_BLOCKS (bench/NOTES.md v21, "Next" item 1): the softmax skips its 32 masks per
+// thread (an FSEL each, and the bit tests) when every token of the block is attended, which on the
+// sparse decode bench is every block but a request's last partial one. Same results bit for bit
+// (the maxima are taken in the same order). Prepared, off until measured.
+#if defined(LKV_SM90_FULL_BLOCKS)
+inline constexpr bool kFullBlockSoftmaxBuild = true;
+#else
+inline constexpr bool kFullBlockSoftmaxBuild = false;
+#endif
+
 // One block's online softmax (log2 domain) on a score fragment: s[4 j + e] is row r0 + 8 (e / 2),
 // token 8 j + 2 t4 + (e % 2); tokens whose bit in `valid` is clear score -inf. Leaves the
 // probabilities in s, the per-row rescale of the previous blocks in alpha, and updates the running
@@ -142,15 +152,23 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&
   float tile_max[2] = {-INFINITY, -INFINITY};
   // This thread's tokens are 2 t4 + (8 j + e % 2): one variable shift, then constant bit tests.
   // valid[r]: the attended tokens of row r0 + 8 r (the same for both unless packed causal rows).
-  const uint64_t mine[2] = {valid[0] >> (2 * t4), valid[1] >> (2 * t4)};
+  if (kFullBlockSoftmaxBuild && (valid[0] & valid[1]) == ~uint64_t{0}) {
+    // Every token attended (a whole block of valid candidates, the common case): no masking.
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float v = ((mine[e / 2] >> (8 * j + e % 2)) & 1) ? s[4 * j + e] : -INFINITY;
-      s[4 * j + e] = v;
-      tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
-    }
+      for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[4 * j + e]);
+  } else {
+    const uint64_t mine[2] = {valid[0] >> (2 * t4), valid[1] >> (2 * t4)};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = ((mine[e / 2] >> (8 * j + e % 2)) & 1) ? s[4 * j + e] : -INFINITY;
+        s[4 * j + e] = v;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
+      }
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
