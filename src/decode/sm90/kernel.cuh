@@ -194,21 +194,40 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&
     }
 }
 
+// LKV_SM90_STMATRIX_P (bench/NOTES.md v21): P's shared-memory copy written by four stmatrix .x4
+// per thread and block instead of sixteen 4-byte stores and their swizzled addresses, on warpgroup
+// 0's path between the softmax and barrier 1. Prepared, off until measured.
+#if defined(LKV_SM90_STMATRIX_P)
+inline constexpr bool kStmatrixPBuild = true;
+#else
+inline constexpr bool kStmatrixPBuild = false;
+#endif
+
 // P as bf16: the value product's A fragments (k-steps of 16 tokens) in pa, and the swizzled P tile
 // in shared memory for the other warpgroup; alpha beside it.
 __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][4], const float (&alpha)[2],
                                         uint8_t* sP, float* sAlpha, int r0, int t4) {
+  // kStmatrixPBuild: one stmatrix per k-step, matrix 0 rows r0 - gr .. + 7 / columns 16 st .. + 7
+  // (pa[st][0]), 1 the next 8 rows (pa[st][1]), 2 and 3 the same rows 8 columns on; lane l
+  // addresses row l % 8 of matrix l / 8. Same bytes as the 4-byte stores.
+  const int lane = threadIdx.x % 32;
+  const uint32_t row = static_cast<uint32_t>((r0 & ~15) + (lane & 15));
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(sP));
 #pragma unroll
   for (int st = 0; st < 4; ++st) {
     pa[st][0] = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
     pa[st][1] = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
     pa[st][2] = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
     pa[st][3] = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
-    const int c0 = 16 * st + 2 * t4;
-    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = pa[st][0];
-    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = pa[st][1];
-    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0 + 8)) = pa[st][2];
-    *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0 + 8)) = pa[st][3];
+    if constexpr (kStmatrixPBuild) {
+      stmatrix_x4(base + sw128_offset(row, 16 * st + 8 * (lane >> 4)), pa[st]);
+    } else {
+      const int c0 = 16 * st + 2 * t4;
+      *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = pa[st][0];
+      *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0)) = pa[st][1];
+      *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0 + 8)) = pa[st][2];
+      *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0 + 8, c0 + 8)) = pa[st][3];
+    }
   }
   if (t4 == 0) {
     sAlpha[r0] = alpha[0];

@@ -92,6 +92,16 @@ __device__ __forceinline__ void st_shared_cluster(uint32_t addr, uint4 v) {
                : "memory");
 #endif
 }
+// stmatrix .x4: four 8x8 b16 matrices, r[i] this lane's fragment of matrix i (row lane / 4,
+// columns 2 (lane % 4) and + 1, as mma fragments hold them); this lane gives the shared::cta
+// address of row lane % 8 of matrix lane / 8.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#endif
+}
 // ---- mbarriers of a CTA pair (shared::cta addresses unless named `peer`). A pair exchanges
 // dequantized halves with st.async, whose bytes complete on the receiver's mbarrier, so neither CTA
 // waits for the other at a cluster barrier per block.
