@@ -207,12 +207,6 @@ inline constexpr bool kStmatrixPBuild = false;
 // in shared memory for the other warpgroup; alpha beside it.
 __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][4], const float (&alpha)[2],
                                         uint8_t* sP, float* sAlpha, int r0, int t4) {
-  // kStmatrixPBuild: one stmatrix per k-step, matrix 0 rows r0 - gr .. + 7 / columns 16 st .. + 7
-  // (pa[st][0]), 1 the next 8 rows (pa[st][1]), 2 and 3 the same rows 8 columns on; lane l
-  // addresses row l % 8 of matrix l / 8. Same bytes as the 4-byte stores.
-  const int lane = threadIdx.x % 32;
-  const uint32_t row = static_cast<uint32_t>((r0 & ~15) + (lane & 15));
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(sP));
 #pragma unroll
   for (int st = 0; st < 4; ++st) {
     pa[st][0] = cuda::pack_bf16(s[8 * st + 0], s[8 * st + 1]);
@@ -220,7 +214,13 @@ __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][
     pa[st][2] = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
     pa[st][3] = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
     if constexpr (kStmatrixPBuild) {
-      stmatrix_x4(base + sw128_offset(row, 16 * st + 8 * (lane >> 4)), pa[st]);
+      // One stmatrix per k-step: matrix 0 rows r0 - gr .. + 7 / columns 16 st .. + 7 (pa[st][0]),
+      // 1 the next 8 rows (pa[st][1]), 2 and 3 the same rows 8 columns on; lane l addresses row
+      // l % 8 of matrix l / 8. Same bytes as the 4-byte stores.
+      const int lane = threadIdx.x % 32;
+      const uint32_t row = static_cast<uint32_t>((r0 & ~15) + (lane & 15));
+      stmatrix_x4(static_cast<uint32_t>(__cvta_generic_to_shared(sP)) + sw128_offset(row, 16 * st + 8 * (lane >> 4)),
+                  pa[st]);
     } else {
       const int c0 = 16 * st + 2 * t4;
       *reinterpret_cast<uint32_t*>(sP + sw128_offset(r0, c0)) = pa[st][0];
