@@ -424,7 +424,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // the loads after it, and warpgroup 0 reads the block's attended mask before the loads (not
   // behind them). Against reading both after the dequantization, one alternating run: V3.2 b 64 and
   // b 128 4%, V4 b 64 1.1-3.5%, the peak cases 3.3-3.9% faster (bench/NOTES.md v20).
-  constexpr bool kPointersFirst = !kDirect && !kPair;
+  // CTA pairs (where only warpgroup 1 converts) read them in the same order.
+  constexpr bool kPointersFirst = !kDirect;
   // V3.2 records (sparse decode, dense fp8 pages) are gathered wide: every token by 8 lanes, two
   // tokens per lane (records.cuh lanes8), so that each load instruction reads 128-byte runs, not
   // the 4-lane layout's 64 bytes of 8 tokens: fewer cache-line lookups in the L1's data pipe, the
@@ -554,17 +555,21 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // tokens (32 rank ..) and mirrors them into the peer's stage; warpgroup 0 converts nothing, so its
   // path per block is the score product, the softmax and its value product.
   const int tok_d = kPair ? tok_l - 32 + 32 * static_cast<int>(rank) : tok_l;
+  const bool converts = !kPair || wg == 1;  // whether this thread loads and dequantizes records
   auto load_into = [&](Raw<kRawStorage>& r, const uint8_t* const* ptrs) {
     if constexpr (!kDirect) {
       if (kPair && wg == 0) return;
       load_raw<kRawStorage>(r, ptrs[tok_d], ptrs[kBlockTokens + tok_d], part);
     }
   };
-  auto load = [&]() { load_into(raw, sData); };
-  // kWide: this lane's two tokens, 8 lanes each (tokens 0-31 and 32-63 over the CTA's 8 warps), and
+  // kWide: this lane's two tokens, 8 lanes each (tokens 0-31 and 32-63 over the CTA's 8 warps; a
+  // pair: 32 rank .. 32 rank + 15 and 32 rank + 16 .. 32 rank + 31 over warpgroup 1's 4 warps), and
   // their records of block n + 1 (the prologue: block 1).
   using Raw8 = Raw<kRawStorage, 8>;
-  const TokenLane wide_a = lanes8(0, warp, lane), wide_b = lanes8(32, warp, lane);
+  const int wide_warp = kPair ? warp - 4 : warp;
+  const int wide_first = kPair ? 32 * static_cast<int>(rank) : 0;
+  const TokenLane wide_a = lanes8(wide_first, wide_warp, lane);
+  const TokenLane wide_b = lanes8(wide_first + (kPair ? 16 : 32), wide_warp, lane);
   Raw8 raw_a, raw_b;
   // The two tokens' record and scale pointers from a block's pointer array (null if !here).
   auto wide_pointers = [&](const uint8_t* const* from, bool here, const uint8_t* (&ptr)[4]) {
@@ -578,9 +583,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     load_raw(b, ptr[2], ptr[3], wide_b.part);
   };
   auto wide_store = [&](const Raw8& a, const Raw8& b, uint8_t* stage) {
-    store_dequantized<kRawStorage>(a, stage, wide_a.tok, wide_a.part);
-    store_dequantized<kRawStorage>(b, stage, wide_b.tok, wide_b.part);
-    fence_proxy_async();
+    store_dequantized<kRawStorage, kPair, true, false, 8>(a, stage, wide_a.tok, wide_a.part, peer_delta);
+    store_dequantized<kRawStorage, kPair, true, false, 8>(b, stage, wide_b.tok, wide_b.part, peer_delta);
+    if constexpr (kPair) fence_proxy_async_cluster();
+    else fence_proxy_async();
   };
   // Dequantized block to `stage` (and to the peer's), then visible to wgmma.
   auto store_from = [&](const Raw<kRawStorage>& r, uint8_t* stage) {
@@ -588,7 +594,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     if constexpr (kPair) fence_proxy_async_cluster();
     else fence_proxy_async();
   };
-  auto store = [&](uint8_t* stage) { store_from(raw, stage); };
   // The CTA's barrier where a stage changes hands; a pair's stages are written by both CTAs, so
   // there it is the cluster barrier (which the first remote write must also wait for: the peer
   // has to be running).
@@ -620,7 +625,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     } else if constexpr (kWide) {
       wide_store(raw_a, raw_b, stage);
     } else {
-      store(stage);
+      store_from(raw, stage);
     }
   };
   // kPointersFirst: this lane's record and scale pointers of block blk (null past the last block),
@@ -661,15 +666,17 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     stage_barrier();
     stamp(1);
     if constexpr (kWide) {
-      const uint8_t *ptr0[4], *ptr1[4];
-      wide_pointers(sData, true, ptr0);
-      wide_pointers(ptrs1, true, ptr1);
       Raw8 a0, b0;
-      wide_load(a0, b0, ptr0);
-      if (nb > 1) wide_load(raw_a, raw_b, ptr1);
+      if (converts) {
+        const uint8_t *ptr0[4], *ptr1[4];
+        wide_pointers(sData, true, ptr0);
+        wide_pointers(ptrs1, true, ptr1);
+        wide_load(a0, b0, ptr0);
+        if (nb > 1) wide_load(raw_a, raw_b, ptr1);
+      }
       __syncthreads();  // every thread has read both blocks' pointers
       resolve_first(2);
-      wide_store(a0, b0, sK);
+      if (converts) wide_store(a0, b0, sK);
     } else {
       Raw<kRawStorage> raw0;
       load_into(raw0, sData);
@@ -711,7 +718,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // kPointersFirst: block n + 2's pointers before the dequantization, the attended mask before
       // the loads.
       uint64_t valid_first = 0;
-      if constexpr (kWide) {
+      if constexpr (kPair) {  // warpgroup 1 converts
+        valid_first = block_attended(sValid, n);
+      } else if constexpr (kWide) {
         const uint8_t* ptr2[4];
         wide_pointers(sData, n + 2 < nb, ptr2);
         if (n + 1 < nb) fill_next(n);
@@ -772,14 +781,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         if (n + 1 < nb) fill_next(n);
         if (n + 2 < nb) load_raw<kRawStorage>(raw, data2, scale2, part);
         resolve_compute(n + 3);
-      } else {
+      } else {  // 16-bit keys
         if (n + 1 < nb) fill_next(n);
-        if constexpr (kDirect) {
-          resolve(n + 2);
-        } else {  // a pair
-          if (n + 2 < nb) load();
-          resolve_compute(n + 3);
-        }
+        resolve(n + 2);
       }
       named_barrier_sync(1);  // P and alpha are visible (16-bit keys: block n + 2's pointers too)
       // Every thread has read block n + 2's pointers: block n + 3's replace them.
