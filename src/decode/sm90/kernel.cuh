@@ -130,16 +130,6 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, 
   }
 }
 
-// LKV_SM90_FULL_BLOCKS (bench/NOTES.md v21, "Next" item 1): the softmax skips its 32 masks per
-// thread (an FSEL each, and the bit tests) when every token of the block is attended, which on the
-// sparse decode bench is every block but a request's last partial one. Same results bit for bit
-// (the maxima are taken in the same order). Prepared, off until measured.
-#if defined(LKV_SM90_FULL_BLOCKS)
-inline constexpr bool kFullBlockSoftmaxBuild = true;
-#else
-inline constexpr bool kFullBlockSoftmaxBuild = false;
-#endif
-
 // One block's online softmax (log2 domain) on a score fragment: s[4 j + e] is row r0 + 8 (e / 2),
 // token 8 j + 2 t4 + (e % 2); tokens whose bit in `valid` is clear score -inf. Leaves the
 // probabilities in s, the per-row rescale of the previous blocks in alpha, and updates the running
@@ -152,8 +142,12 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&
   float tile_max[2] = {-INFINITY, -INFINITY};
   // This thread's tokens are 2 t4 + (8 j + e % 2): one variable shift, then constant bit tests.
   // valid[r]: the attended tokens of row r0 + 8 r (the same for both unless packed causal rows).
-  if (kFullBlockSoftmaxBuild && (valid[0] & valid[1]) == ~uint64_t{0}) {
-    // Every token attended (a whole block of valid candidates, the common case): no masking.
+  if ((valid[0] & valid[1]) == ~uint64_t{0}) {
+    // Every token attended (a whole block of valid candidates: every block of a request but its
+    // last partial one): no masks, which are an FSEL per score and the bit tests, ~45 of the
+    // softmax's ~360 instructions per warp and block. Same maxima in the same order, so the same
+    // bytes. Against masking every block, one alternating run: V3.2 decode 0.8-1.6%, dense fp8
+    // pages 0.1-1.6% faster, V4 level (bench/NOTES.md v22).
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -194,17 +188,11 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&
     }
 }
 
-// LKV_SM90_STMATRIX_P (bench/NOTES.md v21): P's shared-memory copy written by four stmatrix .x4
-// per thread and block instead of sixteen 4-byte stores and their swizzled addresses, on warpgroup
-// 0's path between the softmax and barrier 1. Prepared, off until measured.
-#if defined(LKV_SM90_STMATRIX_P)
-inline constexpr bool kStmatrixPBuild = true;
-#else
-inline constexpr bool kStmatrixPBuild = false;
-#endif
-
 // P as bf16: the value product's A fragments (k-steps of 16 tokens) in pa, and the swizzled P tile
-// in shared memory for the other warpgroup; alpha beside it.
+// in shared memory for the other warpgroup; alpha beside it. kStmatrix: the tile written by four
+// stmatrix .x4 per thread instead of sixteen 4-byte stores and their swizzled addresses (the
+// kernel's choice per storage: attend_kernel, kStmatrixP).
+template <bool kStmatrix = false>
 __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][4], const float (&alpha)[2],
                                         uint8_t* sP, float* sAlpha, int r0, int t4) {
 #pragma unroll
@@ -213,7 +201,7 @@ __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][
     pa[st][1] = cuda::pack_bf16(s[8 * st + 2], s[8 * st + 3]);
     pa[st][2] = cuda::pack_bf16(s[8 * st + 4], s[8 * st + 5]);
     pa[st][3] = cuda::pack_bf16(s[8 * st + 6], s[8 * st + 7]);
-    if constexpr (kStmatrixPBuild) {
+    if constexpr (kStmatrix) {
       // One stmatrix per k-step: matrix 0 rows r0 - gr .. + 7 / columns 16 st .. + 7 (pa[st][0]),
       // 1 the next 8 rows (pa[st][1]), 2 and 3 the same rows 8 columns on; lane l addresses row
       // l % 8 of matrix l / 8. Same bytes as the 4-byte stores.
@@ -433,6 +421,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // 1.3-4.0%, dense fp8 pages 0.8-3.6% faster. V4 records (576 bytes, scales apart) measured up to
   // 4.7% slower wide and keep 4 lanes (bench/NOTES.md v21).
   constexpr bool kWide = kPointersFirst && kStorage == KeyStorage::kV32Fp8;
+  // P's shared copy by stmatrix (store_p) for V4 records: against the 4-byte stores, one
+  // alternating run: V4 1.3-1.7% faster; V3.2 decode level to 1.0% slower (the h_q 128 peak), dense
+  // fp8 pages -0.4 to +0.7%, so those keep the stores (bench/NOTES.md v22).
+  constexpr bool kStmatrixP = kStorage == KeyStorage::kV4Fp8;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -748,7 +740,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       float alpha[2];
       online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, alpha);
       uint32_t pa[4][4];  // P as the value product's A fragments (k-steps of 16 tokens)
-      store_p(s, pa, alpha, sP, sAlpha, r0, t4);
+      store_p<kStmatrixP>(s, pa, alpha, sP, sAlpha, r0, t4);
       fence_proxy_async();
       named_barrier_sync(1);  // P and alpha are visible: warpgroup 1 starts its product
       // ---- O[:, 0:256] += P V_s with P from registers, after the rescale.
