@@ -25,9 +25,9 @@ bool warp_specialised();
 // dequantizing half of every block's tokens into both CTAs' stages): used where the Source
 // dequantizes and the row has an even number of 64-head blocks, when turned on with
 // LKV_SM90_PAIR=1 or set_cta_pairs(true), for either kernel: the two-warpgroup one (warpgroup 1
-// converts, a cluster barrier per block; 208.8 against 317.2 TFLOPS on V3.2 b 128 on the H200,
-// bench/NOTES.md) and the warp-specialised one (st.async completing on mbarriers; 281.0 against
-// 317.9). Off by default. Results are bitwise identical either way.
+// converts, a cluster barrier per block; 1.49-1.57x the time of single CTAs on the H200's h_q 128
+// cases, bench/NOTES.md v22) and the warp-specialised one (st.async completing on mbarriers;
+// 281.0 against 317.9 TFLOPS). Off by default. Results are bitwise identical either way.
 bool cta_pairs();
 void set_cta_pairs(bool on);
 
