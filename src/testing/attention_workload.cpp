@@ -137,6 +137,23 @@ PrefillWorkload make_prefill_workload(const PrefillWorkloadOptions& opt) {
       if (opt.adversarial && r % 10 == 0) w.indices[e] = invalid_index(r / 10, len);
     }
   }
+  if (opt.rising_scores) {
+    for (int64_t row = 0; row < s_q; ++row)
+      std::sort(w.indices.begin() + row * topk, w.indices.begin() + (row + 1) * topk);
+    for (int64_t r = 0; r < s_kv; ++r) {
+      int64_t begin = 0, len = s_kv;  // the segment holding kv row r
+      for (size_t n = 0; n + 1 < w.seq_offsets_kv.size(); ++n)
+        if (r >= w.seq_offsets_kv[n] && r < w.seq_offsets_kv[n + 1]) {
+          begin = w.seq_offsets_kv[n];
+          len = w.seq_offsets_kv[n + 1] - begin;
+        }
+      const float f = std::ldexp(1.0f, 2 * static_cast<int>(4 * (r - begin) / len));  // 1, 4, 16, 64
+      for (int64_t d = 0; d < d_qk; ++d) {
+        uint16_t& x = w.kv[static_cast<size_t>(r * d_qk + d)];
+        x = num::f32_to_bf16(num::bf16_to_f32(x) * f);
+      }
+    }
+  }
   if (opt.topk_length) {
     w.topk_length.resize(static_cast<size_t>(s_q));
     for (int64_t row = 0; row < s_q; ++row) {

@@ -40,6 +40,12 @@ struct PrefillWorkloadOptions {
   bool zero_lengths = false;  // topk_length 0 on the even rows
   bool nan_unused = false;    // every kv row that no attended index references holds bf16 NaN
   float sm_scale = 0.0f;      // 0: d_qk^-0.5
+  // Row maxima that rise along the candidates: each quarter of a segment's kv rows scaled by 4x the
+  // previous one (1, 4, 16, 64) and every row's candidates sorted by index, so that the blocks of 64
+  // where a quarter starts raise a row's maximum by more than 8 in log2 units (a factor 2^8) and
+  // the others by less (the online softmax's rescale paths, and the max logit, are then exercised
+  // past the first block).
+  bool rising_scores = false;
   uint64_t seed = 1;
 };
 

@@ -5,6 +5,7 @@
 // determinism. Runs only where a CUDA device exists.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "latentkv/decode.h"
 #include "latentkv/dense.h"
 #include "latentkv/error.h"
+#include "latentkv/numerics.h"
 #include "latentkv/prefill.h"
 #include "testing/attention_workload.h"
 
@@ -316,6 +318,59 @@ TEST(PrefillCuda, SplitsAndDeterminism) {
     ASSERT_EQ(0, std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * 4)) << run;
     ASSERT_EQ(0, std::memcmp(again.max_logits.data(), first.max_logits.data(), first.lse.size() * 4)) << run;
   }
+  }
+}
+
+// Row maxima that rise along the candidates (PrefillWorkloadOptions::rising_scores): the online
+// softmax's rescale runs past the first block, for some rows by more than 2^8 at once, and the max
+// logit is the last blocks' (the Hopper kernel's exponent base may lag the true maximum). The
+// workload's own property is checked on the host first, so that the case cannot pass vacuously.
+TEST(PrefillCuda, RisingRowMaxima) {
+  REQUIRE_GPU();
+  for (KernelChoice kernel : kernels()) {
+  UseKernel use(kernel);
+  for (int64_t d_qk : {512, 576})
+    for (int64_t s_q : {1, 40}) {  // s_q 1: split, with max_logits merged by the combine
+      PrefillWorkloadOptions o;
+      o.s_q = s_q;
+      o.s_kv = 6000;
+      o.h_q = 64;
+      o.topk = 2048;
+      o.d_qk = d_qk;
+      o.rising_scores = true;
+      o.seed = 900 + d_qk + s_q;
+      const std::string label = "rising maxima d" + std::to_string(d_qk) + " s_q " + std::to_string(s_q);
+      if (kernel == KernelChoice::kPortable) {
+        // Blocks of 64 candidates whose maximum (log2 units) exceeds the row's running maximum, by
+        // more than 8 and by less; rows 0 and s_q - 1, heads 0-3.
+        PrefillWorkload w = latentkv::testing::make_prefill_workload(o);
+        const double scale = std::log2(std::exp(1.0)) / std::sqrt(static_cast<double>(d_qk));
+        int64_t big = 0, small = 0;
+        for (int64_t row : {int64_t{0}, s_q - 1})
+          for (int64_t h = 0; h < 4; ++h) {
+            double top = -INFINITY;
+            for (int64_t b = 0; b < o.topk / 64; ++b) {
+              double m = -INFINITY;
+              for (int64_t k = 64 * b; k < 64 * b + 64; ++k) {
+                const int64_t kv = w.indices[static_cast<size_t>(row * o.topk + k)];
+                double dot = 0;
+                for (int64_t d = 0; d < d_qk; ++d)
+                  dot += static_cast<double>(num::bf16_to_f32(w.q[static_cast<size_t>((row * o.h_q + h) * d_qk + d)])) *
+                         num::bf16_to_f32(w.kv[static_cast<size_t>(kv * d_qk + d)]);
+                m = std::max(m, dot * scale);
+              }
+              if (b > 0 && m > top + 8) ++big;
+              else if (b > 0 && m > top) ++small;
+              top = std::max(top, m);
+            }
+          }
+        std::printf("[prefill] %s: blocks raising a row maximum by > 8 (log2) %lld, by less %lld\n", label.c_str(),
+                    static_cast<long long>(big), static_cast<long long>(small));
+        ASSERT_GT(big, 0) << label;
+        ASSERT_GT(small, 0) << label;
+      }
+      check_prefill(o, label);
+    }
   }
 }
 

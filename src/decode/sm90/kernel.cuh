@@ -133,9 +133,11 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, 
 // One block's online softmax (log2 domain) on a score fragment: s[4 j + e] is row r0 + 8 (e / 2),
 // token 8 j + 2 t4 + (e % 2); tokens whose bit in `valid` is clear score -inf. Leaves the
 // probabilities in s, the per-row rescale of the previous blocks in alpha, and updates the running
-// row maxima and (per-thread partial) sums.
+// exponent bases (row_max: the row maxima, or with kLazyRescaleBuild at most kRescaleSlack below
+// them), the true maxima (row_top, kLazyRescaleBuild only) and the (per-thread partial) sums.
 __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&valid)[2], float scale_log2, int t4,
-                                               float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2]) {
+                                               float (&row_max)[2], float (&row_sum)[2], float (&row_top)[2],
+                                               float (&alpha)[2]) {
   // Scores stay unscaled until the exponent: the scale is positive (every op checks it) and
   // rounding is monotonic, so the largest scaled score is the scaled largest raw score, and
   // exp2(score x scale - max) is one fma (one rounding instead of two).
@@ -168,7 +170,15 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
     tile_max[r] *= scale_log2;  // -inf stays -inf
-    const float new_max = fmaxf(row_max[r], tile_max[r]);
+    float new_max;
+    if constexpr (kLazyRescaleBuild) {
+      // The base moves only by more than the slack (from -inf: to any attended maximum), so most
+      // blocks leave alpha at exactly 1 and rescale_o skips.
+      row_top[r] = fmaxf(row_top[r], tile_max[r]);
+      new_max = tile_max[r] > row_max[r] + kRescaleSlack ? tile_max[r] : row_max[r];
+    } else {
+      new_max = fmaxf(row_max[r], tile_max[r]);
+    }
     alpha[r] = new_max == -INFINITY ? 1.0f : exp2_ftz(row_max[r] - new_max);
     row_max[r] = new_max;
     row_sum[r] *= alpha[r];
@@ -225,8 +235,9 @@ __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][
 
 // The rows' final maxima and sums (the sums reduced over the quad that shares a row) to shared
 // memory for both warpgroups' epilogues.
-__device__ __forceinline__ void publish_row_stats(const float (&row_max)[2], float (&row_sum)[2], float* sRowMax,
-                                                  float* sRowSum, int r0, int t4) {
+__device__ __forceinline__ void publish_row_stats(const float (&row_max)[2], float (&row_sum)[2],
+                                                  const float (&row_top)[2], float* sRowMax, float* sRowSum, int r0,
+                                                  int t4) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
@@ -237,6 +248,10 @@ __device__ __forceinline__ void publish_row_stats(const float (&row_max)[2], flo
     sRowMax[r0 + 8] = row_max[1];
     sRowSum[r0] = row_sum[0];
     sRowSum[r0 + 8] = row_sum[1];
+    if constexpr (kLazyRescaleBuild) {  // the true maxima, in alpha's array right before the stats
+      sRowMax[r0 - kHeads] = row_top[0];
+      sRowMax[r0 + 8 - kHeads] = row_top[1];
+    }
   }
 }
 
@@ -294,7 +309,7 @@ __device__ __forceinline__ RowEnd row_end(const float* sRowMax, const float* sRo
   RowEnd e;
   e.lonely = sum == 0.0f;
   e.lse = e.lonely ? -INFINITY : (m + __log2f(sum)) * cuda::kLn2;
-  e.max_logit = e.lonely ? -INFINITY : m * cuda::kLn2;
+  e.max_logit = e.lonely ? -INFINITY : (kLazyRescaleBuild ? sRowMax[hr - kHeads] : m) * cuda::kLn2;
   e.factor = e.lonely ? 0.0f : 1.0f / sum;
   if (unsplit && !e.lonely && sink) {
     const float sk = sink[h];
@@ -690,6 +705,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
+  float row_top[2] = {-INFINITY, -INFINITY};  // kLazyRescaleBuild only
   const int r0 = 16 * wq + gr;  // this thread's rows r0 and r0 + 8
   int64_t row_lim[2];            // the candidates those rows see (packed causal rows)
   row_limits(g, w, r0, src.candidates(), k_begin, row_lim);
@@ -738,7 +754,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       const uint64_t valid_rows[2] = {Source::kPacksRows ? row_mask(valid, row_lim[0], base) : valid,
                                       Source::kPacksRows ? row_mask(valid, row_lim[1], base) : valid};
       float alpha[2];
-      online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, alpha);
+      online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, row_top, alpha);
       uint32_t pa[4][4];  // P as the value product's A fragments (k-steps of 16 tokens)
       store_p<kStmatrixP>(s, pa, alpha, sP, sAlpha, r0, t4);
       fence_proxy_async();
@@ -757,7 +773,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     }
     stamp(7);
     // Row statistics for both warpgroups' epilogues.
-    publish_row_stats(row_max, row_sum, sRowMax, sRowSum, r0, t4);
+    publish_row_stats(row_max, row_sum, row_top, sRowMax, sRowSum, r0, t4);
   } else {
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;

@@ -46,7 +46,7 @@ struct WsLayout {
   static constexpr int bar_off = p_off + kChunkBytes;      // u64 full[2], empty[2]
   static constexpr int valid_off = bar_off + 32;           // u32 [2 stages][2]
   static constexpr int alpha_off = valid_off + 16;         // f32 [64]
-  static constexpr int stat_off = alpha_off + kHeads * 4;  // f32 [2][64]
+  static constexpr int stat_off = alpha_off + kHeads * 4;  // f32 [2][64] (alpha's array before it)
   static constexpr int used = stat_off + 2 * kHeads * 4;
   static constexpr int total = used + kAlignSlack;
 };
@@ -350,6 +350,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.0f, 0.0f};
+    float row_top[2] = {-INFINITY, -INFINITY};
     float s[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
@@ -368,7 +369,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       const uint64_t valid_rows[2] = {Source::kPacksRows ? row_mask(valid, row_lim[0], base) : valid,
                                       Source::kPacksRows ? row_mask(valid, row_lim[1], base) : valid};
       float alpha[2];
-      online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, alpha);
+      online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, row_top, alpha);
       uint32_t pa[4][4];
       // Warpgroup 1 must be done reading the previous block's P before it is overwritten.
       if (n > 0) named_barrier_sync(2);
@@ -382,7 +383,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       fence_p(pa);
       release(n);
     }
-    publish_row_stats(row_max, row_sum, sRowMax, sRowSum, r0, t4);
+    // The lazy rescale's true maxima go to alpha's array: consumer 1 must have read the last alpha.
+    if (kLazyRescaleBuild && nb > 0) named_barrier_sync(2);
+    publish_row_stats(row_max, row_sum, row_top, sRowMax, sRowSum, r0, t4);
     named_barrier_sync(3);
     write_rows(p, o, sRowMax, sRowSum, r0, t4, 0, w);
   } else {
@@ -401,7 +404,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);
-      if (n + 1 < nb) named_barrier_arrive(2);  // P may be overwritten
+      // P may be overwritten (and, lazy rescale, after the last block alpha's array too).
+      if (kLazyRescaleBuild || n + 1 < nb) named_barrier_arrive(2);
       release(n);
     }
     named_barrier_sync(3);
