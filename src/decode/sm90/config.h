@@ -27,18 +27,15 @@ inline constexpr int kChunkBytes = 64 * 128;
 // rounded up at run time, and this much slack is allocated for it.
 inline constexpr int kAlignSlack = 1024;
 
-// The softmax's lazy rescale (CMake option LKV_SM90_LAZY_RESCALE; kernel.cuh online_softmax): the
-// exponent base of a row moves only when a block's maximum exceeds it by more than kRescaleSlack
-// (log2 units), so P <= 2^8 and O is rescaled almost only after the first block, instead of in
-// every block where any of a warp's 16 rows found a new maximum. bf16 rounds P relative to its
-// magnitude, so the values' precision is the same; fp32 sums and O hold the 2^8 with room to spare.
-// The rows' true maxima are then kept beside the bases, for max_logits; at the end they go to the
+// The softmax's lazy rescale (kernel.cuh online_softmax): a row's exponent base moves only when a
+// block's maximum exceeds it by more than kRescaleSlack (log2 units), so P <= 2^8 and O is rescaled
+// almost only after the first block, instead of in every block where any of a warp's 16 rows found
+// a new maximum (on random scores: most of the first blocks of a row). bf16 rounds P relative to
+// its magnitude, so the values keep their precision; fp32 sums and O hold the 2^8 with room to
+// spare. The rows' true maxima are kept beside the bases for max_logits, and at the end go to the
 // alpha array (free once the last block's product has read it), so the layout does not grow.
-#if defined(LKV_SM90_LAZY_RESCALE)
-inline constexpr bool kLazyRescaleBuild = true;
-#else
-inline constexpr bool kLazyRescaleBuild = false;
-#endif
+// Against rescaling at every new maximum, one alternating run: decode 0.8-3.0%, prefill 2.3-3.4%,
+// dense 0-2.6% faster (bench/NOTES.md v23).
 inline constexpr float kRescaleSlack = 8.0f;
 
 template <int kDqk>
@@ -54,9 +51,9 @@ struct Layout {
   static constexpr int p_off = k_off + 2 * k_stage;       // P [64][64] bf16, one swizzled chunk
   static constexpr int ptr_off = p_off + kChunkBytes;     // a block's record and scale pointers
   static constexpr int valid_off = ptr_off + 2 * kBlockTokens * 8;  // u32 [4 blocks][2]: attended
-  static constexpr int alpha_off = valid_off + 32;        // f32 [64]: per-row rescale of a block (lazy
-                                                          // rescale: then the true row maxima)
-  static constexpr int stat_off = alpha_off + kHeads * 4;  // f32 [2][64]: final row max and sum
+  static constexpr int alpha_off = valid_off + 32;        // f32 [64]: per-row rescale of a block
+                                                          // (at the end: the true row maxima)
+  static constexpr int stat_off = alpha_off + kHeads * 4;  // f32 [2][64]: final exponent base, sum
   static constexpr int used = stat_off + 2 * kHeads * 4;
   static constexpr int total = used + kAlignSlack;
 };

@@ -133,8 +133,8 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, 
 // One block's online softmax (log2 domain) on a score fragment: s[4 j + e] is row r0 + 8 (e / 2),
 // token 8 j + 2 t4 + (e % 2); tokens whose bit in `valid` is clear score -inf. Leaves the
 // probabilities in s, the per-row rescale of the previous blocks in alpha, and updates the running
-// exponent bases (row_max: the row maxima, or with kLazyRescaleBuild at most kRescaleSlack below
-// them), the true maxima (row_top, kLazyRescaleBuild only) and the (per-thread partial) sums.
+// exponent bases (row_max: at most kRescaleSlack below the row maxima, config.h), the true maxima
+// (row_top) and the (per-thread partial) sums.
 __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&valid)[2], float scale_log2, int t4,
                                                float (&row_max)[2], float (&row_sum)[2], float (&row_top)[2],
                                                float (&alpha)[2]) {
@@ -170,15 +170,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[32], const uint64_t (&
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
     tile_max[r] *= scale_log2;  // -inf stays -inf
-    float new_max;
-    if constexpr (kLazyRescaleBuild) {
-      // The base moves only by more than the slack (from -inf: to any attended maximum), so most
-      // blocks leave alpha at exactly 1 and rescale_o skips.
-      row_top[r] = fmaxf(row_top[r], tile_max[r]);
-      new_max = tile_max[r] > row_max[r] + kRescaleSlack ? tile_max[r] : row_max[r];
-    } else {
-      new_max = fmaxf(row_max[r], tile_max[r]);
-    }
+    // The base moves only by more than the slack (from -inf: to any attended maximum), so most
+    // blocks leave alpha at exactly 1 and rescale_o skips.
+    row_top[r] = fmaxf(row_top[r], tile_max[r]);
+    const float new_max = tile_max[r] > row_max[r] + kRescaleSlack ? tile_max[r] : row_max[r];
     alpha[r] = new_max == -INFINITY ? 1.0f : exp2_ftz(row_max[r] - new_max);
     row_max[r] = new_max;
     row_sum[r] *= alpha[r];
@@ -248,10 +243,8 @@ __device__ __forceinline__ void publish_row_stats(const float (&row_max)[2], flo
     sRowMax[r0 + 8] = row_max[1];
     sRowSum[r0] = row_sum[0];
     sRowSum[r0 + 8] = row_sum[1];
-    if constexpr (kLazyRescaleBuild) {  // the true maxima, in alpha's array right before the stats
-      sRowMax[r0 - kHeads] = row_top[0];
-      sRowMax[r0 + 8 - kHeads] = row_top[1];
-    }
+    sRowMax[r0 - kHeads] = row_top[0];  // the true maxima, in alpha's array right before the stats
+    sRowMax[r0 + 8 - kHeads] = row_top[1];
   }
 }
 
@@ -309,7 +302,7 @@ __device__ __forceinline__ RowEnd row_end(const float* sRowMax, const float* sRo
   RowEnd e;
   e.lonely = sum == 0.0f;
   e.lse = e.lonely ? -INFINITY : (m + __log2f(sum)) * cuda::kLn2;
-  e.max_logit = e.lonely ? -INFINITY : (kLazyRescaleBuild ? sRowMax[hr - kHeads] : m) * cuda::kLn2;
+  e.max_logit = e.lonely ? -INFINITY : sRowMax[hr - kHeads] * cuda::kLn2;  // the true maximum
   e.factor = e.lonely ? 0.0f : 1.0f / sum;
   if (unsplit && !e.lonely && sink) {
     const float sk = sink[h];
@@ -705,7 +698,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
-  float row_top[2] = {-INFINITY, -INFINITY};  // kLazyRescaleBuild only
+  float row_top[2] = {-INFINITY, -INFINITY};
   const int r0 = 16 * wq + gr;  // this thread's rows r0 and r0 + 8
   int64_t row_lim[2];            // the candidates those rows see (packed causal rows)
   row_limits(g, w, r0, src.candidates(), k_begin, row_lim);

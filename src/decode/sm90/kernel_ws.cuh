@@ -383,8 +383,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       fence_p(pa);
       release(n);
     }
-    // The lazy rescale's true maxima go to alpha's array: consumer 1 must have read the last alpha.
-    if (kLazyRescaleBuild && nb > 0) named_barrier_sync(2);
+    // The true row maxima go to alpha's array: consumer 1 must have read the last block's alpha.
+    if (nb > 0) named_barrier_sync(2);
     publish_row_stats(row_max, row_sum, row_top, sRowMax, sRowSum, r0, t4);
     named_barrier_sync(3);
     write_rows(p, o, sRowMax, sRowSum, r0, t4, 0, w);
@@ -404,8 +404,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);
-      // P may be overwritten (and, lazy rescale, after the last block alpha's array too).
-      if (kLazyRescaleBuild || n + 1 < nb) named_barrier_arrive(2);
+      named_barrier_arrive(2);  // P may be overwritten (after the last block: alpha's array)
       release(n);
     }
     named_barrier_sync(3);
