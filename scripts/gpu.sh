@@ -371,7 +371,8 @@ fi
 # variant_trace: the decode bench with the Hopper kernel's phase stamps (bench decode --trace) from
 # a variant built with LKV_VARIANT_CMAKE=-DLKV_SM90_TRACE=ON (the default when variant_ab is not
 # asked for as well), for each ';'-separated filter of
-# LKV_TRACE_FILTERS (default: the V4 b 2 and b 64 cases and V3.2 b 128).
+# LKV_TRACE_FILTERS (default: the V4 b 2 and b 64 cases and V3.2 b 128); LKV_TRACE_ARGS replaces
+# --trace (e.g. --trace-warm: the traced call after an unflushed one).
 if has variant_trace; then
   if ! variant_built || [[ "${LKV_VARIANT_CMAKE:-}" != *LKV_SM90_TRACE=ON* ]]; then
     note "variant_trace skipped: build-gpu-variant was not built with -DLKV_SM90_TRACE=ON (add the build stage)"
@@ -381,7 +382,7 @@ if has variant_trace; then
     note "trace test rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/cuda_tests-trace.log" | tr '\n' ' ')"
     IFS=';' read -ra tfilters <<<"${LKV_TRACE_FILTERS:-v4_b2_;v4_b64_;v32_b128_h128}"
     for f in "${tfilters[@]}"; do
-      timeout 300 ./build-gpu-variant/latentkv bench decode --device cuda --kernel auto --trace --filter "$f" \
+      timeout 300 ./build-gpu-variant/latentkv bench decode --device cuda --kernel auto ${LKV_TRACE_ARGS:---trace} --filter "$f" \
         --json "$OUT/trace-decode-$f.json" >"$OUT/trace-decode-$f.log" 2>&1
       note "trace decode $f rc=$?"
       cat "$OUT/trace-decode-$f.log"

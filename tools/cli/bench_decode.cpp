@@ -133,10 +133,13 @@ int64_t unique_count(const std::vector<int32_t>& idx, int64_t num_slots) {
 // from the first entry to the last exit (span), and from there to a one-thread kernel queued right
 // after the call (tail: the combine, if any, and the launch gaps around it). With a two-launch plan
 // both launches' CTAs count (launch: to the first launch's first CTA; span: to the last exit of
-// either). Printed, and kept in the case's numbers.
-void trace_case(const std::string& name, const SparseDecodeArgs& a, BenchCase& bc) {
+// either). Printed, and kept in the case's numbers. warm (--trace-warm): the traced call follows an
+// untraced call of the same case instead of the flush, so the L2 holds what that call left (its
+// records, indices and code): set beside a flushed trace, it tells cold-cache costs from the kernel's.
+void trace_case(const std::string& name, const SparseDecodeArgs& a, BenchCase& bc, bool warm) {
   namespace s9 = decode::sm90;
-  bench_cuda::flush_l2();
+  if (warm) sparse_decode(a);
+  else bench_cuda::flush_l2();
   {
     struct TraceOn {  // off again however the call ends
       TraceOn() { s9::set_trace(true); }
@@ -177,6 +180,7 @@ void trace_case(const std::string& name, const SparseDecodeArgs& a, BenchCase& b
               "phase median/max us:",
               name.c_str(), static_cast<long long>(t.ctas), t.launches.size(), t.launches.size() == 1 ? "" : "es",
               launch, span, tail, per_cta[per_cta.size() / 2]);
+  bc.numbers["trace_warm"] = warm ? 1.0 : 0.0;
   bc.numbers["trace_launches"] = static_cast<double>(t.launches.size());
   bc.numbers["trace_launch_us"] = launch;
   bc.numbers["trace_span_us"] = span;
@@ -201,7 +205,8 @@ int cmd_bench_decode(const Args& args) {
   // --splits 1,2,4: each case also runs with each of these split counts (candidates divided into
   // that many equal whole blocks of 64) beside the planner's, to measure the planner's choice.
   const std::string splits_arg = args.get("splits", "");
-  const bool trace = args.flag("trace");
+  const bool trace_warm = args.flag("trace-warm");  // --trace after an unflushed call
+  const bool trace = args.flag("trace") || trace_warm;
   args.check_all_used();
   std::vector<int64_t> forced_splits;
   for (size_t at = 0; at < splits_arg.size();) {
@@ -344,7 +349,7 @@ int cmd_bench_decode(const Args& args) {
                   hbm > 0 ? 100.0 * bc.numbers["frac_of_ceiling"] : 0.0,
                   static_cast<long long>(plan.num_splits), static_cast<long long>(plan.unsplit_b));
 #ifdef LKV_WITH_CUDA
-      if (trace) trace_case(bc.name, a, bc);
+      if (trace) trace_case(bc.name, a, bc, trace_warm);
 #endif
       std::fflush(stdout);
       res.cases.push_back(bc);
