@@ -433,6 +433,15 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // alternating run: V4 1.3-1.7% faster; V3.2 decode level to 1.0% slower (the h_q 128 peak), dense
   // fp8 pages -0.4 to +0.7%, so those keep the stores (bench/NOTES.md v22).
   constexpr bool kStmatrixP = kStorage == KeyStorage::kV4Fp8;
+  // LKV_SM90_SPLIT_WIDE (CMake option, prepared): warpgroup 0 converts its first token of block
+  // n + 1 while the score product runs and its second while the value product runs, instead of both
+  // before the softmax (kernel.cuh's profile: warpgroup 0 waits out the value products with nothing
+  // to do, ~22% of its block, while its dequantization is ~39% of its chain).
+#if defined(LKV_SM90_SPLIT_WIDE)
+  constexpr bool kSplitWide = kWide && !kPair;
+#else
+  constexpr bool kSplitWide = false;
+#endif
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -721,6 +730,18 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       uint64_t valid_first = 0;
       if constexpr (kPair) {  // warpgroup 1 converts
         valid_first = block_attended(sValid, n);
+      } else if constexpr (kSplitWide) {
+        // Token a of block n + 1 now (its block n + 2 pointers read first, as below); token b after
+        // the value product is issued.
+        const bool here2 = n + 2 < nb;
+        const uint8_t* pa2 = here2 ? sData[wide_a.tok] : nullptr;
+        const uint8_t* pa2s = here2 ? sData[kBlockTokens + wide_a.tok] : nullptr;
+        if (n + 1 < nb)
+          store_dequantized<kRawStorage, false, true, false, 8>(raw_a, sK + ((n + 1) & 1) * L::k_stage, wide_a.tok,
+                                                                wide_a.part, peer_delta);
+        valid_first = block_attended(sValid, n);
+        asm volatile("" : "+l"(valid_first));
+        if (here2) load_raw(raw_a, pa2, pa2s, wide_a.part);
       } else if constexpr (kWide) {
         const uint8_t* ptr2[4];
         wide_pointers(sData, n + 2 < nb, ptr2);
@@ -750,11 +771,31 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, row_top, alpha);
       uint32_t pa[4][4];  // P as the value product's A fragments (k-steps of 16 tokens)
       store_p<kStmatrixP>(s, pa, alpha, sP, sAlpha, r0, t4);
+      // kSplitWide: token b's block n + 2 pointers, read before barrier 1 (after it warpgroup 1
+      // replaces them with block n + 3's).
+      [[maybe_unused]] const uint8_t* pb2 = nullptr;
+      [[maybe_unused]] const uint8_t* pb2s = nullptr;
+      if constexpr (kSplitWide) {
+        if (n + 2 < nb) {
+          pb2 = sData[wide_b.tok];
+          pb2s = sData[kBlockTokens + wide_b.tok];
+        }
+      }
       fence_proxy_async();
       named_barrier_sync(1);  // P and alpha are visible: warpgroup 1 starts its product
       // ---- O[:, 0:256] += P V_s with P from registers, after the rescale.
       issue_values_from_registers(o, alpha, pa, kcur);
       wgmma_commit();
+      if constexpr (kSplitWide) {
+        // Token b of block n + 1 while the value products run (stage (n + 1) & 1: no product reads
+        // it in this iteration; barrier 2 hands it to the next score product), then its loads.
+        if (n + 1 < nb) {
+          store_dequantized<kRawStorage, false, true, false, 8>(raw_b, sK + ((n + 1) & 1) * L::k_stage, wide_b.tok,
+                                                                wide_b.part, peer_delta);
+          fence_proxy_async();
+        }
+        if (n + 2 < nb) load_raw(raw_b, pb2, pb2s, wide_b.part);
+      }
       wgmma_wait<0>();
       fence_operands(o);
       finish_copies();
