@@ -228,8 +228,9 @@ __device__ __forceinline__ void store_p(const float (&s)[32], uint32_t (&pa)[4][
   }
 }
 
-// The rows' final maxima and sums (the sums reduced over the quad that shares a row) to shared
-// memory for both warpgroups' epilogues.
+// The rows' final exponent bases and sums (the sums reduced over the quad that shares a row) to
+// shared memory for both warpgroups' epilogues, and their true maxima (for max_logits) into the
+// alpha array right before them, which no product reads any more.
 __device__ __forceinline__ void publish_row_stats(const float (&row_max)[2], float (&row_sum)[2],
                                                   const float (&row_top)[2], float* sRowMax, float* sRowSum, int r0,
                                                   int t4) {
@@ -435,8 +436,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   constexpr bool kStmatrixP = kStorage == KeyStorage::kV4Fp8;
   // LKV_SM90_SPLIT_WIDE (CMake option, prepared): warpgroup 0 converts its first token of block
   // n + 1 while the score product runs and its second while the value product runs, instead of both
-  // before the softmax (kernel.cuh's profile: warpgroup 0 waits out the value products with nothing
-  // to do, ~22% of its block, while its dequantization is ~39% of its chain).
+  // before the softmax (bench/NOTES.md v23's profile: warpgroup 0 waits out the value products with
+  // nothing to do, ~22% of its block, while its dequantization is ~39% of its chain).
 #if defined(LKV_SM90_SPLIT_WIDE)
   constexpr bool kSplitWide = kWide && !kPair;
 #else
@@ -734,14 +735,14 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         // Token a of block n + 1 now (its block n + 2 pointers read first, as below); token b after
         // the value product is issued.
         const bool here2 = n + 2 < nb;
-        const uint8_t* pa2 = here2 ? sData[wide_a.tok] : nullptr;
-        const uint8_t* pa2s = here2 ? sData[kBlockTokens + wide_a.tok] : nullptr;
+        const uint8_t* next_a = here2 ? sData[wide_a.tok] : nullptr;
+        const uint8_t* next_a_scale = here2 ? sData[kBlockTokens + wide_a.tok] : nullptr;
         if (n + 1 < nb)
           store_dequantized<kRawStorage, false, true, false, 8>(raw_a, sK + ((n + 1) & 1) * L::k_stage, wide_a.tok,
                                                                 wide_a.part, peer_delta);
         valid_first = block_attended(sValid, n);
         asm volatile("" : "+l"(valid_first));
-        if (here2) load_raw(raw_a, pa2, pa2s, wide_a.part);
+        if (here2) load_raw(raw_a, next_a, next_a_scale, wide_a.part);
       } else if constexpr (kWide) {
         const uint8_t* ptr2[4];
         wide_pointers(sData, n + 2 < nb, ptr2);
@@ -773,12 +774,12 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       store_p<kStmatrixP>(s, pa, alpha, sP, sAlpha, r0, t4);
       // kSplitWide: token b's block n + 2 pointers, read before barrier 1 (after it warpgroup 1
       // replaces them with block n + 3's).
-      [[maybe_unused]] const uint8_t* pb2 = nullptr;
-      [[maybe_unused]] const uint8_t* pb2s = nullptr;
+      [[maybe_unused]] const uint8_t* next_b = nullptr;
+      [[maybe_unused]] const uint8_t* next_b_scale = nullptr;
       if constexpr (kSplitWide) {
         if (n + 2 < nb) {
-          pb2 = sData[wide_b.tok];
-          pb2s = sData[kBlockTokens + wide_b.tok];
+          next_b = sData[wide_b.tok];
+          next_b_scale = sData[kBlockTokens + wide_b.tok];
         }
       }
       fence_proxy_async();
@@ -794,7 +795,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
                                                                 wide_b.part, peer_delta);
           fence_proxy_async();
         }
-        if (n + 2 < nb) load_raw(raw_b, pb2, pb2s, wide_b.part);
+        if (n + 2 < nb) load_raw(raw_b, next_b, next_b_scale, wide_b.part);
       }
       wgmma_wait<0>();
       fence_operands(o);
