@@ -331,14 +331,9 @@ TEST(PrefillCuda, RisingRowMaxima) {
   UseKernel use(kernel);
   for (int64_t d_qk : {512, 576})
     for (int64_t s_q : {1, 40}) {  // s_q 1: split, with max_logits merged by the combine
-      PrefillWorkloadOptions o;
-      o.s_q = s_q;
-      o.s_kv = 6000;
-      o.h_q = 64;
-      o.topk = 2048;
-      o.d_qk = d_qk;
-      o.rising_scores = true;
-      o.seed = 900 + d_qk + s_q;
+      const PrefillWorkloadOptions o{.s_q = s_q, .s_kv = 6000, .h_q = 64, .d_qk = d_qk, .topk = 2048,
+                                     .seq_q = {}, .seq_kv = {}, .rising_scores = true,
+                                     .seed = static_cast<uint64_t>(900 + d_qk + s_q)};
       const std::string label = "rising maxima d" + std::to_string(d_qk) + " s_q " + std::to_string(s_q);
       if (kernel == KernelChoice::kPortable) {
         // Blocks of 64 candidates whose maximum (log2 units) exceeds the row's running maximum, by
