@@ -176,9 +176,9 @@ void trace_case(const std::string& name, const SparseDecodeArgs& a, BenchCase& b
   const double launch = (static_cast<double>(t0) - static_cast<double>(t.before)) * 1e-3;
   const double span = static_cast<double>(t1 - t0) * 1e-3;
   const double tail = (static_cast<double>(t.after) - static_cast<double>(t1)) * 1e-3;
-  std::printf("  trace %s: %lld CTAs in %zu launch%s; launch %.2f, span %.2f, tail %.2f us; CTA median %.2f us; "
+  std::printf("  trace%s %s: %lld CTAs in %zu launch%s; launch %.2f, span %.2f, tail %.2f us; CTA median %.2f us; "
               "phase median/max us:",
-              name.c_str(), static_cast<long long>(t.ctas), t.launches.size(), t.launches.size() == 1 ? "" : "es",
+              warm ? " (warm)" : "", name.c_str(), static_cast<long long>(t.ctas), t.launches.size(), t.launches.size() == 1 ? "" : "es",
               launch, span, tail, per_cta[per_cta.size() / 2]);
   bc.numbers["trace_warm"] = warm ? 1.0 : 0.0;
   bc.numbers["trace_launches"] = static_cast<double>(t.launches.size());
