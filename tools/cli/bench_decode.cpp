@@ -178,8 +178,8 @@ void trace_case(const std::string& name, const SparseDecodeArgs& a, BenchCase& b
   const double tail = (static_cast<double>(t.after) - static_cast<double>(t1)) * 1e-3;
   std::printf("  trace%s %s: %lld CTAs in %zu launch%s; launch %.2f, span %.2f, tail %.2f us; CTA median %.2f us; "
               "phase median/max us:",
-              warm ? " (warm)" : "", name.c_str(), static_cast<long long>(t.ctas), t.launches.size(), t.launches.size() == 1 ? "" : "es",
-              launch, span, tail, per_cta[per_cta.size() / 2]);
+              warm ? " (warm)" : "", name.c_str(), static_cast<long long>(t.ctas), t.launches.size(),
+              t.launches.size() == 1 ? "" : "es", launch, span, tail, per_cta[per_cta.size() / 2]);
   bc.numbers["trace_warm"] = warm ? 1.0 : 0.0;
   bc.numbers["trace_launches"] = static_cast<double>(t.launches.size());
   bc.numbers["trace_launch_us"] = launch;
