@@ -69,7 +69,13 @@ if has build; then
      printf '%s' "${LKV_VARIANT_CMAKE:-}" >build-gpu-variant/lkv-variant-built) &
     upid=$!
   fi
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  # build-gpu takes LKV_CMAKE_EXTRA (e.g. a variant's option, so that the stages which run
+  # build-gpu, profile_sass among them, run that variant); started afresh when its flags change.
+  if ! { [ -f build-gpu/lkv-flags ] && [ "$(cat build-gpu/lkv-flags)" = "${LKV_CMAKE_EXTRA:-}" ]; }; then
+    rm -rf build-gpu
+  fi
+  mkdir -p build-gpu && printf '%s' "${LKV_CMAKE_EXTRA:-}" >build-gpu/lkv-flags
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release ${LKV_CMAKE_EXTRA:-} \
     -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" >"$OUT/build.log" 2>&1 &&
     cmake --build build-gpu -j "$jobs" "${targets[@]}" >>"$OUT/build.log" 2>&1
   rc=$?
