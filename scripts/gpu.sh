@@ -8,7 +8,7 @@
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
-# build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest);
+# build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest; LKV_CMAKE_EXTRA: more -D flags);
 # test: the CPU suites and every CUDA suite; sanitize: compute-sanitizer memcheck on the adversarial
 # index tests (LKV_MEMCHECK_FILTER: another gtest filter); reference: bench/compress_reference.py (PyTorch reference times and byte comparison);
 # bench: `latentkv bench compress` for both payload formats, with the reference times;
