@@ -57,6 +57,10 @@ struct Layout {
   static constexpr int used = stat_off + 2 * kHeads * 4;
   static constexpr int total = used + kAlignSlack;
 };
+// The epilogue reads a row's true maximum at sRowMax[r - kHeads] (kernel.cuh publish_row_stats).
+static_assert(Layout<576>::stat_off == Layout<576>::alpha_off + kHeads * 4 &&
+                  Layout<512>::stat_off == Layout<512>::alpha_off + kHeads * 4,
+              "the row stats must follow the alpha array");
 static_assert(Layout<576>::total <= 227 * 1024, "v32_fp8 layout must fit an H100/H200 CTA");
 static_assert(Layout<512>::total <= 227 * 1024, "v4_fp8 layout must fit an H100/H200 CTA");
 

@@ -592,9 +592,13 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     load_raw(a, ptr[0], ptr[1], wide_a.part);
     load_raw(b, ptr[2], ptr[3], wide_b.part);
   };
+  // One token's dequantized record into `stage` (no fence: the caller's).
+  auto wide_store_token = [&](const Raw8& r, const TokenLane& t, uint8_t* stage) {
+    store_dequantized<kRawStorage, kPair, true, false, 8>(r, stage, t.tok, t.part, peer_delta);
+  };
   auto wide_store = [&](const Raw8& a, const Raw8& b, uint8_t* stage) {
-    store_dequantized<kRawStorage, kPair, true, false, 8>(a, stage, wide_a.tok, wide_a.part, peer_delta);
-    store_dequantized<kRawStorage, kPair, true, false, 8>(b, stage, wide_b.tok, wide_b.part, peer_delta);
+    wide_store_token(a, wide_a, stage);
+    wide_store_token(b, wide_b, stage);
     if constexpr (kPair) fence_proxy_async_cluster();
     else fence_proxy_async();
   };
@@ -737,9 +741,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         const bool here2 = n + 2 < nb;
         const uint8_t* next_a = here2 ? sData[wide_a.tok] : nullptr;
         const uint8_t* next_a_scale = here2 ? sData[kBlockTokens + wide_a.tok] : nullptr;
-        if (n + 1 < nb)
-          store_dequantized<kRawStorage, false, true, false, 8>(raw_a, sK + ((n + 1) & 1) * L::k_stage, wide_a.tok,
-                                                                wide_a.part, peer_delta);
+        if (n + 1 < nb) wide_store_token(raw_a, wide_a, sK + ((n + 1) & 1) * L::k_stage);
         valid_first = block_attended(sValid, n);
         asm volatile("" : "+l"(valid_first));
         if (here2) load_raw(raw_a, next_a, next_a_scale, wide_a.part);
@@ -791,8 +793,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         // Token b of block n + 1 while the value products run (stage (n + 1) & 1: no product reads
         // it in this iteration; barrier 2 hands it to the next score product), then its loads.
         if (n + 1 < nb) {
-          store_dequantized<kRawStorage, false, true, false, 8>(raw_b, sK + ((n + 1) & 1) * L::k_stage, wide_b.tok,
-                                                                wide_b.part, peer_delta);
+          wide_store_token(raw_b, wide_b, sK + ((n + 1) & 1) * L::k_stage);
           fence_proxy_async();
         }
         if (n + 2 < nb) load_raw(raw_b, next_b, next_b_scale, wide_b.part);

@@ -50,6 +50,9 @@ struct WsLayout {
   static constexpr int used = stat_off + 2 * kHeads * 4;
   static constexpr int total = used + kAlignSlack;
 };
+static_assert(WsLayout<576>::stat_off == WsLayout<576>::alpha_off + kHeads * 4 &&
+                  WsLayout<512>::stat_off == WsLayout<512>::alpha_off + kHeads * 4,
+              "the row stats must follow the alpha array (publish_row_stats, row_end)");
 static_assert(WsLayout<576>::total <= 227 * 1024, "v32 layout must fit an H100/H200 CTA");
 
 // mbarrier init and wait: the portable kernel's (decode/cuda/kernel.cuh).
