@@ -434,24 +434,17 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // alternating run: V4 1.3-1.7% faster; V3.2 decode level to 1.0% slower (the h_q 128 peak), dense
   // fp8 pages -0.4 to +0.7%, so those keep the stores (bench/NOTES.md v22).
   constexpr bool kStmatrixP = kStorage == KeyStorage::kV4Fp8;
-  // LKV_SM90_SPLIT_WIDE (CMake option, prepared): warpgroup 0 converts its first token of block
-  // n + 1 (a) while the score product runs and its second (b) while the value product runs, instead
-  // of both before the softmax (bench/NOTES.md v23's profile: warpgroup 0 waits out the value
-  // products with nothing to do, ~22% of its block, while its dequantization is ~39% of its chain).
-  // Token b's records of block n + 1 are loaded early in iteration n, beside token a's of block
-  // n + 2, not right after b's conversion of iteration n - 1: every record load of the CTA shares
-  // one scoreboard, so a load issued late in an iteration held up the next iteration's conversion
-  // of token a (~13% of warpgroup 0's samples, v24's profile of the first form). Token b's
-  // pointers for the next block are kept in registers, since the pointer array has moved on by then.
-  // LKV_SM90_SPLIT_WIDE_WG1 (with it): warpgroup 1 splits the same way (it waits out its own value
-  // product, ~15% of its block in the same profile). Not for packed rows (dense fp8 pages with
-  // several queries per CTA), whose row limits leave no registers for token b's pointers (ptxas
-  // spilled 12 bytes).
-#if defined(LKV_SM90_SPLIT_WIDE)
-  constexpr bool kSplitWide = kWide && !kPair && !Source::kPacksRows;
-#else
-  constexpr bool kSplitWide = false;
-#endif
+  // V3.2 records: warpgroup 0 converts its first token of block n + 1 (a) while the score product
+  // runs and its second (b) right after issuing the value product, instead of both before the
+  // softmax: in the v23 profile warpgroup 0 waited out the value products with nothing to do (~22%
+  // of its block) while its conversion was ~39% of its chain. Each token's next records are loaded
+  // right after its conversion. Against converting both early, one alternating run: V3.2 decode
+  // 1.6-2.7% (the peaks included), dense fp8 pages 3.6-5.6% faster (bench/NOTES.md v24). Loading token b's records early
+  // in the iteration instead (so that they do not share a scoreboard wait with token a's
+  // conversion, ~13% of warpgroup 0's samples in the profile of this form) measured 5-11% slower.
+  constexpr bool kSplitWide = kWide && !kPair;
+  // LKV_SM90_SPLIT_WIDE_WG1 (CMake option, prepared): warpgroup 1 splits the same way (in that
+  // profile it waits out its own value product, ~15% of its block).
 #if defined(LKV_SM90_SPLIT_WIDE_WG1)
   constexpr bool kSplitWide1 = kSplitWide;
 #else
@@ -595,11 +588,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const TokenLane wide_a = lanes8(wide_first, wide_warp, lane);
   const TokenLane wide_b = lanes8(wide_first + (kPair ? 16 : 32), wide_warp, lane);
   Raw8 raw_a, raw_b;
-  // kSplitWide: whether this thread converts token b late, and token b's record and scale pointers
-  // of the block whose b records it loads next (block n + 1 in iteration n).
-  const bool splits = kSplitWide && (wg == 0 || kSplitWide1);
-  const uint8_t* late_data = nullptr;
-  const uint8_t* late_scale = nullptr;
   // The two tokens' record and scale pointers from a block's pointer array (null if !here).
   auto wide_pointers = [&](const uint8_t* const* from, bool here, const uint8_t* (&ptr)[4]) {
     ptr[0] = here ? from[wide_a.tok] : nullptr;
@@ -620,27 +608,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     wide_store_token(b, wide_b, stage);
     if constexpr (kPair) fence_proxy_async_cluster();
     else fence_proxy_async();
-  };
-  // kSplitWide, early in iteration n: token a of block n + 1 into its stage, then the loads of
-  // token a's records of block n + 2 and token b's of block n + 1 (converted late in this iteration
-  // by split_late).
-  auto split_early = [&](int64_t n, uint8_t* stage) {
-    const bool here2 = n + 2 < nb;
-    const uint8_t* ptr2[4];
-    wide_pointers(sData, here2, ptr2);  // block n + 2's, both tokens
-    if (n + 1 < nb) wide_store_token(raw_a, wide_a, stage);
-    if (here2) load_raw(raw_a, ptr2[0], ptr2[1], wide_a.part);
-    if (n + 1 < nb) load_raw(raw_b, late_data, late_scale, wide_b.part);
-    late_data = ptr2[2];
-    late_scale = ptr2[3];
-  };
-  // kSplitWide, late in iteration n (after the value product is issued; stage (n + 1) & 1 is read by
-  // no product in this iteration, and barrier 2 hands it to the next score product): token b.
-  auto split_late = [&](int64_t n, uint8_t* stage) {
-    if (n + 1 < nb) {
-      wide_store_token(raw_b, wide_b, stage);
-      fence_proxy_async();
-    }
   };
   // Dequantized block to `stage` (and to the peer's), then visible to wgmma.
   auto store_from = [&](const Raw<kRawStorage>& r, uint8_t* stage) {
@@ -726,13 +693,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         wide_pointers(sData, true, ptr0);
         wide_pointers(ptrs1, true, ptr1);
         wide_load(a0, b0, ptr0);
-        if (splits) {  // token b of block 1 is loaded by the first iteration
-          late_data = nb > 1 ? ptr1[2] : nullptr;
-          late_scale = nb > 1 ? ptr1[3] : nullptr;
-          if (nb > 1) load_raw(raw_a, ptr1[0], ptr1[1], wide_a.part);
-        } else if (nb > 1) {
-          wide_load(raw_a, raw_b, ptr1);
-        }
+        if (nb > 1) wide_load(raw_a, raw_b, ptr1);
       }
       __syncthreads();  // every thread has read both blocks' pointers
       resolve_first(2);
@@ -782,9 +743,15 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       if constexpr (kPair) {  // warpgroup 1 converts
         valid_first = block_attended(sValid, n);
       } else if constexpr (kSplitWide) {
-        valid_first = block_attended(sValid, n);  // read ahead of the conversion's stores
+        // Token a of block n + 1 now (its block n + 2 pointers read first, as below); token b after
+        // the value product is issued.
+        const bool here2 = n + 2 < nb;
+        const uint8_t* next_a = here2 ? sData[wide_a.tok] : nullptr;
+        const uint8_t* next_a_scale = here2 ? sData[kBlockTokens + wide_a.tok] : nullptr;
+        if (n + 1 < nb) wide_store_token(raw_a, wide_a, sK + ((n + 1) & 1) * L::k_stage);
+        valid_first = block_attended(sValid, n);
         asm volatile("" : "+l"(valid_first));
-        split_early(n, sK + ((n + 1) & 1) * L::k_stage);
+        if (here2) load_raw(raw_a, next_a, next_a_scale, wide_a.part);
       } else if constexpr (kWide) {
         const uint8_t* ptr2[4];
         wide_pointers(sData, n + 2 < nb, ptr2);
@@ -814,12 +781,30 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, row_top, alpha);
       uint32_t pa[4][4];  // P as the value product's A fragments (k-steps of 16 tokens)
       store_p<kStmatrixP>(s, pa, alpha, sP, sAlpha, r0, t4);
+      // kSplitWide: token b's block n + 2 pointers, read before barrier 1 (after it warpgroup 1
+      // replaces them with block n + 3's).
+      [[maybe_unused]] const uint8_t* next_b = nullptr;
+      [[maybe_unused]] const uint8_t* next_b_scale = nullptr;
+      if constexpr (kSplitWide) {
+        if (n + 2 < nb) {
+          next_b = sData[wide_b.tok];
+          next_b_scale = sData[kBlockTokens + wide_b.tok];
+        }
+      }
       fence_proxy_async();
       named_barrier_sync(1);  // P and alpha are visible: warpgroup 1 starts its product
       // ---- O[:, 0:256] += P V_s with P from registers, after the rescale.
       issue_values_from_registers(o, alpha, pa, kcur);
       wgmma_commit();
-      if constexpr (kSplitWide) split_late(n, sK + ((n + 1) & 1) * L::k_stage);
+      if constexpr (kSplitWide) {
+        // Token b of block n + 1 while the value products run (stage (n + 1) & 1: no product reads
+        // it in this iteration; barrier 2 hands it to the next score product), then its loads.
+        if (n + 1 < nb) {
+          wide_store_token(raw_b, wide_b, sK + ((n + 1) & 1) * L::k_stage);
+          fence_proxy_async();
+        }
+        if (n + 2 < nb) load_raw(raw_b, next_b, next_b_scale, wide_b.part);
+      }
       wgmma_wait<0>();
       fence_operands(o);
       finish_copies();
@@ -835,8 +820,18 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   } else {
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
+      // kSplitWide1: token b's block n + 2 pointers, kept for its loads after the value product
+      // (after barrier 1 this warpgroup replaces them with block n + 3's).
+      [[maybe_unused]] const uint8_t* next_b = nullptr;
+      [[maybe_unused]] const uint8_t* next_b_scale = nullptr;
       if constexpr (kSplitWide1) {
-        split_early(n, sK + ((n + 1) & 1) * L::k_stage);
+        const bool here2 = n + 2 < nb;
+        const uint8_t* next_a = here2 ? sData[wide_a.tok] : nullptr;
+        const uint8_t* next_a_scale = here2 ? sData[kBlockTokens + wide_a.tok] : nullptr;
+        next_b = here2 ? sData[wide_b.tok] : nullptr;
+        next_b_scale = here2 ? sData[kBlockTokens + wide_b.tok] : nullptr;
+        if (n + 1 < nb) wide_store_token(raw_a, wide_a, sK + ((n + 1) & 1) * L::k_stage);
+        if (here2) load_raw(raw_a, next_a, next_a_scale, wide_a.part);
         resolve_compute(n + 3);
       } else if constexpr (kWide) {
         const uint8_t* ptr2[4];
@@ -860,7 +855,13 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // ---- O[:, 256:512] += P V_s with P from shared memory.
       issue_values_from_smem(o, sAlpha[r0], sAlpha[r0 + 8], sP, kcur);
       wgmma_commit();
-      if constexpr (kSplitWide1) split_late(n, sK + ((n + 1) & 1) * L::k_stage);
+      if constexpr (kSplitWide1) {  // token b of block n + 1, then its loads, as warpgroup 0's
+        if (n + 1 < nb) {
+          wide_store_token(raw_b, wide_b, sK + ((n + 1) & 1) * L::k_stage);
+          fence_proxy_async();
+        }
+        if (n + 2 < nb) load_raw(raw_b, next_b, next_b_scale, wide_b.part);
+      }
       wgmma_wait<0>();
       fence_operands(o);
       finish_copies();
