@@ -439,17 +439,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // softmax: in the v23 profile warpgroup 0 waited out the value products with nothing to do (~22%
   // of its block) while its conversion was ~39% of its chain. Each token's next records are loaded
   // right after its conversion. Against converting both early, one alternating run: V3.2 decode
-  // 1.6-2.7% (the peaks included), dense fp8 pages 3.6-5.6% faster (bench/NOTES.md v24). Loading token b's records early
-  // in the iteration instead (so that they do not share a scoreboard wait with token a's
-  // conversion, ~13% of warpgroup 0's samples in the profile of this form) measured 5-11% slower.
+  // 1.6-2.7% (the peaks included), dense fp8 pages 3.6-5.6% faster (bench/NOTES.md v24). Measured
+  // and dropped there: token b's records loaded early in the iteration (every record load shares
+  // one scoreboard, so token a's conversion waits for b's late loads: ~13% of warpgroup 0's
+  // samples) 5-11% slower; warpgroup 1 split as well, 6-10% slower (code at a0f819e, 3144027).
   constexpr bool kSplitWide = kWide && !kPair;
-  // LKV_SM90_SPLIT_WIDE_WG1 (CMake option, prepared): warpgroup 1 splits the same way (in that
-  // profile it waits out its own value product, ~15% of its block).
-#if defined(LKV_SM90_SPLIT_WIDE_WG1)
-  constexpr bool kSplitWide1 = kSplitWide;
-#else
-  constexpr bool kSplitWide1 = false;
-#endif
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -820,20 +814,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   } else {
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
-      // kSplitWide1: token b's block n + 2 pointers, kept for its loads after the value product
-      // (after barrier 1 this warpgroup replaces them with block n + 3's).
-      [[maybe_unused]] const uint8_t* next_b = nullptr;
-      [[maybe_unused]] const uint8_t* next_b_scale = nullptr;
-      if constexpr (kSplitWide1) {
-        const bool here2 = n + 2 < nb;
-        const uint8_t* next_a = here2 ? sData[wide_a.tok] : nullptr;
-        const uint8_t* next_a_scale = here2 ? sData[kBlockTokens + wide_a.tok] : nullptr;
-        next_b = here2 ? sData[wide_b.tok] : nullptr;
-        next_b_scale = here2 ? sData[kBlockTokens + wide_b.tok] : nullptr;
-        if (n + 1 < nb) wide_store_token(raw_a, wide_a, sK + ((n + 1) & 1) * L::k_stage);
-        if (here2) load_raw(raw_a, next_a, next_a_scale, wide_a.part);
-        resolve_compute(n + 3);
-      } else if constexpr (kWide) {
+      if constexpr (kWide) {
         const uint8_t* ptr2[4];
         wide_pointers(sData, n + 2 < nb, ptr2);
         if (n + 1 < nb) fill_next(n);
@@ -855,13 +836,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // ---- O[:, 256:512] += P V_s with P from shared memory.
       issue_values_from_smem(o, sAlpha[r0], sAlpha[r0 + 8], sP, kcur);
       wgmma_commit();
-      if constexpr (kSplitWide1) {  // token b of block n + 1, then its loads, as warpgroup 0's
-        if (n + 1 < nb) {
-          wide_store_token(raw_b, wide_b, sK + ((n + 1) & 1) * L::k_stage);
-          fence_proxy_async();
-        }
-        if (n + 2 < nb) load_raw(raw_b, next_b, next_b_scale, wide_b.part);
-      }
       wgmma_wait<0>();
       fence_operands(o);
       finish_copies();
