@@ -442,7 +442,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // 1.6-2.7% (the peaks included), dense fp8 pages 3.6-5.6% faster (bench/NOTES.md v24). Measured
   // and dropped there: token b's records loaded early in the iteration (every record load shares
   // one scoreboard, so token a's conversion waits for b's late loads: ~13% of warpgroup 0's
-  // samples) 5-11% slower; warpgroup 1 split as well, 6-10% slower (code at a0f819e, 3144027).
+  // samples) 4-11% slower (b 2 faster); warpgroup 1 split as well, 1-10% slower (code at a0f819e,
+  // 3144027).
   constexpr bool kSplitWide = kWide && !kPair;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
