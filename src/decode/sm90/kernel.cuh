@@ -743,6 +743,18 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         const bool here2 = n + 2 < nb;
         const uint8_t* next_a = here2 ? sData[wide_a.tok] : nullptr;
         const uint8_t* next_a_scale = here2 ? sData[kBlockTokens + wide_a.tok] : nullptr;
+#if defined(LKV_SM90_PREFETCH_B)
+        // (Prepared, off: bench/NOTES.md v24 "Next".) Token b's block n + 2 record into L2 now, so
+        // that its loads, issued late in this iteration, return before token a's conversion of the
+        // next iteration waits for them (every record load shares one scoreboard). A prefetch
+        // writes no register, so it adds no wait. Lanes 0-5 of the token's 8 take one 128-byte
+        // step each, lane 6 the record's last byte: every line of its 656 bytes.
+        if (here2) {
+          const uint8_t* pb = sData[wide_b.tok];
+          const int q = wide_b.part;
+          if (pb != nullptr && q < 7) prefetch_l2(pb + (q < 6 ? 128 * q : 655));
+        }
+#endif
         if (n + 1 < nb) wide_store_token(raw_a, wide_a, sK + ((n + 1) & 1) * L::k_stage);
         valid_first = block_attended(sValid, n);
         asm volatile("" : "+l"(valid_first));

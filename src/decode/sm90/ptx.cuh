@@ -32,6 +32,11 @@ __host__ __device__ constexpr uint32_t sw128_offset(uint32_t row, uint32_t col) 
   return byte ^ (((byte >> 7) & 7u) << 4);
 }
 
+// Brings the 128-byte line holding p into L2 (no register written, so no scoreboard to wait on).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 __device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t leading_bytes, uint32_t stride_bytes) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
   return static_cast<uint64_t>((addr >> 4) & 0x3fffu) |
