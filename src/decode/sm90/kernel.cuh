@@ -520,6 +520,14 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     const int64_t k = k_begin + blk * kBlockTokens + (tid - 128);
     res_scale = nullptr;
     res_data = k < k_end ? src.locate(p.src, k, &res_scale) : nullptr;
+#if defined(LKV_SM90_PREFETCH_RECORDS)
+    // (Prepared, off: bench/NOTES.md v24 "Next".) The token's record into L2 now, an iteration
+    // before its loads are issued: in the v24 profile the gathers took >1,500 clocks, and the
+    // conversions wait for them. A prefetch writes no register, so nothing waits for it here.
+    if constexpr (!kDirect) {
+      if (res_data != nullptr) prefetch_record<kRawStorage>(res_data, res_scale);
+    }
+#endif
   };
   // (The prologue puts block 1's pointers at `to`, the start of key stage 1, which nothing else
   // uses before the first iteration dequantizes block 1 into it.)

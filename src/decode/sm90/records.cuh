@@ -112,6 +112,17 @@ __device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data,
   }
 }
 
+// A record's lines (and a separate scale's) into L2: each 128-byte step of the record and its last
+// byte, so every line it touches (LKV_SM90_PREFETCH_RECORDS, kernel.cuh).
+template <KeyStorage F>
+__device__ __forceinline__ void prefetch_record(const uint8_t* data, const uint8_t* scale) {
+  constexpr int kBytes = Rec<F>::kRope + 128;  // 656 (v32: scales inside) or 576 (v4)
+#pragma unroll
+  for (int off = 0; off < kBytes; off += 128) prefetch_l2(data + off);
+  prefetch_l2(data + kBytes - 1);
+  if constexpr (F == KeyStorage::kV4Fp8) prefetch_l2(scale);
+}
+
 // Stage offset of dims 16 c + d .. 16 c + d + 7 (d 0 or 8) of a lane's chunk c = part + kLanes i:
 // units 2 (c % 4) and 2 (c % 4) + 1 of tile c / 4, row tok.
 template <int kLanes>
