@@ -13,7 +13,8 @@ inline constexpr int kHeads = 64;
 // Two warpgroups, no producer warpgroup: warpgroup 0 computes S = Q K^T, the softmax and
 // O[:, 0:256]; warpgroup 1 computes O[:, 256:512] and resolves the candidates. Both gather and
 // dequantize half of the next block while warpgroup 0's score product runs on the tensor cores
-// (wgmma is asynchronous), so the CUDA-core work overlaps the MMAs without warp specialisation.
+// (wgmma is asynchronous; with V3.2 records warpgroup 0 converts half of its share under the value
+// product instead), so the CUDA-core work overlaps the MMAs without warp specialisation.
 // (Measured on the H200: warpgroup 1 dequantizing the whole block alone was 12 % slower on V3.2; it
 // then sets the pace.) 256 threads leave 255 registers per thread: O half (64 x 256 fp32 / 128
 // threads) = 128, S = 32, P fragments 16, the next block's raw records = 44.

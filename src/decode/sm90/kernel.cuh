@@ -10,17 +10,18 @@
 //   iteration n (stage s = n & 1 holds block n, dequantized):
 //     WG0: issue S = Q K_s^T (36 or 32 x wgmma m64n64k16, both operands in shared memory)
 //     all: dequantize block n + 1 (raw records already in registers) into stage s ^ 1, then issue
-//          the loads of block n + 2's records (in flight until iteration n + 1); 16-bit keys
-//          instead start their asynchronous copies (cp.async) of block n + 1 here
+//          the loads of block n + 2's records (in flight until iteration n + 1); with V3.2 records
+//          WG0 converts only the first of its two tokens here (kSplitWide); 16-bit keys instead
+//          start their asynchronous copies (cp.async) of block n + 1 here
 //     WG1: warps 4-5 compute block n + 3's candidate pointers (16-bit keys: resolve block n + 2)
 //     WG0: wait for S; online softmax (log2 domain); P to registers (bf16) and to shared memory
 //     -- barrier 1 -- warps 4-5 store block n + 3's pointers and attended mask
 //     WG0: O[:, 0:256] += P V_s (wgmma m64n256k16, P from registers, after its rescale); WG1:
 //     O[:, 256:512] += P V_s (P from shared memory); V is the first 512 dims of the same key tile,
-//     read transposed
+//     read transposed; V3.2 records: WG0 converts its second token of block n + 1 meanwhile
 //     wait for the products (16-bit keys: and for block n + 1's copies) -- barrier 2 --
 // The tensor pipe idles only during the softmax and the barriers; dequantization runs on the CUDA
-// cores while the score product runs.
+// cores while the products run.
 // CTA pairs (kPair, opt-in: launch.h): the two head blocks of a row form a cluster; warpgroup 1 of
 // each CTA dequantizes half of every block's tokens into both CTAs' stages (warpgroup 0 converts
 // nothing), and barrier 2 becomes the cluster barrier.
