@@ -9,12 +9,12 @@
   python3 bench/machine_code.py diff A.cubin B.cubin
       Compares the .text of every function of two cubins: how a merged default is shown to be the
       machine code an A/B measured as a variant (the same bytes, function by function).
-  python3 bench/machine_code.py control CUBIN FUNCTION_SUBSTRING [--all] [--from I] [--to J]
-      Lists the function's instructions with their scheduling control bits: the scoreboard an
+  python3 bench/machine_code.py control CUBIN FUNCTION [--all] [--from I] [--to J]
+      FUNCTION: the mangled name, or a substring that only one function's name contains. Lists the
+      function's instructions [I, J) (indices as ncu's per-instruction export counts them) with their scheduling control bits: the scoreboard an
       instruction sets when its result is ready (wb) or its operands are read (rb), and the
       scoreboards it waits for (wait, bit k = scoreboard k). Without --all only loads, barriers,
-      wgmma and the instructions that wait for scoreboard 5 are listed. This is how v24 found that
-      every record load of the Hopper kernel sets one scoreboard.
+      wgmma and the instructions that wait for scoreboard 5 are listed.
 
 Needs pyelftools and nvdisasm (the CUDA toolkit's, or PyPI's nvidia-cuda-nvdisasm; set NVDISASM).
 Control bits (Volta and later, 128-bit instructions): bits 105-108 stall cycles, 109 yield, 110-112
@@ -28,6 +28,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 
 def elf_texts(path):
@@ -49,7 +50,8 @@ def cmd_cubin(a):
     cmd = re.sub(r" -MD ", " ", cmd)
     cmd = re.sub(r" -M[TF] \S*", "", cmd)
     cmd = cmd.replace(" -c ", " -cubin ")
-    cmd = re.sub(r" -o \S*", " -o " + shlex.quote(os.path.abspath(a.out)), cmd)
+    out_arg = " -o " + shlex.quote(os.path.abspath(a.out))
+    cmd = re.sub(r" -o \S*", lambda _: out_arg, cmd)
     cmd += " " + " ".join(shlex.quote(x) for x in a.nvcc_args)
     r = subprocess.run(cmd, shell=True, cwd=a.build, capture_output=True, text=True)
     sys.stdout.write("".join(l + "\n" for l in (r.stdout + r.stderr).splitlines() if "C7519" not in l))
@@ -73,8 +75,8 @@ def nvdisasm():
     for c in (os.environ.get("NVDISASM"), shutil.which("nvdisasm")):
         if c:
             return c
-    found = glob.glob(os.path.join(os.path.dirname(os.__file__), "..", "**", "nvidia", "*", "bin", "nvdisasm"),
-                      recursive=True)
+    roots = {sysconfig.get_paths()["purelib"], os.path.dirname(os.__file__)}
+    found = [f for r in roots for f in glob.glob(os.path.join(r, "**", "nvidia", "*", "bin", "nvdisasm"), recursive=True)]
     if found:
         return found[0]
     sys.exit("nvdisasm not found: set NVDISASM (pip install nvidia-cuda-nvdisasm provides one)")
@@ -84,7 +86,8 @@ def cmd_control(a):
     from elftools.elf.elffile import ELFFile
 
     with open(a.cubin, "rb") as f:
-        secs = [s for s in ELFFile(f).iter_sections() if s.name.startswith(".text.") and a.function in s.name]
+        texts = [s for s in ELFFile(f).iter_sections() if s.name.startswith(".text.")]
+        secs = [s for s in texts if s.name == ".text." + a.function] or [s for s in texts if a.function in s.name]
         if len(secs) != 1:
             sys.exit(f"{len(secs)} functions match {a.function!r}")
         name, data = secs[0].name, secs[0].data()

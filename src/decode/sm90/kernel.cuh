@@ -11,8 +11,8 @@
 //     WG0: issue S = Q K_s^T (36 or 32 x wgmma m64n64k16, both operands in shared memory)
 //     all: dequantize block n + 1 (raw records already in registers) into stage s ^ 1, then issue
 //          the loads of block n + 2's records (in flight until iteration n + 1); with V3.2 records
-//          WG0 converts only the first of its two tokens here (kSplitWide); 16-bit keys instead
-//          start their asynchronous copies (cp.async) of block n + 1 here
+//          WG0 converts (and reloads) only the first of its two tokens here (kSplitWide);
+//          16-bit keys instead start their asynchronous copies (cp.async) of block n + 1 here
 //     WG1: warps 4-5 compute block n + 3's candidate pointers (16-bit keys: resolve block n + 2)
 //     WG0: wait for S; online softmax (log2 domain); P to registers (bf16) and to shared memory
 //     -- barrier 1 -- warps 4-5 store block n + 3's pointers and attended mask
@@ -440,11 +440,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // softmax: in the v23 profile warpgroup 0 waited out the value products with nothing to do (~22%
   // of its block) while its conversion was ~39% of its chain. Each token's next records are loaded
   // right after its conversion. Against converting both early, one alternating run: V3.2 decode
-  // 1.6-2.7% (the peaks included), dense fp8 pages 3.6-5.6% faster (bench/NOTES.md v24). Measured
+  // 1.4-2.7% (the peaks included), dense fp8 pages 3.6-5.6% faster (bench/NOTES.md v24). Measured
   // and dropped there: token b's records loaded early in the iteration (every record load shares
   // one scoreboard, so token a's conversion waits for b's late loads: ~13% of warpgroup 0's
-  // samples) 4-11% slower (b 2 faster); warpgroup 1 split as well, 1-10% slower (code at a0f819e,
-  // 3144027).
+  // samples) 4-11% slower (b 2 faster); warpgroup 1 split as well, 1-10% slower.
   constexpr bool kSplitWide = kWide && !kPair;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
@@ -522,9 +521,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     res_scale = nullptr;
     res_data = k < k_end ? src.locate(p.src, k, &res_scale) : nullptr;
 #if defined(LKV_SM90_PREFETCH_RECORDS)
-    // (Prepared, off: bench/NOTES.md v24 "Next".) The token's record into L2 now, an iteration
-    // before its loads are issued: in the v24 profile the gathers took >1,500 clocks, and the
-    // conversions wait for them. A prefetch writes no register, so nothing waits for it here.
+    // Off by default (an A/B candidate, bench/NOTES.md v24). The token's record into L2 now, an
+    // iteration before its loads are issued: in the v24 profile the gathers took >1,500 clocks, and
+    // the conversions wait for them. A prefetch writes no register, so nothing waits for it here.
     if constexpr (!kDirect) {
       if (res_data != nullptr) prefetch_record<kRawStorage>(res_data, res_scale);
     }
@@ -753,11 +752,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         const uint8_t* next_a = here2 ? sData[wide_a.tok] : nullptr;
         const uint8_t* next_a_scale = here2 ? sData[kBlockTokens + wide_a.tok] : nullptr;
 #if defined(LKV_SM90_PREFETCH_B)
-        // (Prepared, off: bench/NOTES.md v24 "Next".) Token b's block n + 2 record into L2 now, so
-        // that its loads, issued late in this iteration, return before token a's conversion of the
-        // next iteration waits for them (every record load shares one scoreboard). A prefetch
-        // writes no register, so it adds no wait. Lanes 0-5 of the token's 8 take one 128-byte
-        // step each, lane 6 the record's last byte: every line of its 656 bytes.
+        // Off by default (an A/B candidate, bench/NOTES.md v24). Token b's block n + 2 record into
+        // L2 now, so that its loads, issued late in this iteration, return before token a's
+        // conversion of the next iteration waits for them (every record load shares one
+        // scoreboard). A prefetch writes no register, so it adds no wait. Lanes 0-5 of the token's
+        // 8 take one 128-byte step each, lane 6 the record's last byte: every line of its 656 bytes.
         if (here2) {
           const uint8_t* pb = sData[wide_b.tok];
           const int q = wide_b.part;
