@@ -520,14 +520,14 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     const int64_t k = k_begin + blk * kBlockTokens + (tid - 128);
     res_scale = nullptr;
     res_data = k < k_end ? src.locate(p.src, k, &res_scale) : nullptr;
-#if defined(LKV_SM90_PREFETCH_RECORDS)
-    // Off by default (an A/B candidate, bench/NOTES.md v24). The token's record into L2 now, an
-    // iteration before its loads are issued: in the v24 profile the gathers took >1,500 clocks, and
-    // the conversions wait for them. A prefetch writes no register, so nothing waits for it here.
+    // Quantized keys: the token's record into L2 now, an iteration before its loads are issued. The
+    // gathers took >1,500 clocks under load and every conversion waits for them on one scoreboard
+    // (the v24 profile); a prefetch writes no register, so nothing waits for it here. One alternating
+    // A/B: V3.2 decode b 64-128 3.7-4.4% faster (b 128 392 -> 374 us), tensor-parallel ~5%, peaks
+    // 4.1-7.4%, V4 b 64 h_q 64 2.4-3.8%, dense fp8 pages 1.7-3.4%; b 2 level (bench/NOTES.md v25).
     if constexpr (!kDirect) {
       if (res_data != nullptr) prefetch_record<kRawStorage>(res_data, res_scale);
     }
-#endif
   };
   // (The prologue puts block 1's pointers at `to`, the start of key stage 1, which nothing else
   // uses before the first iteration dequantizes block 1 into it.)
@@ -751,18 +751,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         const bool here2 = n + 2 < nb;
         const uint8_t* next_a = here2 ? sData[wide_a.tok] : nullptr;
         const uint8_t* next_a_scale = here2 ? sData[kBlockTokens + wide_a.tok] : nullptr;
-#if defined(LKV_SM90_PREFETCH_B)
-        // Off by default (an A/B candidate, bench/NOTES.md v24). Token b's block n + 2 record into
-        // L2 now, so that its loads, issued late in this iteration, return before token a's
-        // conversion of the next iteration waits for them (every record load shares one
-        // scoreboard). A prefetch writes no register, so it adds no wait. Lanes 0-5 of the token's
-        // 8 take one 128-byte step each, lane 6 the record's last byte: every line of its 656 bytes.
-        if (here2) {
-          const uint8_t* pb = sData[wide_b.tok];
-          const int q = wide_b.part;
-          if (pb != nullptr && q < 7) prefetch_l2(pb + (q < 6 ? 128 * q : 655));
-        }
-#endif
         if (n + 1 < nb) wide_store_token(raw_a, wide_a, sK + ((n + 1) & 1) * L::k_stage);
         valid_first = block_attended(sValid, n);
         asm volatile("" : "+l"(valid_first));

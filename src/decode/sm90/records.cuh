@@ -113,7 +113,7 @@ __device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data,
 }
 
 // A record's lines (and a separate scale's) into L2: each 128-byte step of the record and its last
-// byte, so every line it touches (LKV_SM90_PREFETCH_RECORDS, kernel.cuh).
+// byte, so every line it touches (warps 4-5 of kernel.cuh, when they resolve its pointer).
 template <KeyStorage F>
 __device__ __forceinline__ void prefetch_record(const uint8_t* data, const uint8_t* scale) {
   constexpr int kBytes = Rec<F>::kRope + 128;  // 656 (v32: scales inside) or 576 (v4)
