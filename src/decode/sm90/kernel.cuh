@@ -445,6 +445,15 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // one scoreboard, so token a's conversion waits for b's late loads: ~13% of warpgroup 0's
   // samples) 4-11% slower (b 2 faster); warpgroup 1 split as well, 1-10% slower.
   constexpr bool kSplitWide = kWide && !kPair;
+  // LKV_SM90_SPLIT_WIDE_WG1 (CMake option, an A/B candidate): warpgroup 1 splits the same way. It
+  // measured 1.4-10.4% slower without the record prefetch (its late loads held its next first
+  // conversion on the shared scoreboard); with the records prefetched into L2 those loads are
+  // shorter, so it is timed again (bench/NOTES.md v25).
+#if defined(LKV_SM90_SPLIT_WIDE_WG1)
+  constexpr bool kSplitWide1 = kSplitWide;
+#else
+  constexpr bool kSplitWide1 = false;
+#endif
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -823,7 +832,20 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   } else {
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
-      if constexpr (kWide) {
+      // kSplitWide1: token b's block n + 2 pointers, kept for its loads after the value product
+      // (after barrier 1 this warpgroup replaces them with block n + 3's).
+      [[maybe_unused]] const uint8_t* next_b = nullptr;
+      [[maybe_unused]] const uint8_t* next_b_scale = nullptr;
+      if constexpr (kSplitWide1) {
+        const bool here2 = n + 2 < nb;
+        const uint8_t* next_a = here2 ? sData[wide_a.tok] : nullptr;
+        const uint8_t* next_a_scale = here2 ? sData[kBlockTokens + wide_a.tok] : nullptr;
+        next_b = here2 ? sData[wide_b.tok] : nullptr;
+        next_b_scale = here2 ? sData[kBlockTokens + wide_b.tok] : nullptr;
+        if (n + 1 < nb) wide_store_token(raw_a, wide_a, sK + ((n + 1) & 1) * L::k_stage);
+        if (here2) load_raw(raw_a, next_a, next_a_scale, wide_a.part);
+        resolve_compute(n + 3);
+      } else if constexpr (kWide) {
         const uint8_t* ptr2[4];
         wide_pointers(sData, n + 2 < nb, ptr2);
         if (n + 1 < nb) fill_next(n);
@@ -845,6 +867,13 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // ---- O[:, 256:512] += P V_s with P from shared memory.
       issue_values_from_smem(o, sAlpha[r0], sAlpha[r0 + 8], sP, kcur);
       wgmma_commit();
+      if constexpr (kSplitWide1) {  // token b of block n + 1, then its loads, as warpgroup 0's
+        if (n + 1 < nb) {
+          wide_store_token(raw_b, wide_b, sK + ((n + 1) & 1) * L::k_stage);
+          fence_proxy_async();
+        }
+        if (n + 2 < nb) load_raw(raw_b, next_b, next_b_scale, wide_b.part);
+      }
       wgmma_wait<0>();
       fence_operands(o);
       finish_copies();
