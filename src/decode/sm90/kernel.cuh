@@ -443,22 +443,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // 1.4-2.7% (the peaks included), dense fp8 pages 3.6-5.6% faster (bench/NOTES.md v24). Measured
   // and dropped there: token b's records loaded early in the iteration (every record load shares
   // one scoreboard, so token a's conversion waits for b's late loads: ~13% of warpgroup 0's
-  // samples) 4-11% slower (b 2 faster); warpgroup 1 split as well, 1-10% slower, and again with the
-  // record prefetch below 2.9-9.4% slower (v25).
+  // samples) 4-11% slower (b 2 faster); warpgroup 1 split as well, 1-10% slower. With the record
+  // prefetch below (v25) both again: warpgroup 1 split 2.9-9.4% slower, token b loaded early 4.7-7.1%
+  // slower on V3.2 decode, although token a's conversion still waits ~14% of warpgroup 0's loop on
+  // that scoreboard (code at a6e94d1 and c479dd2).
   constexpr bool kSplitWide = kWide && !kPair;
-  // LKV_SM90_EARLY_B (CMake option, an A/B candidate): token b's records of block n + 1 are loaded
-  // early in iteration n, beside token a's of block n + 2, instead of right after b's conversion in
-  // iteration n - 1. The v25 profile (records prefetched into L2) still has token a's conversion
-  // waiting ~14% of warpgroup 0's loop on the one scoreboard of all record loads, i.e. on b's loads
-  // issued only the score issue before; early loads give every load at least the softmax, barrier 1
-  // and the value issue to land. Without the prefetch this form was 4-11% slower (v24: the gathers
-  // then took longer than that window). Not for packed rows, whose row limits leave no registers
-  // for token b's next pointers (ptxas spilled 12 bytes).
-#if defined(LKV_SM90_EARLY_B)
-  constexpr bool kEarlyB = kSplitWide && !Source::kPacksRows;
-#else
-  constexpr bool kEarlyB = false;
-#endif
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -605,11 +594,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const TokenLane wide_a = lanes8(wide_first, wide_warp, lane);
   const TokenLane wide_b = lanes8(wide_first + (kPair ? 16 : 32), wide_warp, lane);
   Raw8 raw_a, raw_b;
-  // kEarlyB: whether this thread loads its token b early (warpgroup 0), and token b's record and
-  // scale pointers of the block whose b records it loads next (block n + 1 in iteration n).
-  const bool early_b = kEarlyB && wg == 0;
-  [[maybe_unused]] const uint8_t* late_data = nullptr;
-  [[maybe_unused]] const uint8_t* late_scale = nullptr;
   // The two tokens' record and scale pointers from a block's pointer array (null if !here).
   auto wide_pointers = [&](const uint8_t* const* from, bool here, const uint8_t* (&ptr)[4]) {
     ptr[0] = here ? from[wide_a.tok] : nullptr;
@@ -715,13 +699,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         wide_pointers(sData, true, ptr0);
         wide_pointers(ptrs1, true, ptr1);
         wide_load(a0, b0, ptr0);
-        if (early_b) {  // token b of block 1 is loaded by the first iteration
-          late_data = nb > 1 ? ptr1[2] : nullptr;
-          late_scale = nb > 1 ? ptr1[3] : nullptr;
-          if (nb > 1) load_raw(raw_a, ptr1[0], ptr1[1], wide_a.part);
-        } else if (nb > 1) {
-          wide_load(raw_a, raw_b, ptr1);
-        }
+        if (nb > 1) wide_load(raw_a, raw_b, ptr1);
       }
       __syncthreads();  // every thread has read both blocks' pointers
       resolve_first(2);
@@ -776,21 +754,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         const bool here2 = n + 2 < nb;
         const uint8_t* next_a = here2 ? sData[wide_a.tok] : nullptr;
         const uint8_t* next_a_scale = here2 ? sData[kBlockTokens + wide_a.tok] : nullptr;
-        [[maybe_unused]] const uint8_t* next_b = nullptr;
-        [[maybe_unused]] const uint8_t* next_b_scale = nullptr;
-        if constexpr (kEarlyB) {
-          next_b = here2 ? sData[wide_b.tok] : nullptr;
-          next_b_scale = here2 ? sData[kBlockTokens + wide_b.tok] : nullptr;
-        }
         if (n + 1 < nb) wide_store_token(raw_a, wide_a, sK + ((n + 1) & 1) * L::k_stage);
         valid_first = block_attended(sValid, n);
         asm volatile("" : "+l"(valid_first));
         if (here2) load_raw(raw_a, next_a, next_a_scale, wide_a.part);
-        if constexpr (kEarlyB) {  // token b of block n + 1, converted late in this iteration
-          if (n + 1 < nb) load_raw(raw_b, late_data, late_scale, wide_b.part);
-          late_data = next_b;
-          late_scale = next_b_scale;
-        }
       } else if constexpr (kWide) {
         const uint8_t* ptr2[4];
         wide_pointers(sData, n + 2 < nb, ptr2);
@@ -824,7 +791,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       // replaces them with block n + 3's).
       [[maybe_unused]] const uint8_t* next_b = nullptr;
       [[maybe_unused]] const uint8_t* next_b_scale = nullptr;
-      if constexpr (kSplitWide && !kEarlyB) {
+      if constexpr (kSplitWide) {
         if (n + 2 < nb) {
           next_b = sData[wide_b.tok];
           next_b_scale = sData[kBlockTokens + wide_b.tok];
@@ -842,7 +809,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
           wide_store_token(raw_b, wide_b, sK + ((n + 1) & 1) * L::k_stage);
           fence_proxy_async();
         }
-        if (!kEarlyB && n + 2 < nb) load_raw(raw_b, next_b, next_b_scale, wide_b.part);
+        if (n + 2 < nb) load_raw(raw_b, next_b, next_b_scale, wide_b.part);
       }
       wgmma_wait<0>();
       fence_operands(o);
