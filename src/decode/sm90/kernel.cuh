@@ -444,9 +444,9 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // and dropped there: token b's records loaded early in the iteration (every record load shares
   // one scoreboard, so token a's conversion waits for b's late loads: ~13% of warpgroup 0's
   // samples) 4-11% slower (b 2 faster); warpgroup 1 split as well, 1-10% slower. With the record
-  // prefetch below (v25) both again: warpgroup 1 split 2.9-9.4% slower, token b loaded early 4.7-7.1%
-  // slower on V3.2 decode, although token a's conversion still waits ~14% of warpgroup 0's loop on
-  // that scoreboard (code at a6e94d1 and c479dd2).
+  // prefetch below (v25) both again: warpgroup 1 split 2.9-9.4% slower, token b loaded early
+  // 1.7-7.1% slower on V3.2 decode (b 2 level), although token a's conversion still waits ~14% of
+  // warpgroup 0's loop on that scoreboard (code at a6e94d1 and c479dd2).
   constexpr bool kSplitWide = kWide && !kPair;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
