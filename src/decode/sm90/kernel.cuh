@@ -525,9 +525,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     res_data = k < k_end ? src.locate(p.src, k, &res_scale) : nullptr;
     // Quantized keys: the token's record into L2 now, an iteration before its loads are issued. The
     // gathers took >1,500 clocks under load and every conversion waits for them on one scoreboard
-    // (the v24 profile); a prefetch writes no register, so nothing waits for it here. One alternating
-    // A/B: V3.2 decode b 64-128 3.7-4.4% faster (b 128 392 -> 374 us), tensor-parallel ~5%, peaks
-    // 4.1-7.4%, V4 b 64 h_q 64 2.4-3.8%, dense fp8 pages 1.7-3.4%; b 2 level (bench/NOTES.md v25).
+    // (the v24 profile); a prefetch writes no register, so nothing waits for it here. One
+    // alternating A/B: V3.2 decode b 64-128 3.7-4.4% faster (b 128 392 -> 374 us), tensor-parallel
+    // ~5%, peaks 4.1-7.4%, V4 b 64 h_q 64 2.4-3.8%, dense fp8 pages 1.7-3.4%; b 2 level
+    // (bench/NOTES.md v25). The prologue's blocks 0-2 (resolve_first) are not prefetched; a CTA
+    // pair's two CTAs both prefetch a block's records (pairs are opt-in).
     if constexpr (!kDirect) {
       if (res_data != nullptr) prefetch_record<kRawStorage>(res_data, res_scale);
     }
