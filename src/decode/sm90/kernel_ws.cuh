@@ -250,10 +250,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       for (int h = 0; h < 2; ++h) {
         if (!d[h] || (kPair && h != static_cast<int>(rank))) continue;  // a pair: its own half only
         for (int k = part; k * 128 < kRecBytes; k += 4)
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(d[h] + 128 * k));
-        if (part == 3) asm volatile("prefetch.global.L2 [%0];" ::"l"(d[h] + kRecBytes - 1));
+          prefetch_l2(d[h] + 128 * k);
+        if (part == 3) prefetch_l2(d[h] + kRecBytes - 1);
         if (!kDirect && kRawStorage == KeyStorage::kV4Fp8 && part == 2)
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(sc[h]));
+          prefetch_l2(sc[h]);
       }
     };
     auto store_valid = [&](int stage) {
