@@ -207,4 +207,57 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
   }
 }
 
+// Pieces of store_dequantized with the same results, for a caller that spreads a token's
+// conversion over the score product's wgmma issue (kernel.cuh, kInterleaveScores): token_fast is
+// the whole-token check (no NaN byte, every chunk's scale one the fast form takes), store_chunk_fast
+// converts the lane's chunk i by the fast form and stores it if `write` (a predicated store, not a
+// branch, so that the caller's wgmma sequence has no control flow in it), store_rope_unit copies
+// RoPE unit u.
+// Chunk i's scale: v32 the fp32 bits of scale (kLanes i) / 8; v4 (4 lanes) ue8m0 byte i.
+template <KeyStorage F, int kLanes>
+__device__ __forceinline__ uint32_t chunk_scale_word(const Raw<F, kLanes>& r, int i) {
+  if constexpr (F == KeyStorage::kV32Fp8) {
+    const uint32_t sb[4] = {r.scale.x, r.scale.y, r.scale.z, r.scale.w};
+    return sb[kLanes * i / 8];
+  } else {
+    static_assert(kLanes == 4, "v4 records at 4 lanes per token");
+    return ((i < 4 ? r.scale.x : r.scale.y) >> (8 * (i % 4))) & 0xffu;
+  }
+}
+template <KeyStorage F, int kLanes>
+__device__ __forceinline__ bool token_fast(const Raw<F, kLanes>& r) {
+  using R = Raw<F, kLanes>;
+  static_assert(R::kEven, "every lane holds all of its chunks");
+  uint32_t nan_bits = 0;
+  bool fast = true;
+#pragma unroll
+  for (int i = 0; i < R::kNopeChunks; ++i) {
+    nan_bits |= nan_bits16(r.nope[i]);
+    if constexpr (F == KeyStorage::kV32Fp8) fast = fast && fast_scale(__uint_as_float(chunk_scale_word(r, i)));
+    else fast = fast && ue8m0_fast(chunk_scale_word(r, i));
+  }
+  return fast && (nan_bits & 0x80808080u) == 0;
+}
+template <KeyStorage F, int kLanes>
+__device__ __forceinline__ void store_chunk_fast(const Raw<F, kLanes>& r, uint8_t* stage, int tok, int part, int i,
+                                                 bool write) {
+  const uint32_t w = chunk_scale_word(r, i);
+  uint4 v[2];
+  if constexpr (F == KeyStorage::kV32Fp8) dequant16_fast(r.nope[i], fast_multiplier(__uint_as_float(w)), v[0], v[1]);
+  else dequant16_fast(r.nope[i], ue8m0_multiplier(w), v[0], v[1]);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p st.shared.v4.b32 [%1], {%2, %3, %4, %5};\n}\n" ::"r"(
+            static_cast<int>(write)),
+        "r"(base + chunk_offset<kLanes>(i, tok, part, 8 * h)), "r"(v[h].x), "r"(v[h].y), "r"(v[h].z), "r"(v[h].w)
+        : "memory");
+}
+template <KeyStorage F, int kLanes>
+__device__ __forceinline__ void store_rope_unit(const Raw<F, kLanes>& r, uint8_t* stage, int tok, int part, int u) {
+  const int dim = Rec<F>::kNope + 8 * (part + kLanes * u);
+  *reinterpret_cast<uint4*>(stage + (dim / 64) * kChunkBytes + sw128_offset(tok, dim % 64)) = r.rope[u];
+}
+
 }  // namespace latentkv::decode::sm90
