@@ -773,8 +773,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         // stage is one no product reads in this iteration), one fast 16-byte chunk after every
         // fourth wgmma, each chunk's registers dying with its conversion. A token for which the
         // fast form is not exact (NaN bytes, a scale it does not take) is stored whole by the
-        // general path first and its fast chunks are not stored.
+        // general path first and its fast chunks go to 32 spare bytes of the thread's in P's tile
+        // (free until this block's P is stored: warpgroup 1's value product of the last block read
+        // it before barrier 2).
         uint8_t* next = sK + ((n + 1) & 1) * L::k_stage;
+        uint8_t* spare = sP + 32 * tid;
         if constexpr (kWide) {
           const bool fast[2] = {token_fast(raw_a), token_fast(raw_b)};
           if (!fast[0]) wide_store_token(raw_a, wide_a, next);
@@ -782,8 +785,8 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
           issue_scores<kQkSteps>(s, sQ, kcur, [&](int st) {  // 4 chunks and 1 RoPE unit per token
             if (st % 4 != 3 || st >= 32) return;
             const int k = st / 4;
-            if (k < 4) store_chunk_fast(raw_a, next, wide_a.tok, wide_a.part, k, fast[0]);
-            else store_chunk_fast(raw_b, next, wide_b.tok, wide_b.part, k - 4, fast[1]);
+            if (k < 4) store_chunk_fast(raw_a, next, wide_a.tok, wide_a.part, k, fast[0], spare);
+            else store_chunk_fast(raw_b, next, wide_b.tok, wide_b.part, k - 4, fast[1], spare);
             if (k == 3) store_rope_unit(raw_a, next, wide_a.tok, wide_a.part, 0);
             if (k == 7) store_rope_unit(raw_b, next, wide_b.tok, wide_b.part, 0);
           });
@@ -794,8 +797,13 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
           issue_scores<kQkSteps>(s, sQ, kcur, [&](int st) {
             if (st % 4 != 3) return;
             const int k = st / 4;
-            if (k < R::kNopeChunks) store_chunk_fast(raw, next, tok_d, part, k, fast);
-            else if (k - R::kNopeChunks < R::kRopeUnits) store_rope_unit(raw, next, tok_d, part, k - R::kNopeChunks);
+            // 7 chunks after wgmmas 3, 7, .., 27, then both RoPE units after 31 (32 steps: d_qk 512).
+            static_assert(R::kNopeChunks < kQkSteps / 4, "a chunk per four wgmmas, RoPE after the last four");
+            if (k < R::kNopeChunks) store_chunk_fast(raw, next, tok_d, part, k, fast, spare);
+            if (k == kQkSteps / 4 - 1) {
+#pragma unroll
+              for (int u = 0; u < R::kRopeUnits; ++u) store_rope_unit(raw, next, tok_d, part, u);
+            }
           });
         }
         wgmma_commit();

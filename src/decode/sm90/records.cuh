@@ -210,9 +210,10 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
 // Pieces of store_dequantized with the same results, for a caller that spreads a token's
 // conversion over the score product's wgmma issue (kernel.cuh, kInterleaveScores): token_fast is
 // the whole-token check (no NaN byte, every chunk's scale one the fast form takes), store_chunk_fast
-// converts the lane's chunk i by the fast form and stores it if `write` (a predicated store, not a
-// branch, so that the caller's wgmma sequence has no control flow in it), store_rope_unit copies
-// RoPE unit u.
+// converts the lane's chunk i by the fast form and stores it into the stage if `write`, else into
+// the caller's 32 spare bytes (a selected address rather than a predicated store, which ptxas may
+// turn into a branch around the conversion: a branch among wgmmas closes their group and makes it
+// insert a warpgroup.arrive), store_rope_unit copies RoPE unit u.
 // Chunk i's scale: v32 the fp32 bits of scale (kLanes i) / 8; v4 (4 lanes) ue8m0 byte i.
 template <KeyStorage F, int kLanes>
 __device__ __forceinline__ uint32_t chunk_scale_word(const Raw<F, kLanes>& r, int i) {
@@ -240,19 +241,13 @@ __device__ __forceinline__ bool token_fast(const Raw<F, kLanes>& r) {
 }
 template <KeyStorage F, int kLanes>
 __device__ __forceinline__ void store_chunk_fast(const Raw<F, kLanes>& r, uint8_t* stage, int tok, int part, int i,
-                                                 bool write) {
+                                                 bool write, uint8_t* spare) {
   const uint32_t w = chunk_scale_word(r, i);
-  uint4 v[2];
-  if constexpr (F == KeyStorage::kV32Fp8) dequant16_fast(r.nope[i], fast_multiplier(__uint_as_float(w)), v[0], v[1]);
-  else dequant16_fast(r.nope[i], ue8m0_multiplier(w), v[0], v[1]);
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p st.shared.v4.b32 [%1], {%2, %3, %4, %5};\n}\n" ::"r"(
-            static_cast<int>(write)),
-        "r"(base + chunk_offset<kLanes>(i, tok, part, 8 * h)), "r"(v[h].x), "r"(v[h].y), "r"(v[h].z), "r"(v[h].w)
-        : "memory");
+  uint4 lo, hi;
+  if constexpr (F == KeyStorage::kV32Fp8) dequant16_fast(r.nope[i], fast_multiplier(__uint_as_float(w)), lo, hi);
+  else dequant16_fast(r.nope[i], ue8m0_multiplier(w), lo, hi);
+  *reinterpret_cast<uint4*>(write ? stage + chunk_offset<kLanes>(i, tok, part, 0) : spare) = lo;
+  *reinterpret_cast<uint4*>(write ? stage + chunk_offset<kLanes>(i, tok, part, 8) : spare + 16) = hi;
 }
 template <KeyStorage F, int kLanes>
 __device__ __forceinline__ void store_rope_unit(const Raw<F, kLanes>& r, uint8_t* stage, int tok, int part, int u) {
