@@ -120,23 +120,15 @@ __device__ __forceinline__ uint64_t row_mask(uint64_t valid, int64_t lim, int64_
 
 // S = Q K^T for the 64 tokens of one key stage, issued (asynchronous; the caller commits and
 // waits). Descriptors advance by adding the byte offset / 16 to the start-address field.
-// `between(st)` runs after step st's wgmma is issued (unrolled: st is a constant there), so that
-// other work fills the issue slots while each wgmma waits for the tensor pipe to take it.
-template <int kQkSteps, class Between>
-__device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, const uint8_t* kstage,
-                                             Between&& between) {
+template <int kQkSteps>
+__device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, const uint8_t* kstage) {
   const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kstage, 16, 1024);
   wgmma_fence();
 #pragma unroll
   for (int st = 0; st < kQkSteps; ++st) {
     const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
     wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
-    between(st);
   }
-}
-template <int kQkSteps>
-__device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, const uint8_t* kstage) {
-  issue_scores<kQkSteps>(s, sQ, kstage, [](int) {});
 }
 
 // One block's online softmax (log2 domain) on a score fragment: s[4 j + e] is row r0 + 8 (e / 2),
@@ -455,19 +447,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // prefetch below (v25) both again: warpgroup 1 split 2.9-9.4% slower, token b loaded early
   // 1.7-7.1% slower on V3.2 decode (b 2 level), although token a's conversion still waits ~14% of
   // warpgroup 0's loop on that scoreboard (code at a6e94d1 and c479dd2).
-  // LKV_SM90_INTERLEAVE_SCORES (CMake option, an A/B candidate): warpgroup 0 converts its tokens
-  // of block n + 1 (V3.2: both of its two; V4: its one) between the score product's wgmma
-  // instructions, one 16-byte chunk after every fourth, instead of after the last (V3.2: token a
-  // after the last and b after the value product). In the v25 profile warpgroup 0 spent ~17% of its
-  // block issuing the score wgmmas, each waiting for the tensor pipe to take it, so its conversions
-  // started only when the score product was nearly done. The records of block n + 2 are then loaded
-  // right after the score product, an iteration before use.
-#if defined(LKV_SM90_INTERLEAVE_SCORES)
-  constexpr bool kInterleaveScores = kPointersFirst && !kPair;
-#else
-  constexpr bool kInterleaveScores = false;
-#endif
-  constexpr bool kSplitWide = kWide && !kPair && !kInterleaveScores;
+  constexpr bool kSplitWide = kWide && !kPair;
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -616,11 +596,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   const TokenLane wide_a = lanes8(wide_first, wide_warp, lane);
   const TokenLane wide_b = lanes8(wide_first + (kPair ? 16 : 32), wide_warp, lane);
   Raw8 raw_a, raw_b;
-  if constexpr (kInterleaveScores) {
-    // Converted unconditionally every iteration, also when the prologue loads nothing into them.
-    if constexpr (kWide) raw_a = raw_b = Raw8{};
-    else raw = Raw<kRawStorage>{};
-  }
   // The two tokens' record and scale pointers from a block's pointer array (null if !here).
   auto wide_pointers = [&](const uint8_t* const* from, bool here, const uint8_t* (&ptr)[4]) {
     ptr[0] = here ? from[wide_a.tok] : nullptr;
@@ -767,70 +742,13 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
     for (int64_t n = 0; n < nb; ++n) {
       uint8_t* kcur = sK + (n & 1) * L::k_stage;
-      uint64_t valid_first = 0;
-      if constexpr (kInterleaveScores) {
-        // Block n + 1's tokens between the score wgmmas (unconditionally: past the last block the
-        // stage is one no product reads in this iteration), one fast 16-byte chunk after every
-        // fourth wgmma, each chunk's registers dying with its conversion. A token for which the
-        // fast form is not exact (NaN bytes, a scale it does not take) is stored whole by the
-        // general path first and its fast chunks go to 32 spare bytes of the thread's in P's tile
-        // (free until this block's P is stored: warpgroup 1's value product of the last block read
-        // it before barrier 2).
-        uint8_t* next = sK + ((n + 1) & 1) * L::k_stage;
-        uint8_t* spare = sP + 32 * tid;
-        if constexpr (kWide) {
-          const bool fast[2] = {token_fast(raw_a), token_fast(raw_b)};
-          if (!fast[0]) wide_store_token(raw_a, wide_a, next);
-          if (!fast[1]) wide_store_token(raw_b, wide_b, next);
-          issue_scores<kQkSteps>(s, sQ, kcur, [&](int st) {  // 4 chunks and 1 RoPE unit per token
-            if (st % 4 != 3 || st >= 32) return;
-            const int k = st / 4;
-            if (k < 4) store_chunk_fast(raw_a, next, wide_a.tok, wide_a.part, k, fast[0], spare);
-            else store_chunk_fast(raw_b, next, wide_b.tok, wide_b.part, k - 4, fast[1], spare);
-            if (k == 3) store_rope_unit(raw_a, next, wide_a.tok, wide_a.part, 0);
-            if (k == 7) store_rope_unit(raw_b, next, wide_b.tok, wide_b.part, 0);
-          });
-        } else {
-          using R = Raw<kRawStorage>;
-          const bool fast = token_fast(raw);
-          if (!fast) store_dequantized<kRawStorage>(raw, next, tok_d, part);
-          issue_scores<kQkSteps>(s, sQ, kcur, [&](int st) {
-            if (st % 4 != 3) return;
-            const int k = st / 4;
-            // 7 chunks after wgmmas 3, 7, .., 27, then both RoPE units after 31 (32 steps: d_qk 512).
-            static_assert(R::kNopeChunks < kQkSteps / 4, "a chunk per four wgmmas, RoPE after the last four");
-            if (k < R::kNopeChunks) store_chunk_fast(raw, next, tok_d, part, k, fast, spare);
-            if (k == kQkSteps / 4 - 1) {
-#pragma unroll
-              for (int u = 0; u < R::kRopeUnits; ++u) store_rope_unit(raw, next, tok_d, part, u);
-            }
-          });
-        }
-        wgmma_commit();
-        fence_proxy_async();
-        if constexpr (kWide) {
-          const uint8_t* ptr2[4];
-          wide_pointers(sData, n + 2 < nb, ptr2);
-          valid_first = block_attended(sValid, n);
-          asm volatile("" : "+l"(valid_first));
-          if (n + 2 < nb) wide_load(raw_a, raw_b, ptr2);
-        } else {
-          const uint8_t *data2, *scale2;
-          record_pointers(n + 2, data2, scale2);
-          valid_first = block_attended(sValid, n);
-          asm volatile("" : "+l"(valid_first));
-          if (n + 2 < nb) load_raw<kRawStorage>(raw, data2, scale2, part);
-        }
-      } else {
       // ---- S = Q K^T, asynchronous; meanwhile both warpgroups dequantize block n + 1.
       issue_scores<kQkSteps>(s, sQ, kcur);
       wgmma_commit();
-      }
       // kPointersFirst: block n + 2's pointers before the dequantization, the attended mask before
       // the loads.
-      if constexpr (kInterleaveScores) {
-        // (done above)
-      } else if constexpr (kPair) {  // warpgroup 1 converts
+      uint64_t valid_first = 0;
+      if constexpr (kPair) {  // warpgroup 1 converts
         valid_first = block_attended(sValid, n);
       } else if constexpr (kSplitWide) {
         // Token a of block n + 1 now (its block n + 2 pointers read first, as below); token b after
