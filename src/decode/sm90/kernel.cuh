@@ -448,15 +448,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // 1.7-7.1% slower on V3.2 decode (b 2 level), although token a's conversion still waits ~14% of
   // warpgroup 0's loop on that scoreboard (code at a6e94d1 and c479dd2).
   constexpr bool kSplitWide = kWide && !kPair;
-  // LKV_SM90_SPLIT_V4 (CMake option, an A/B candidate): the same split for V4 records, by halves of
-  // each lane's part of its one token: chunks 0-3 (and scale bytes 0-3) converted while the score
-  // product runs, chunks 4-6 and the RoPE units (scale bytes 4-7) after the value product is issued,
-  // each half reloaded right after its conversion (records.cuh load_raw_half).
-#if defined(LKV_SM90_SPLIT_V4)
-  constexpr bool kSplitV4 = kPointersFirst && !kWide && !kPair && kStorage == KeyStorage::kV4Fp8;
-#else
-  constexpr bool kSplitV4 = false;
-#endif
   static_assert(!(kPair && kDirect), "CTA pairs share dequantized records; 16-bit keys are copied, not shared");
   // Quantized records go through registers (Raw); 16-bit keys are copied straight into the stage.
   constexpr KeyStorage kRawStorage = kDirect ? KeyStorage::kV32Fp8 : kStorage;
@@ -769,16 +760,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         valid_first = block_attended(sValid, n);
         asm volatile("" : "+l"(valid_first));
         if (here2) load_raw(raw_a, next_a, next_a_scale, wide_a.part);
-      } else if constexpr (kSplitV4) {
-        const bool here2 = n + 2 < nb;
-        const uint8_t* next_data = here2 ? sData[tok_d] : nullptr;
-        const uint8_t* next_scale = here2 ? sData[kBlockTokens + tok_d] : nullptr;
-        if (n + 1 < nb)
-          store_dequantized<kRawStorage, false, true, false, 4, 0, 4, false>(raw, sK + ((n + 1) & 1) * L::k_stage,
-                                                                             tok_d, part);
-        valid_first = block_attended(sValid, n);
-        asm volatile("" : "+l"(valid_first));
-        if (here2) load_raw_half<true>(raw, next_data, next_scale, part);
       } else if constexpr (kWide) {
         const uint8_t* ptr2[4];
         wide_pointers(sData, n + 2 < nb, ptr2);
@@ -817,11 +798,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
           next_b = sData[wide_b.tok];
           next_b_scale = sData[kBlockTokens + wide_b.tok];
         }
-      } else if constexpr (kSplitV4) {  // the same for the record's second half
-        if (n + 2 < nb) {
-          next_b = sData[tok_d];
-          next_b_scale = sData[kBlockTokens + tok_d];
-        }
       }
       fence_proxy_async();
       named_barrier_sync(1);  // P and alpha are visible: warpgroup 1 starts its product
@@ -836,13 +812,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
           fence_proxy_async();
         }
         if (n + 2 < nb) load_raw(raw_b, next_b, next_b_scale, wide_b.part);
-      } else if constexpr (kSplitV4) {
-        if (n + 1 < nb) {
-          store_dequantized<kRawStorage, false, true, false, 4, 4, 7, true>(raw, sK + ((n + 1) & 1) * L::k_stage,
-                                                                            tok_d, part);
-          fence_proxy_async();
-        }
-        if (n + 2 < nb) load_raw_half<false>(raw, next_b, next_b_scale, part);
       }
       wgmma_wait<0>();
       fence_operands(o);

@@ -84,35 +84,6 @@ __device__ __forceinline__ TokenLane lanes8(int first, int w, int lane) {
 __device__ __forceinline__ uint4 load_record16(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 __device__ __forceinline__ uint2 load_record8(const uint8_t* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
 
-// Half of a V4 record's lane part (the Hopper kernel's kSplitV4): chunks 0-3 and scale bytes 0-3
-// (kFirstHalf), or chunks 4-6, both RoPE units and scale bytes 4-7, each loaded and converted at
-// its own point of the block.
-template <bool kFirstHalf>
-__device__ __forceinline__ void load_raw_half(Raw<KeyStorage::kV4Fp8, 4>& r, const uint8_t* data, const uint8_t* scale,
-                                              int part) {
-  constexpr int c0 = kFirstHalf ? 0 : 4, c1 = kFirstHalf ? 4 : 7;
-  if (!data) {
-#pragma unroll
-    for (int i = c0; i < c1; ++i) r.nope[i] = make_uint4(0, 0, 0, 0);
-    if constexpr (kFirstHalf) {
-      r.scale.x = 0x7f7f7f7fu;  // ue8m0 127 = 1.0: the zero payload stays zero on the fast path
-    } else {
-      r.rope[0] = r.rope[1] = make_uint4(0, 0, 0, 0);
-      r.scale.y = 0x7f7f7f7fu;
-    }
-    return;
-  }
-#pragma unroll
-  for (int i = c0; i < c1; ++i) r.nope[i] = load_record16(data + 16 * (part + 4 * i));
-  if constexpr (kFirstHalf) {
-    r.scale.x = __ldg(reinterpret_cast<const uint32_t*>(scale));
-  } else {
-#pragma unroll
-    for (int u = 0; u < 2; ++u) r.rope[u] = load_record16(data + Rec<KeyStorage::kV4Fp8>::kRope + 16 * (part + 4 * u));
-    r.scale.y = __ldg(reinterpret_cast<const uint32_t*>(scale + 4));
-  }
-}
-
 template <KeyStorage F, int kLanes>
 __device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data, const uint8_t* scale, int part) {
   using R = Raw<F, kLanes>;
@@ -167,14 +138,10 @@ __device__ __forceinline__ uint32_t chunk_offset(int i, int tok, int part, int d
 // (false: a check per chunk, fewer live registers). kAsyncPeer (the warp-specialised kernel's
 // pairs): the peer's copy goes by st.async and completes on the peer's mbarrier `peer_bar`
 // (shared::cluster address) instead of a plain remote store ordered by a cluster barrier.
-// kFirst, kLast, kRope: only the lane's chunks kFirst .. kLast - 1 (kLast -1: all) and, if kRope, its
-// RoPE units (kSplitV4's halves; the fast-path check then covers those chunks' bytes and scales).
-template <KeyStorage F, bool kMirror = false, bool kWholeToken = true, bool kAsyncPeer = false, int kLanes = 4,
-          int kFirst = 0, int kLast = -1, bool kRope = true>
+template <KeyStorage F, bool kMirror = false, bool kWholeToken = true, bool kAsyncPeer = false, int kLanes = 4>
 __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8_t* stage, int tok, int part,
                                                   uint32_t peer_delta = 0, uint32_t peer_bar = 0) {
   using R = Raw<F, kLanes>;
-  constexpr int kEnd = kLast < 0 ? R::kNopeChunks : kLast;
   const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
   auto put = [&](uint32_t offset, uint4 v) {
     *reinterpret_cast<uint4*>(stage + offset) = v;
@@ -190,7 +157,7 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
   // rather than tested per chunk (V4 b 64 4-5% faster: bench/NOTES.md, v17).
   uint32_t nan_bits = 0;
 #pragma unroll
-  for (int i = kFirst; i < kEnd; ++i) {
+  for (int i = 0; i < R::kNopeChunks; ++i) {
     if constexpr (F == KeyStorage::kV32Fp8) {
       // 128 dims per scale: chunk c uses scale c / 8, that is (kLanes i) / 8 (part < kLanes <= 8).
       const uint32_t sb[4] = {r.scale.x, r.scale.y, r.scale.z, r.scale.w};
@@ -215,7 +182,7 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
   if (kWholeToken) fast = fast && (nan_bits & 0x80808080u) == 0;
   if (fast) {
 #pragma unroll
-    for (int i = kFirst; i < kEnd; ++i) {
+    for (int i = 0; i < R::kNopeChunks; ++i) {
       if (!(R::kEven || R::has_chunk(i, part))) continue;
       uint4 lo, hi;
       if constexpr (F == KeyStorage::kV4Fp8) dequant16_fast(r.nope[i], ue8m0_multiplier(e8[i]), lo, hi);
@@ -225,7 +192,7 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
     }
   } else {
 #pragma unroll
-    for (int i = kFirst; i < kEnd; ++i) {
+    for (int i = 0; i < R::kNopeChunks; ++i) {
       if (!(R::kEven || R::has_chunk(i, part))) continue;
       uint4 lo, hi;
       dequant16(r.nope[i], sc[i], lo, hi);
@@ -234,7 +201,7 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
     }
   }
 #pragma unroll
-  for (int u = 0; u < (kRope ? R::kRopeUnits : 0); ++u) {
+  for (int u = 0; u < R::kRopeUnits; ++u) {
     const int dim = Rec<F>::kNope + 8 * (part + kLanes * u);
     put((dim / 64) * kChunkBytes + sw128_offset(tok, dim % 64), r.rope[u]);
   }
