@@ -239,7 +239,7 @@ def _decode_format(q: Any, format: Optional[str]) -> str:
     if d_qk == 512:
         return "v4_fp8"
     raise ValueError(f"sparse_decode: cannot infer the cache format from d_qk={d_qk} "
-                     "(576: v32_fp8, 512: v4_fp8); pass format=")
+                     "(576: v32_fp8, 512: v4_fp8; v41_fp8 is never inferred); pass format=")
 
 
 def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] = None,
@@ -251,7 +251,8 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
                   workspace: Any = None) -> Tuple[Any, Any]:
     """Sparse MLA decode over a quantized paged cache; returns (out, lse).
 
-    q:        bf16 [b, s_q, h_q, d_qk]; d_qk 576 (v32_fp8) or 512 (v4_fp8); format defaults from it
+    q:        bf16 [b, s_q, h_q, d_qk]; d_qk 576 (v32_fp8) or 512 (v4_fp8, v41_fp8); format defaults
+              from it (512: v4_fp8; pass format="v41_fp8" for DeepSeek V4.1 caches)
     k_cache:  u8 [num_pages, P, 1, bytes_per_token], or [num_pages, page_bytes] with page_size
     indices:  i32 [b, s_q, topk], flat slots; any value outside the cache is skipped
     topk_length, extra_topk_length: i32 [b] or None; attn_sink: f32 [h_q] or None

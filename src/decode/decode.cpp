@@ -221,8 +221,8 @@ decode::CacheRef cache_ref(const TensorView& cache, CacheFormat f, int64_t page_
 
 void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   // ---- Shapes and dtypes.
-  LKV_CHECK(a.format == CacheFormat::v32_fp8 || a.format == CacheFormat::v4_fp8,
-            "sparse_decode supports v32_fp8 and v4_fp8 caches, got ", format_info(a.format).name);
+  LKV_CHECK(a.format == CacheFormat::v32_fp8 || a.format == CacheFormat::v4_fp8 || a.format == CacheFormat::v41_fp8,
+            "sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches, got ", format_info(a.format).name);
   const int64_t d_qk = format_info(a.format).d_qk;
   SizeEnv env;
   check_tensor(a.q, "q", {"b", "s_q", "h_q", d_qk}, DType::bf16, env);

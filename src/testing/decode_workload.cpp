@@ -94,7 +94,7 @@ std::vector<int32_t> make_lengths(const DecodeWorkloadOptions& o, int64_t topk, 
 
 // Overwrites the record of every slot that no attended index references with NaN bytes: e4m3 NaN
 // payloads, NaN scales (fp32 NaN for v32_fp8, ue8m0 0xff for the page-split format, whose pad byte
-// becomes 0xff too) and bf16 NaN RoPE values.
+// becomes 0xff too, and for v41_fp8) and bf16 NaN RoPE values.
 void poison_unreferenced(CacheFormat f, std::vector<uint8_t>& kv, int64_t num_pages,
                          int64_t page_size, int64_t page_stride, const std::vector<int32_t>& idx,
                          int64_t b, int64_t s_q, int64_t topk, const std::vector<int32_t>& len) {
@@ -118,6 +118,8 @@ void poison_unreferenced(CacheFormat f, std::vector<uint8_t>& kv, int64_t num_pa
     for (int r = 0; r < L.rope_dims; ++r) formats::store_u16_le(data + L.rope_offset + 2 * r, kBf16Nan);
     if (formats::is_page_split(f)) {
       std::fill(scale, scale + formats::kSplitScaleBytes, uint8_t{0xff});
+    } else if (f == CacheFormat::v41_fp8) {
+      std::fill(scale, scale + L.num_groups, uint8_t{0xff});  // one ue8m0 byte per group
     } else {
       for (int g = 0; g < L.num_groups; ++g) formats::store_u32_le(scale + 4 * g, 0x7fc00000u);
     }
@@ -136,8 +138,9 @@ void DecodeWorkload::poison_outputs() {
 }
 
 DecodeWorkload make_decode_workload(const DecodeWorkloadOptions& opt) {
-  LKV_CHECK(opt.format == CacheFormat::v32_fp8 || opt.format == CacheFormat::v4_fp8,
-            "decode workload: format must be v32_fp8 or v4_fp8, got ", format_info(opt.format).name);
+  LKV_CHECK(opt.format == CacheFormat::v32_fp8 || opt.format == CacheFormat::v4_fp8 ||
+                opt.format == CacheFormat::v41_fp8,
+            "decode workload: format must be v32_fp8, v4_fp8 or v41_fp8, got ", format_info(opt.format).name);
   LKV_CHECK(opt.b >= 1 && opt.s_q >= 1 && opt.h_q >= 1 && opt.topk >= 1 && opt.page_size >= 1 &&
                 opt.extra_page_size >= 1 && opt.num_pages >= 0 && opt.page_pad_bytes >= 0,
             "decode workload: bad options b=", opt.b, " s_q=", opt.s_q, " h_q=", opt.h_q,

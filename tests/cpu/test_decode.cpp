@@ -131,9 +131,11 @@ TEST(DecodeCpu, GridV32Fp8) { run_grid(CacheFormat::v32_fp8, "grid v32_fp8"); }
 
 TEST(DecodeCpu, GridV4Fp8) { run_grid(CacheFormat::v4_fp8, "grid v4_fp8"); }
 
+TEST(DecodeCpu, GridV41Fp8) { run_grid(CacheFormat::v41_fp8, "grid v41_fp8"); }
+
 TEST(DecodeCpu, LongTopk2048) {
   Worst worst;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
     DecodeWorkloadOptions o;
     o.format = f;
     o.b = 2;
@@ -164,7 +166,7 @@ TEST(DecodeCpu, Heads128) {
 // ---- corner cases -----------------------------------------------------------------------------
 
 TEST(DecodeCorner, AllIndicesInvalidGiveZeroAndPlusInf) {
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
     for (bool sink : {false, true}) {
       DecodeWorkloadOptions o;
       o.format = f;
@@ -213,7 +215,7 @@ TEST(DecodeCorner, ZeroTopkLengthIsLonelyUnlessTheExtraCacheAttends) {
 }
 
 TEST(DecodeCorner, SinkPlusInfZeroesOutputAndKeepsLse) {
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
     DecodeWorkloadOptions o;
     o.format = f;
     o.s_q = 2;
@@ -232,7 +234,7 @@ TEST(DecodeCorner, SinkPlusInfZeroesOutputAndKeepsLse) {
 }
 
 TEST(DecodeCorner, SinkMinusInfHasNoEffect) {
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
     DecodeWorkloadOptions o;
     o.format = f;
     o.s_q = 2;
@@ -251,7 +253,7 @@ TEST(DecodeCorner, SinkMinusInfHasNoEffect) {
 }
 
 TEST(DecodeCorner, AdversarialIndicesAreSkippedLikeMinusOne) {
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
     DecodeWorkloadOptions o;
     o.format = f;
     o.b = 3;
@@ -282,7 +284,7 @@ TEST(DecodeCorner, AdversarialIndicesAreSkippedLikeMinusOne) {
 }
 
 TEST(DecodeCorner, NanInUnattendedRecordsNeverReachesTheOutput) {
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
     DecodeWorkloadOptions o;
     o.format = f;
     o.b = 4;
@@ -477,7 +479,7 @@ TEST(DecodeErrors, BadShapesAndDtypesAreNamed) {
        [&](SparseDecodeArgs& a) { a.extra_indices = a.indices; },
        "extra_k_cache and extra_indices must be given together"},
       {"a v4_int8 cache", [&](SparseDecodeArgs& a) { a.format = CacheFormat::v4_int8; },
-       "sparse_decode supports v32_fp8 and v4_fp8 caches, got v4_int8"},
+       "sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches, got v4_int8"},
       {"a negative softmax scale", [&](SparseDecodeArgs& a) { a.softmax_scale = -1.0f; },
        "softmax_scale must be finite and >= 0"},
       {"a NaN softmax scale",

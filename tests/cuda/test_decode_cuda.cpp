@@ -207,7 +207,7 @@ DecodeWorkloadOptions variant_case(CacheFormat f, int64_t b, int64_t h_q, int64_
   o.sink = true;
   o.adversarial = hostile;
   o.nan_unused = hostile;
-  o.extra = f == CacheFormat::v4_fp8;
+  o.extra = f != CacheFormat::v32_fp8;
   o.extra_topk = 100;
   o.extra_page_size = 2;
   o.seed = seed;
@@ -252,7 +252,7 @@ TEST(DecodeCuda, FlashMlaStyleGrid) {
   UseKernel use(kernel);
   int n = 0;
   for (const Shape& s : shapes)
-    for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+    for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
       for (int features = 0; features < 2; ++features) {
         DecodeWorkloadOptions o;
         o.b = s.b;
@@ -263,7 +263,7 @@ TEST(DecodeCuda, FlashMlaStyleGrid) {
         o.format = f;
         o.topk_length = features;
         o.sink = features;
-        o.extra = features && f == CacheFormat::v4_fp8;
+        o.extra = features && f != CacheFormat::v32_fp8;
         o.extra_topk = 512;
         o.extra_page_size = (n % 2) ? 2 : 64;
         o.extra_topk_length = features;
@@ -279,7 +279,7 @@ TEST(DecodeCuda, FlashMlaStyleGrid) {
 TEST(DecodeCuda, CornerCases) {
   REQUIRE_GPU();
   for (KernelChoice kernel : kernels())
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
     UseKernel use(kernel);
     const std::string fmt = std::string(kernel_name(kernel)) + " " + format_info(f).name;
     DecodeWorkloadOptions o;
@@ -310,7 +310,7 @@ TEST(DecodeCuda, CornerCases) {
       DecodeWorkloadOptions c = o;
       c.adversarial = true;
       c.nan_unused = true;
-      c.extra = f == CacheFormat::v4_fp8;
+      c.extra = f != CacheFormat::v32_fp8;
       c.extra_topk = 100;
       c.extra_page_size = 2;
       check_case(c, fmt + " adversarial indices, NaN unused");
@@ -371,7 +371,7 @@ TEST(DecodeCuda, WideAndNarrowLayoutsAgreeBitwise) {
   // current one is multiplied (the wide layout); the narrow one serves the others. Same arithmetic
   // in the same order: the two must give the same bytes.
   int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
     for (int shape = 0; shape < 3; ++shape) {
       const DecodeWorkloadOptions o = variant_case(f, shape == 2 ? 74 : 4, shape == 0 ? 70 : (shape == 1 ? 16 : 128),
                                                    shape == 1 ? 2048 : 200, shape == 0, 900 + n++);
@@ -406,7 +406,7 @@ TEST(DecodeCuda, CopyWarpsAgreeBitwise) {
   UseKernel use(KernelChoice::kPortable);
   latentkv::testing::RestoreSwitch<int> restore(dc::copy_warps_override, dc::set_copy_warps_override);
   int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
     for (int shape = 0; shape < 3; ++shape) {
       const DecodeWorkloadOptions o = variant_case(f, shape == 2 ? 9 : 4, shape == 0 ? 70 : (shape == 1 ? 16 : 128),
                                                    shape == 1 ? 2048 : 200, shape == 0, 950 + n++);
@@ -437,7 +437,7 @@ TEST(DecodeCuda, UnsplitRequestsAgreeBitwise) {
   for (KernelChoice kernel : kernels()) {
     UseKernel use(kernel);
     int n = 0;
-    for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+    for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
       for (int64_t h_q : {64, 100}) {
         const DecodeWorkloadOptions o = variant_case(f, 7, h_q, 600, n % 2 == 0, 1200 + n);
         ++n;
@@ -509,7 +509,7 @@ TEST(DecodeCuda, DependentLaunchesAndGraphsAgreeBitwise) {
   for (KernelChoice kernel : kernels()) {
     UseKernel use(kernel);
     int n = 0;
-    for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+    for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
       for (int64_t h_q : {64, 128})
         for (bool pairs : {false, true}) {
           if (pairs && (kernel != KernelChoice::kSm90 || h_q != 128)) continue;
@@ -549,7 +549,8 @@ TEST(DecodeCuda, TokenGroups) {
   struct Shape { CacheFormat f; int64_t b, h_q, topk; bool hard; };
   const Shape shapes[] = {{CacheFormat::v32_fp8, 5, 16, 200, true},  {CacheFormat::v32_fp8, 4, 8, 2048, false},
                           {CacheFormat::v32_fp8, 6, 1, 100, true},   {CacheFormat::v4_fp8, 5, 13, 200, true},
-                          {CacheFormat::v4_fp8, 4, 16, 128, false},  {CacheFormat::v32_fp8, 2, 16, 5000, false}};
+                          {CacheFormat::v4_fp8, 4, 16, 128, false},  {CacheFormat::v32_fp8, 2, 16, 5000, false},
+                          {CacheFormat::v41_fp8, 5, 13, 200, true}};
   int n = 0;
   for (const Shape& sh : shapes) {
     DecodeWorkloadOptions o;
@@ -563,7 +564,7 @@ TEST(DecodeCuda, TokenGroups) {
     o.sink = sh.hard;
     o.adversarial = sh.hard;
     o.nan_unused = sh.hard;
-    o.extra = sh.f == CacheFormat::v4_fp8;
+    o.extra = sh.f != CacheFormat::v32_fp8;
     o.extra_topk = 100;
     o.extra_page_size = 2;
     o.seed = 1300 + n++;
@@ -591,7 +592,7 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
   // dequantization's range (v4) take the Hopper kernel's fallback path; both must still match the
   // oracle.
   int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
     for (int odd_scales = 0; odd_scales < 2; ++odd_scales) {
       DecodeWorkloadOptions o;
       o.format = f;
@@ -659,7 +660,7 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
   // Restores the pair setting however the test ends.
   latentkv::testing::RestoreSwitch<bool> restore(latentkv::decode::sm90::cta_pairs, latentkv::decode::sm90::set_cta_pairs);
   int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8})
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
     for (int64_t h_q : {128, 100, 192})
       for (int64_t b : {2, 9}) {
         DecodeWorkloadOptions o;
@@ -671,7 +672,7 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
         o.page_size = 64;
         o.topk_length = true;
         o.sink = true;
-        o.extra = f == CacheFormat::v4_fp8;
+        o.extra = f != CacheFormat::v32_fp8;
         o.seed = 1900 + n++;
         DecodeWorkload w = latentkv::testing::make_decode_workload(o);
         const GpuResult ref = run_oracle(w);

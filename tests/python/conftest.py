@@ -135,6 +135,8 @@ def decode_inputs(fmt="v32_fp8", b=2, s_q=2, h_q=16, topk=128, num_pages=8, P=64
         out["extra_indices"] = index(64, 64)
         if lengths:
             out["extra_topk_length"] = rng.integers(0, 65, b, dtype=np.int32)
+    if fmt == "v41_fp8":
+        out["format"] = fmt  # d_qk 512 alone means v4_fp8
     return out
 
 

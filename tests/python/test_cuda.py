@@ -305,10 +305,11 @@ DECODE_CASES = {
 
 
 @pytest.mark.parametrize("case", list(DECODE_CASES))
-@pytest.mark.parametrize("fmt", ["v32_fp8", "v4_fp8"])
+@pytest.mark.parametrize("fmt", ["v32_fp8", "v4_fp8", "v41_fp8"])
 def test_sparse_decode_matches_oracle(fmt, case):
     kw = dict(dict(h_q=16), **DECODE_CASES[case])
-    inp = decode_inputs(fmt, seed=list(DECODE_CASES).index(case) * 2 + (fmt == "v4_fp8"), **kw)
+    seed = list(DECODE_CASES).index(case) * 2 + (fmt == "v4_fp8") + (100 if fmt == "v41_fp8" else 0)
+    inp = decode_inputs(fmt, seed=seed, **kw)
     if "attn_sink" in inp:
         inp["attn_sink"][:2] = [np.inf, -np.inf]  # out 0 for head 0; no effect for head 1
     inp["indices"][0, 0] = -1  # a lonely query
@@ -346,15 +347,15 @@ def test_sparse_decode_plan_workspace_and_determinism():
         decode_numpy(inp, "auto", plan=plan, workspace=ws[:16])
 
 
-@pytest.mark.parametrize("fmt", ["v4_int8", "v41_fp8", "v41_fp4"])
+@pytest.mark.parametrize("fmt", ["v4_int8", "v41_fp4"])
 def test_sparse_decode_other_formats_rejected(fmt):
-    # The CUDA kernels exist for v32_fp8 and v4_fp8 only, and so does every other backend: the
-    # core rejects the rest before choosing one.
+    # Every backend takes v32_fp8, v4_fp8 and v41_fp8 caches: the core rejects the rest before
+    # choosing one.
     bpt = latentkv.format_info(fmt)["bytes_per_token"]
     q = torch.randn(1, 1, 4, 512, device=DEV).to(torch.bfloat16)
     cache = torch.zeros(1, 64, 1, bpt, dtype=torch.uint8, device=DEV)
     idx = torch.zeros(1, 1, 64, dtype=torch.int32, device=DEV)
-    message = f"sparse_decode supports v32_fp8 and v4_fp8 caches, got {fmt}"
+    message = f"sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches, got {fmt}"
     with pytest.raises(ValueError, match=message):
         latentkv.sparse_decode(q, cache, idx, format=fmt)
     with pytest.raises(ValueError, match=message):

@@ -26,7 +26,7 @@ def check_against_oracle(inp, **kw):
     return out, lse
 
 
-@pytest.mark.parametrize("fmt", ["v32_fp8", "v4_fp8"])
+@pytest.mark.parametrize("fmt", ["v32_fp8", "v4_fp8", "v41_fp8"])
 @pytest.mark.parametrize("case", ["plain", "lengths", "sink", "extra", "all"])
 def test_fast_matches_oracle(fmt, case):
     flags = dict(lengths=case in ("lengths", "all"), sink=case in ("sink", "all"),
@@ -109,7 +109,7 @@ def test_errors():
         latentkv.sparse_decode(q, inp["k_cache"], inp["indices"].astype(np.int64))
     with pytest.raises(ValueError, match=r"extra_k_cache and extra_indices must be given together"):
         latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], extra_k_cache=inp["k_cache"])
-    with pytest.raises(ValueError, match=r"sparse_decode supports v32_fp8 and v4_fp8 caches, got v4_int8"):
+    with pytest.raises(ValueError, match=r"sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches, got v4_int8"):
         latentkv.sparse_decode(q[..., :512], inp["k_cache"], inp["indices"], format="v4_int8")
     with pytest.raises(ValueError, match=r"softmax_scale must be finite"):
         latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], softmax_scale=float("nan"))

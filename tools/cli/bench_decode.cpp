@@ -52,6 +52,11 @@ std::vector<DecodeCase> decode_cases(bool small) {
           v.push_back({"v4_b" + std::to_string(b) + "_h" + std::to_string(h) + "_topk128_extra" +
                            std::to_string(et) + "p" + std::to_string(ep),
                        CacheFormat::v4_fp8, b, 2, h, 128, 256, et, ep});
+  // DeepSeek V4.1 records (v41_fp8, both caches) in V4's shapes, beyond FlashMLA's list.
+  for (int64_t h : {64, 128})
+    for (int64_t b : {2, 64, 128})
+      v.push_back({"v41_b" + std::to_string(b) + "_h" + std::to_string(h) + "_topk128_extra512p64",
+                   CacheFormat::v41_fp8, b, 2, h, 128, 256, 512, 64});
   // Beyond FlashMLA's list: V3.2 sharded over 8 or 4 GPUs by heads (16 or 32 per GPU), where a
   // CTA's 64 rows are mostly padding.
   for (int64_t h : {16, 32})
@@ -59,6 +64,7 @@ std::vector<DecodeCase> decode_cases(bool small) {
   for (int64_t h : {64, 128}) {
     v.push_back({"peak_v32_b148_h" + std::to_string(h) + "_topk16384", CacheFormat::v32_fp8, 148, 2, h, 16384, 64});
     v.push_back({"peak_v4_b148_h" + std::to_string(h) + "_topk16384", CacheFormat::v4_fp8, 148, 2, h, 16384, 64});
+    v.push_back({"peak_v41_b148_h" + std::to_string(h) + "_topk16384", CacheFormat::v41_fp8, 148, 2, h, 16384, 64});
   }
   return v;
 }
@@ -76,14 +82,14 @@ std::vector<uint8_t> random_cache(CacheFormat f, int64_t num_pages, int64_t P, u
     for (int64_t t = 0; t < P; ++t) {
       const uint64_t k = static_cast<uint64_t>(page * P + t);
       uint8_t* data = base + t * (fi.page_split ? 576 : fi.bytes_per_token);
-      const int nope = f == CacheFormat::v32_fp8 ? 512 : 448;
+      const int nope = f == CacheFormat::v4_fp8 ? 448 : 512;  // v41_fp8: every dim e4m3
       for (int d = 0; d < nope; ++d) {
         uint8_t c = static_cast<uint8_t>(testing::bits_at(seed, k * 1024 + d));
         if ((c & 0x7f) == 0x7f) c ^= 0x01;  // no NaN codes
         data[d] = c;
       }
       const int rope_at = f == CacheFormat::v32_fp8 ? 528 : 448;
-      for (int d = 0; d < 64; ++d) {
+      for (int d = 0; d < (f == CacheFormat::v41_fp8 ? 0 : 64); ++d) {
         const uint16_t h = num::f32_to_bf16(testing::normal_at(seed + 1, k * 64 + d));
         data[rope_at + 2 * d] = static_cast<uint8_t>(h & 0xff);
         data[rope_at + 2 * d + 1] = static_cast<uint8_t>(h >> 8);
@@ -91,6 +97,8 @@ std::vector<uint8_t> random_cache(CacheFormat f, int64_t num_pages, int64_t P, u
       if (f == CacheFormat::v32_fp8) {
         const float s = 1.0f / 64.0f;  // payload up to 448 -> values up to 7
         for (int g = 0; g < 4; ++g) std::memcpy(data + 512 + 4 * g, &s, 4);
+      } else if (f == CacheFormat::v41_fp8) {
+        for (int g = 0; g < 16; ++g) data[512 + g] = 127 - 6;  // 2^-6, as the others
       } else {
         uint8_t* scales = base + P * 576 + t * 8;
         for (int g = 0; g < 7; ++g) scales[g] = 127 - 6;

@@ -68,7 +68,8 @@ void sparse_decode(const Params& p, Stream stream) {
   k.o.max_logits = nullptr;
   k.o.sink = p.sink;
   if (p.format == CacheFormat::v32_fp8) launch_sparse<CacheFormat::v32_fp8>(k, stream);
-  else launch_sparse<CacheFormat::v4_fp8>(k, stream);
+  else if (p.format == CacheFormat::v4_fp8) launch_sparse<CacheFormat::v4_fp8>(k, stream);
+  else launch_sparse<CacheFormat::v41_fp8>(k, stream);
 }
 
 }  // namespace latentkv::decode::cuda

@@ -265,7 +265,7 @@ __device__ __forceinline__ void score_dqk_half(float (&part)[4][4], const uint16
 // ---- key storage ----------------------------------------------------------------------------------
 // How a Source stores its keys: quantized records (dequantized through a staging buffer) or 16-bit
 // rows copied as they are.
-enum class KeyStorage { kV32Fp8, kV4Fp8, kDirect16 };
+enum class KeyStorage { kV32Fp8, kV4Fp8, kDirect16, kV41Fp8 };
 
 template <KeyStorage S>
 struct StorageTraits;
@@ -273,7 +273,9 @@ template <>
 struct StorageTraits<KeyStorage::kV32Fp8> {
   static constexpr int kNope = 512;        // e4m3 dims
   static constexpr int kGroup = 128;       // dims per scale
+  static constexpr int kRopeDims = 64;     // bf16 dims after the e4m3 ones
   static constexpr int kRopeOffset = 528;  // bytes: after 512 e4m3 and 4 fp32 scales
+  static constexpr int kScaleOffset = 512; // bytes: the scales, inside the record
   static constexpr int kDataChunks = 41;   // 16-byte chunks of a 656-byte record
   static constexpr bool kScaleRow = false; // scales inside the record
 };
@@ -281,9 +283,23 @@ template <>
 struct StorageTraits<KeyStorage::kV4Fp8> {
   static constexpr int kNope = 448;
   static constexpr int kGroup = 64;
+  static constexpr int kRopeDims = 64;
   static constexpr int kRopeOffset = 448;  // bytes: right after the e4m3 payload
+  static constexpr int kScaleOffset = 576; // bytes: where the staged record keeps its scale row
   static constexpr int kDataChunks = 36;   // 576 data bytes
   static constexpr bool kScaleRow = true;  // 8 scale bytes elsewhere in the page
+};
+// v41_fp8 (DeepSeek V4.1): all 512 dims e4m3 (the RoPE dims quantized too), 16 ue8m0 scales (one per
+// 32 dims) right after them in the 528-byte record.
+template <>
+struct StorageTraits<KeyStorage::kV41Fp8> {
+  static constexpr int kNope = 512;
+  static constexpr int kGroup = 32;
+  static constexpr int kRopeDims = 0;
+  static constexpr int kRopeOffset = 528;  // (no RoPE bytes)
+  static constexpr int kScaleOffset = 512;
+  static constexpr int kDataChunks = 33;   // 528 bytes
+  static constexpr bool kScaleRow = false;
 };
 
 // Issues the cp.async copies of a tile's quantized records into `raw` (unattended tokens copy
@@ -458,7 +474,9 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
   using T = StorageTraits<S>;
   constexpr int kChunksNope = T::kNope / 16;  // 16 e4m3 bytes per chunk
   constexpr int kChunksRope = 64 * 2 / 16;    // 8 bf16 per chunk
-  static_assert(T::kNope + 64 == kDqk, "NoPE + RoPE dims");
+  constexpr bool kHasRope = T::kRopeDims > 0;
+  static_assert(T::kNope + T::kRopeDims == kDqk, "NoPE + RoPE dims");
+  static_assert(T::kRopeDims == 0 || T::kRopeDims == 64, "64 bf16 RoPE dims or none");
   constexpr int kNopeTotal = kTileTokens * kChunksNope, kNopeIters = (kNopeTotal + kThreads - 1) / kThreads;
   static_assert(kTileTokens * kChunksRope == kThreads, "one RoPE chunk per thread");
   // The loads of kBatch chunks first, then their conversions and stores (the compiler cannot move
@@ -466,8 +484,12 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
   // where O's 128 accumulators are live, within its registers.
   constexpr int kBatch = 2;
   const int rope_tok = tid / kChunksRope, rope_r = tid % kChunksRope;
-  const uint4 rope = *reinterpret_cast<const uint4*>(raw_tile + rope_tok * kRawRecord + T::kRopeOffset + rope_r * 16);
-  const bool rope_live = tile_data[rope_tok] != nullptr;
+  uint4 rope = make_uint4(0, 0, 0, 0);
+  bool rope_live = false;
+  if constexpr (kHasRope) {
+    rope = *reinterpret_cast<const uint4*>(raw_tile + rope_tok * kRawRecord + T::kRopeOffset + rope_r * 16);
+    rope_live = tile_data[rope_tok] != nullptr;
+  }
 #pragma unroll
   for (int i0 = 0; i0 < kNopeIters; i0 += kBatch) {
     uint4 nope[kBatch];
@@ -480,7 +502,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
       const uint8_t* data = raw_tile + tok * kRawRecord;
       const int group = part * 16 / T::kGroup;
       if constexpr (S == KeyStorage::kV32Fp8) scale[j] = reinterpret_cast<const float*>(data + 512)[group];
-      else scale[j] = num::ue8m0_to_f32(data[576 + group]);
+      else scale[j] = num::ue8m0_to_f32(data[T::kScaleOffset + group]);
       nope[j] = *reinterpret_cast<const uint4*>(data + part * 16);
       live[j] = tile_data[tok] != nullptr;
     }
@@ -497,8 +519,9 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
       *reinterpret_cast<uint4*>(dst + 8) = hi;
     }
   }
-  *reinterpret_cast<uint4*>(keys + rope_tok * kStride + T::kNope + rope_r * 8) =
-      rope_live ? rope : make_uint4(0, 0, 0, 0);
+  if constexpr (kHasRope)
+    *reinterpret_cast<uint4*>(keys + rope_tok * kStride + T::kNope + rope_r * 8) =
+        rope_live ? rope : make_uint4(0, 0, 0, 0);
 }
 
 // A CTA's query rows under Geometry::pack. Row group `group` (the grid's row index) is r1 with the

@@ -18,11 +18,14 @@ struct SparseArgs {
 // launch_sparse picks by split_dqk_pays.
 template <CacheFormat F, bool kSplit>
 struct SparseSource {
-  static_assert(F == CacheFormat::v32_fp8 || F == CacheFormat::v4_fp8, "fp8 decode formats");
+  static_assert(F == CacheFormat::v32_fp8 || F == CacheFormat::v4_fp8 || F == CacheFormat::v41_fp8,
+                "fp8 decode formats");
   using Args = SparseArgs;
   static constexpr int kDqk = F == CacheFormat::v32_fp8 ? 576 : 512;
   static constexpr bool kF16 = false;
-  static constexpr KeyStorage kStorage = F == CacheFormat::v32_fp8 ? KeyStorage::kV32Fp8 : KeyStorage::kV4Fp8;
+  static constexpr KeyStorage kStorage = F == CacheFormat::v32_fp8  ? KeyStorage::kV32Fp8
+                                         : F == CacheFormat::v4_fp8 ? KeyStorage::kV4Fp8
+                                                                    : KeyStorage::kV41Fp8;
   static constexpr bool kPacksRows = false;  // one query token per CTA (Geometry::pack 1)
   static constexpr bool kSplitDqk = kSplit;
 
@@ -73,6 +76,10 @@ struct SparseSource {
     if constexpr (F == CacheFormat::v4_fp8) {
       *scale = base + P * 576u + tok * 8u;
       return base + tok * 576u;
+    } else if constexpr (F == CacheFormat::v41_fp8) {
+      const uint8_t* data = base + tok * 528u;
+      *scale = data + 512;
+      return data;
     } else {
       const uint8_t* data = base + tok * 656u;
       *scale = data + 512;

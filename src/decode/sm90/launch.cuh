@@ -62,7 +62,7 @@ void launch_warp_specialised(const cuda::KernelParams<typename Source::Args>& p,
 // synchronisation.
 template <class Source>
 void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream stream) {
-  const bool ws = warp_specialised();
+  [[maybe_unused]] const bool ws = warp_specialised();
   const int64_t rows = cuda::row_groups(p.g), blocks = rows * p.g.kv_heads * p.g.head_blocks_per_kv;
   LKV_CHECK(blocks <= 0x7fffffff && p.g.num_splits <= 65535,
             "the sm_90 attention kernel's grid takes at most 2^31 - 1 (row group, head block) pairs and "
@@ -80,10 +80,15 @@ void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream st
   // Pairs: head blocks 2 k and 2 k + 1 of a row are neighbours in x (head block fastest); only
   // quantized keys are shared (16-bit keys are copied, and have no pair instantiation).
   constexpr bool kCanPair = Source::kStorage != cuda::KeyStorage::kDirect16;
+  // The warp-specialised kernel (opt-in) takes v32_fp8 / v4_fp8 records and 16-bit keys; v41_fp8
+  // records run the two-warpgroup kernel whatever LKV_SM90_WS says.
+  constexpr bool kCanWs = Source::kStorage != cuda::KeyStorage::kV41Fp8;
   auto run = [&](auto pair) {
     constexpr bool kPair = decltype(pair)::value && kCanPair;
-    if (ws) launch_warp_specialised<Source, kPair>(q, grid, s);
-    else launch_two_warpgroups<Source, kPair>(q, grid, s);
+    if constexpr (kCanWs) {
+      if (ws) return launch_warp_specialised<Source, kPair>(q, grid, s);
+    }
+    launch_two_warpgroups<Source, kPair>(q, grid, s);
   };
   if (kCanPair && cta_pairs() && p.g.head_blocks_per_kv % 2 == 0) run(std::true_type{});
   else run(std::false_type{});

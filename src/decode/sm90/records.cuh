@@ -14,17 +14,22 @@ namespace latentkv::decode::sm90 {
 
 using cuda::KeyStorage;
 
-// Record geometry per quantized storage: dims stored as e4m3, dims per scale, byte offset of the
-// bf16 RoPE.
+// Record geometry per quantized storage: dims stored as e4m3, dims per scale, byte offset and count
+// of the bf16 RoPE dims, bytes of the record (its data row: v4's scales are elsewhere).
 template <KeyStorage S>
 struct Rec;
 template <>
 struct Rec<KeyStorage::kV32Fp8> {
-  static constexpr int kNope = 512, kGroup = 128, kRope = 528;
+  static constexpr int kNope = 512, kGroup = 128, kRope = 528, kRopeDims = 64, kBytes = 656;
 };
 template <>
 struct Rec<KeyStorage::kV4Fp8> {
-  static constexpr int kNope = 448, kGroup = 64, kRope = 448;
+  static constexpr int kNope = 448, kGroup = 64, kRope = 448, kRopeDims = 64, kBytes = 576;
+};
+// v41_fp8: every dim e4m3 (no bf16 RoPE), 16 ue8m0 scales at bytes 512-527 of the record.
+template <>
+struct Rec<KeyStorage::kV41Fp8> {
+  static constexpr int kNope = 512, kGroup = 32, kRope = 528, kRopeDims = 0, kBytes = 528;
 };
 
 // The raw bytes one lane holds for one token of a block, when kLanes lanes share each token.
@@ -47,7 +52,7 @@ struct Raw {
   static_assert(kLanes == 4 || kLanes == 8, "4 or 8 lanes per token");
   static constexpr int kAllChunks = Rec<F>::kNope / 16;                   // per token: 32 (v32) or 28 (v4)
   static constexpr int kNopeChunks = (kAllChunks + kLanes - 1) / kLanes;  // per lane: 8 / 7 (4 lanes), 4 (8 lanes)
-  static constexpr int kRopeUnits = 8 / kLanes;                          // 64 bf16 dims = 8 units per token
+  static constexpr int kRopeUnits = Rec<F>::kRopeDims > 0 ? 8 / kLanes : 0;  // 64 bf16 dims = 8 units per token
   // Whether lane `part` has chunk i (false only for the last chunk of v4's lanes 4-7 of 8).
   static constexpr bool kEven = kAllChunks % kLanes == 0;
   __device__ __forceinline__ static bool has_chunk(int i, int part) {
@@ -55,8 +60,8 @@ struct Raw {
     else return i < kNopeChunks - 1 || part + kLanes * i < kAllChunks;
   }
   uint4 nope[kNopeChunks];
-  uint4 rope[kRopeUnits];
-  uint4 scale;  // v32: 4 fp32 scales; v4: 8 ue8m0 bytes in .x, .y
+  uint4 rope[kRopeUnits > 0 ? kRopeUnits : 1];  // (v41: none, the array unused)
+  uint4 scale;  // v32: 4 fp32 scales; v4: 8 ue8m0 bytes in .x, .y; v41: 16 ue8m0 bytes
 };
 // Bytes a CTA of a pair writes into its peer's stage per block: 32 whole tokens of d_qk bf16 dims.
 template <int kDqk>
@@ -93,8 +98,9 @@ __device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data,
 #pragma unroll
     for (int u = 0; u < R::kRopeUnits; ++u) r.rope[u] = make_uint4(0, 0, 0, 0);
     // Scale 1 (fp32 1.0 / ue8m0 127): the zero payload stays zero on the fast path.
-    r.scale = F == KeyStorage::kV32Fp8 ? make_uint4(0x3f800000u, 0x3f800000u, 0x3f800000u, 0x3f800000u)
-                                        : make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0, 0);
+    r.scale = F == KeyStorage::kV32Fp8   ? make_uint4(0x3f800000u, 0x3f800000u, 0x3f800000u, 0x3f800000u)
+              : F == KeyStorage::kV41Fp8 ? make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu)
+                                         : make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0, 0);
     return;
   }
 #pragma unroll
@@ -104,8 +110,8 @@ __device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data,
 #pragma unroll
   for (int u = 0; u < R::kRopeUnits; ++u)
     r.rope[u] = load_record16(data + Rec<F>::kRope + 16 * (part + kLanes * u));
-  if constexpr (F == KeyStorage::kV32Fp8) {
-    r.scale = load_record16(scale);
+  if constexpr (F == KeyStorage::kV32Fp8 || F == KeyStorage::kV41Fp8) {
+    r.scale = load_record16(scale);  // 16 bytes inside the record
   } else {
     const uint2 s = load_record8(scale);
     r.scale = make_uint4(s.x, s.y, 0, 0);
@@ -116,7 +122,7 @@ __device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data,
 // byte, so every line it touches (warps 4-5 of kernel.cuh, when they resolve its pointer).
 template <KeyStorage F>
 __device__ __forceinline__ void prefetch_record(const uint8_t* data, const uint8_t* scale) {
-  constexpr int kBytes = Rec<F>::kRope + 128;  // 656 (v32: scales inside) or 576 (v4)
+  constexpr int kBytes = Rec<F>::kBytes;  // 656 (v32: scales inside), 576 (v4) or 528 (v41: scales inside)
 #pragma unroll
   for (int off = 0; off < kBytes; off += 128) prefetch_l2(data + off);
   prefetch_l2(data + kBytes - 1);
@@ -151,7 +157,8 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
   // Each chunk group's scale; then one check for the whole token, so that the common case runs
   // its chunks without a branch between them (the compiler interleaves their conversions).
   float sc[R::kNopeChunks];
-  uint32_t e8[R::kNopeChunks];  // v4: the ue8m0 scale bytes
+  uint32_t e8[R::kNopeChunks];  // v4, v41: the ue8m0 scale bytes
+  constexpr bool kUe8m0 = F != KeyStorage::kV32Fp8;
   bool fast = kWholeToken;
   // The NaN flags of the whole token, two instructions per word (nan_bits16), masked once below
   // rather than tested per chunk (V4 b 64 4-5% faster: bench/NOTES.md, v17).
@@ -162,6 +169,12 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
       // 128 dims per scale: chunk c uses scale c / 8, that is (kLanes i) / 8 (part < kLanes <= 8).
       const uint32_t sb[4] = {r.scale.x, r.scale.y, r.scale.z, r.scale.w};
       sc[i] = __uint_as_float(sb[kLanes * i / 8]);
+    } else if constexpr (F == KeyStorage::kV41Fp8) {
+      // 32 dims per scale: chunk c uses byte c / 2 = (part + kLanes i) / 2 of the 16, in word
+      // (kLanes i) / 8 (part < kLanes).
+      const uint32_t sb[4] = {r.scale.x, r.scale.y, r.scale.z, r.scale.w};
+      e8[i] = (sb[kLanes * i / 8] >> (8 * (((part + kLanes * i) / 2) % 4))) & 0xffu;
+      sc[i] = num::ue8m0_to_f32(static_cast<uint8_t>(e8[i]));
     } else {
       // 64 dims per scale: chunk c uses byte c / 4 (4 lanes: byte i; 8 lanes: 2 i + part / 4, in
       // the same word for both parts).
@@ -174,7 +187,7 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
     if (kWholeToken) {
       nan_bits |= nan_bits16(r.nope[i]);
       if (R::kEven || R::has_chunk(i, part)) {  // a missing chunk's scale byte may be anything
-        if constexpr (F == KeyStorage::kV4Fp8) fast = fast && ue8m0_fast(e8[i]);
+        if constexpr (kUe8m0) fast = fast && ue8m0_fast(e8[i]);
         else fast = fast && fast_scale(sc[i]);
       }
     }
@@ -185,7 +198,7 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
     for (int i = 0; i < R::kNopeChunks; ++i) {
       if (!(R::kEven || R::has_chunk(i, part))) continue;
       uint4 lo, hi;
-      if constexpr (F == KeyStorage::kV4Fp8) dequant16_fast(r.nope[i], ue8m0_multiplier(e8[i]), lo, hi);
+      if constexpr (kUe8m0) dequant16_fast(r.nope[i], ue8m0_multiplier(e8[i]), lo, hi);
       else dequant16_fast(r.nope[i], fast_multiplier(sc[i]), lo, hi);
       put(chunk_offset<kLanes>(i, tok, part, 0), lo);
       put(chunk_offset<kLanes>(i, tok, part, 8), hi);
