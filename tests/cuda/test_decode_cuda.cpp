@@ -589,8 +589,8 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
   if (!latentkv::decode::sm90::usable(0)) GTEST_SKIP() << "needs a compute capability 9.0 device";
   // The two kernels accumulate in different orders (64- against 32-token tiles), so they agree to
   // bf16 rounding, not bitwise. Scales that are not powers of two (v32) or outside the fast
-  // dequantization's range (v4) take the Hopper kernel's fallback path; both must still match the
-  // oracle.
+  // dequantization's range (v4, v41: scale byte 2, dims 128-191 or 64-95) take the Hopper kernel's
+  // fallback path; both must still match the oracle.
   int n = 0;
   for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
     for (int odd_scales = 0; odd_scales < 2; ++odd_scales) {
@@ -615,7 +615,7 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
             sc *= 1.5f;
             std::memcpy(&w.kv[off.scale + 4], &sc, 4);
           } else {
-            w.kv[off.scale + 2] = 5;  // 2^-122: products below the normal range
+            w.kv[off.scale + 2] = 5;  // 2^-122: products below the normal range (v4, v41)
           }
           ++changed;
         }

@@ -442,7 +442,7 @@ __device__ __forceinline__ void issue_bulk_copies(const uint8_t* const* data, ui
 }
 
 // The records' counterpart (quantized storage on sm_90): lane i < rows copies token i's record data (656
-// bytes v32, 576 v4) into the staging buffer by one bulk copy on `bar`; a v4 record's 8 scale
+// bytes v32, 576 v4, 528 v41) into the staging buffer by one bulk copy on `bar`; a v4 record's 8 scale
 // bytes, elsewhere in the page and too short for a bulk copy, by cp.async as before (awaited with
 // the thread's cp.async groups). Unattended tokens copy nothing (their keys are zeroed at
 // dequantization), so no plain store meets a bulk copy's target.
@@ -464,7 +464,7 @@ __device__ __forceinline__ void issue_bulk_records(const uint8_t* const* data, c
 }
 
 // Dequantizes a tile of staged records into bf16 keys; unattended tokens become zeros. Two passes
-// with fixed trip counts (NoPE chunks, then RoPE chunks), unrolled and without branches: an
+// with fixed trip counts (NoPE chunks, then RoPE chunks; v41 records have no RoPE pass), unrolled and without branches: an
 // unattended token's staging bytes (stale, never written for this tile, but inside the buffer) are
 // converted like the others and the result replaced by zeros, so that the loads of several chunks
 // are in flight at once (a rolled loop with a branch per chunk waited out each load in turn).

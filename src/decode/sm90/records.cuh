@@ -50,7 +50,7 @@ struct Rec<KeyStorage::kV41Fp8> {
 template <KeyStorage F, int kLanes = 4>
 struct Raw {
   static_assert(kLanes == 4 || kLanes == 8, "4 or 8 lanes per token");
-  static constexpr int kAllChunks = Rec<F>::kNope / 16;                   // per token: 32 (v32) or 28 (v4)
+  static constexpr int kAllChunks = Rec<F>::kNope / 16;                   // per token: 32 (v32, v41) or 28 (v4)
   static constexpr int kNopeChunks = (kAllChunks + kLanes - 1) / kLanes;  // per lane: 8 / 7 (4 lanes), 4 (8 lanes)
   static constexpr int kRopeUnits = Rec<F>::kRopeDims > 0 ? 8 / kLanes : 0;  // 64 bf16 dims = 8 units per token
   // Whether lane `part` has chunk i (false only for the last chunk of v4's lanes 4-7 of 8).
