@@ -48,7 +48,7 @@ DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_
                        int num_sms, DecodePlanKernel kernel = DecodePlanKernel::kAuto);
 
 struct SparseDecodeArgs {
-  TensorView q;                  // bf16 [b, s_q, h_q, d_qk]; d_qk = 576 (v32_fp8) or 512 (v4_fp8)
+  TensorView q;                  // bf16 [b, s_q, h_q, d_qk]; d_qk = 576 (v32_fp8) or 512 (v4_fp8, v41_fp8)
   TensorView k_cache;            // u8 paged cache of `format` ([num_pages, P, 1, bpt] or 2-D)
   CacheFormat format = CacheFormat::v32_fp8;
   int64_t page_size = -1;        // needed for the 2-D cache form
