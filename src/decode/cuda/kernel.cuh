@@ -329,7 +329,7 @@ __device__ __forceinline__ void issue_record_copies(const uint8_t* const* data,
     if (!src[i]) continue;
     uint8_t* dst = raw + tok * kRawRecord;
     if (part < T::kDataChunks) cp_async_16(dst + part * 16, src[i]);
-    else cp_async_8(dst + 576, src[i]);
+    else cp_async_8(dst + T::kScaleOffset, src[i]);  // v4: the staged record keeps its scale row there
   }
 }
 
@@ -501,7 +501,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
       const int tok = c / kChunksNope, part = c % kChunksNope;
       const uint8_t* data = raw_tile + tok * kRawRecord;
       const int group = part * 16 / T::kGroup;
-      if constexpr (S == KeyStorage::kV32Fp8) scale[j] = reinterpret_cast<const float*>(data + 512)[group];
+      if constexpr (S == KeyStorage::kV32Fp8) scale[j] = reinterpret_cast<const float*>(data + T::kScaleOffset)[group];
       else scale[j] = num::ue8m0_to_f32(data[T::kScaleOffset + group]);
       nope[j] = *reinterpret_cast<const uint4*>(data + part * 16);
       live[j] = tile_data[tok] != nullptr;

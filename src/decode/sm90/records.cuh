@@ -14,22 +14,15 @@ namespace latentkv::decode::sm90 {
 
 using cuda::KeyStorage;
 
-// Record geometry per quantized storage: dims stored as e4m3, dims per scale, byte offset and count
-// of the bf16 RoPE dims, bytes of the record (its data row: v4's scales are elsewhere).
+// Record geometry per quantized storage, read from the portable kernel's table (cuda::StorageTraits
+// in decode/cuda/kernel.cuh), so that both kernels take a format's layout from one place: dims
+// stored as e4m3, dims per scale, byte offset and count of the bf16 RoPE dims (v41: none), bytes of
+// the record's data row (v4's scales are elsewhere in the page).
 template <KeyStorage S>
-struct Rec;
-template <>
-struct Rec<KeyStorage::kV32Fp8> {
-  static constexpr int kNope = 512, kGroup = 128, kRope = 528, kRopeDims = 64, kBytes = 656;
-};
-template <>
-struct Rec<KeyStorage::kV4Fp8> {
-  static constexpr int kNope = 448, kGroup = 64, kRope = 448, kRopeDims = 64, kBytes = 576;
-};
-// v41_fp8: every dim e4m3 (no bf16 RoPE), 16 ue8m0 scales at bytes 512-527 of the record.
-template <>
-struct Rec<KeyStorage::kV41Fp8> {
-  static constexpr int kNope = 512, kGroup = 32, kRope = 528, kRopeDims = 0, kBytes = 528;
+struct Rec {
+  using T = cuda::StorageTraits<S>;
+  static constexpr int kNope = T::kNope, kGroup = T::kGroup, kRope = T::kRopeOffset, kRopeDims = T::kRopeDims,
+                       kBytes = T::kDataChunks * 16;
 };
 
 // The raw bytes one lane holds for one token of a block, when kLanes lanes share each token.
