@@ -431,10 +431,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // 1.3-4.0%, dense fp8 pages 0.8-3.6% faster. V4 records (576 bytes, scales apart) measured up to
   // 4.7% slower wide and keep 4 lanes (bench/NOTES.md v21).
   constexpr bool kWide = kPointersFirst && kStorage == KeyStorage::kV32Fp8;
-  // P's shared copy by stmatrix (store_p) for V4 records: against the 4-byte stores, one
-  // alternating run: V4 1.3-1.7% faster; V3.2 decode level to 1.0% slower (the h_q 128 peak), dense
-  // fp8 pages -0.4 to +0.7%, so those keep the stores (bench/NOTES.md v22).
-  constexpr bool kStmatrixP = kStorage == KeyStorage::kV4Fp8;
+  // P's shared copy by stmatrix (store_p) for V4 and V4.1 records: against the 4-byte stores, one
+  // alternating run each: V4 1.3-1.7% faster (bench/NOTES.md v22), V4.1 1.2-2.2% at b >= 64 and
+  // 2.7-3.3% on the peaks (v27); V3.2 decode level to 1.0% slower (the h_q 128 peak), dense fp8
+  // pages -0.4 to +0.7%, so those keep the stores.
+  constexpr bool kStmatrixP = kStorage == KeyStorage::kV4Fp8 || kStorage == KeyStorage::kV41Fp8;
   // V3.2 records: warpgroup 0 converts its first token of block n + 1 (a) while the score product
   // runs and its second (b) right after issuing the value product, instead of both before the
   // softmax: in the v23 profile warpgroup 0 waited out the value products with nothing to do (~22%
