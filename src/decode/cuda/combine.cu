@@ -15,42 +15,77 @@
 namespace latentkv::decode::cuda {
 namespace {
 
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
 template <bool kF16>
 __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const OutRef o) {
   // Launched with PDL (pdl_launches): the attention launch ahead may still be running.
   cuda_common::pdl_wait();
   // The launch's (row, head) pairs, r1 from r1_begin; prow numbers them as the attention kernel
-  // numbered its partials (from the absolute query row).
+  // numbered its partials (from the absolute query row). prow is the same for a whole warp, so the
+  // return below and the shuffles after it are warp-uniform.
   const int64_t first = g.r1_begin * g.n2 * g.h_q;
   const int64_t prow = first + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (prow >= first + g.n1 * g.n2 * g.h_q) return;
   const int64_t h = prow % g.h_q, row = prow / g.h_q, r1 = row / g.n2, r2 = row % g.n2;
-  const float* lses = g.partial_lse + prow * g.num_splits;
+  const int64_t n = g.num_splits;
+  const float* lses = g.partial_lse + prow * n;
+  // The splits' LSEs read by the lanes side by side (one load each per 32 splits) and their
+  // maximum reduced across the warp: fmaxf skips NaN, so each lane folds from -inf and never holds
+  // NaN, and the reduction gives the split-order fold's value (a zero's sign aside, which changes
+  // nothing below); a NaN split still poisons the row through the flag, as on the CPU.
   float m = -INFINITY;
-  bool nan = false;  // fmaxf skips NaN: a NaN split must still poison the row, as on the CPU
-  for (int64_t s = 0; s < g.num_splits; ++s) {
-    m = fmaxf(m, lses[s]);
-    nan |= lses[s] != lses[s];
+  bool nan = false;
+  for (int64_t s = lane; s < n; s += 32) {
+    const float l = lses[s];
+    m = fmaxf(m, l);
+    nan |= l != l;
   }
-  if (nan) m = NAN;
+  m = warp_max(m);
+  if (__any_sync(0xffffffffu, nan)) m = NAN;
   float acc[16];
 #pragma unroll
   for (int k = 0; k < 16; ++k) acc[k] = 0.0f;
   float total = 0.0f;
   if (m != -INFINITY) {
-    for (int64_t s = 0; s < g.num_splits; ++s) {
-      if (lses[s] == -INFINITY) continue;
-      const float w = expf(lses[s] - m);
-      total += w;
-      const float4* src = reinterpret_cast<const float4*>(g.partial_out + (prow * g.num_splits + s) * kDimV + lane * 16);
+    // Four splits' rows loaded before any is summed, so that their loads are in flight together
+    // (summed one split at a time, each row waited for its own round trip to L2); the sums still
+    // run in split order, so the result is the same bit for bit.
+    constexpr int kBatch = 4;
+    for (int64_t s0 = 0; s0 < n; s0 += 32) {
+      const int count = static_cast<int>(n - s0 < 32 ? n - s0 : 32);
+      const float lane_lse = lane < count ? lses[s0 + lane] : -INFINITY;
+      for (int j0 = 0; j0 < count; j0 += kBatch) {
+        float4 v[kBatch][4];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float4 v = src[q];
-        acc[4 * q] += w * v.x;
-        acc[4 * q + 1] += w * v.y;
-        acc[4 * q + 2] += w * v.z;
-        acc[4 * q + 3] += w * v.w;
+        for (int u = 0; u < kBatch; ++u) {
+          if (j0 + u < count) {
+            const float4* src = reinterpret_cast<const float4*>(
+                g.partial_out + (prow * n + s0 + j0 + u) * kDimV + lane * 16);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) v[u][q] = src[q];
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          if (j0 + u >= count) break;
+          const float l = __shfl_sync(0xffffffffu, lane_lse, j0 + u);
+          if (l == -INFINITY) continue;  // a split with no key: its row is not read
+          const float w = expf(l - m);
+          total += w;
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            acc[4 * q] += w * v[u][q].x;
+            acc[4 * q + 1] += w * v[u][q].y;
+            acc[4 * q + 2] += w * v[u][q].z;
+            acc[4 * q + 3] += w * v[u][q].w;
+          }
+        }
       }
     }
   }
@@ -67,14 +102,15 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
   for (int k = 0; k < 8; ++k) packed[k] = pack2<kF16>(acc[2 * k] * factor, acc[2 * k + 1] * factor);
   reinterpret_cast<uint4*>(out)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   reinterpret_cast<uint4*>(out)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
-  if (lane == 0) {
-    o.lse[r1 * o.stride_lse_r1 + r2 * o.stride_lse_r2 + h * o.stride_lse_h] = lse;
-    if (o.max_logits) {
-      float mx = -INFINITY;  // the maximum of the splits' maxima (-inf for a split with no key)
-      for (int64_t s = 0; s < g.num_splits; ++s) mx = fmaxf(mx, g.partial_max[prow * g.num_splits + s]);
-      o.max_logits[r1 * o.stride_max_r1 + r2 * o.stride_max_r2 + h * o.stride_max_h] = mx;
-    }
+  if (o.max_logits) {
+    // The maximum of the splits' maxima (-inf for a split with no key), folded per lane from -inf
+    // as above (the same value as a split-order fold; of two zeros either sign may come out).
+    float mx = -INFINITY;
+    for (int64_t s = lane; s < n; s += 32) mx = fmaxf(mx, g.partial_max[prow * n + s]);
+    mx = warp_max(mx);
+    if (lane == 0) o.max_logits[r1 * o.stride_max_r1 + r2 * o.stride_max_r2 + h * o.stride_max_h] = mx;
   }
+  if (lane == 0) o.lse[r1 * o.stride_lse_r1 + r2 * o.stride_lse_r2 + h * o.stride_lse_h] = lse;
 }
 
 }  // namespace
