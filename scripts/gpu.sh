@@ -5,6 +5,7 @@
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
 #   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [env_ab] [variant_ab] [racecheck_variant] [variant_trace]
+#   [flashmla]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -427,6 +428,22 @@ for op in prefill dense prefill_portable dense_portable decode_ws prefill_ws den
     note "bench $op: $(grep -E '_h128_d576_len$|^sq4096_skv65536_topk2048_h128_d576 |_h16_sq[12]|_h128_sq2|v32_b128_h128|peak' "$OUT/bench-$op.log" | tr -s ' ' | tr '\n' ';')"
   fi
 done
+
+# flashmla: FlashMLA's Hopper kernels timed beside this run's decode / dense / prefill results
+# (bench/flashmla/side_by_side.py, method in docs/benchmarks.md); needs .deps/flashmla from
+# bench/flashmla/fetch.sh, carried with .deps. Name it after the decode, dense and prefill stages.
+if has flashmla; then
+  if [ ! -f .deps/flashmla/_flashmla_C.abi3.so ]; then
+    note "flashmla skipped: .deps/flashmla missing (run bash bench/flashmla/fetch.sh where PyPI is reachable, carry .deps)"
+  else
+    ours=$(ls "$OUT/decode-h200.json" "$OUT/dense-h200.json" "$OUT/prefill-h200.json" 2>/dev/null | paste -sd, -)
+    timeout 400 python3 bench/flashmla/side_by_side.py --latentkv "$ours" --json "$OUT/flashmla-h200.json" \
+      >"$OUT/flashmla.log" 2>&1
+    rc=$?
+    grep -E '^(check|op|decode|dense|prefill) ' "$OUT/flashmla.log" | head -120
+    note "flashmla rc=$rc (FlashMLA time / latentkv time per case: flashmla.log, flashmla-h200.json)"
+  fi
+fi
 
 if has demo; then
   ./build-gpu/latentkv demo --device cuda --json "$OUT/demo-h200.json" >"$OUT/demo.log" 2>&1
