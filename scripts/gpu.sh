@@ -431,12 +431,14 @@ done
 
 # flashmla: FlashMLA's Hopper kernels timed beside this run's decode / dense / prefill results
 # (bench/flashmla/side_by_side.py, method in docs/benchmarks.md); needs .deps/flashmla from
-# bench/flashmla/fetch.sh, carried with .deps. Name it after the decode, dense and prefill stages.
+# bench/flashmla/fetch.sh, carried with .deps. Its ratios need the decode, dense and prefill stages
+# named in the same call (this stage runs after them whatever the order named).
 if has flashmla; then
   if [ ! -f .deps/flashmla/_flashmla_C.abi3.so ]; then
     note "flashmla skipped: .deps/flashmla missing (run bash bench/flashmla/fetch.sh where PyPI is reachable, carry .deps)"
   else
     ours=$(ls "$OUT/decode-h200.json" "$OUT/dense-h200.json" "$OUT/prefill-h200.json" 2>/dev/null | paste -sd, -)
+    [ -n "$ours" ] || note "flashmla: no latentkv JSON from this call (name decode, dense, prefill too): FlashMLA times only, no ratios"
     timeout 400 python3 bench/flashmla/side_by_side.py --latentkv "$ours" --json "$OUT/flashmla-h200.json" \
       >"$OUT/flashmla.log" 2>&1
     rc=$?

@@ -8,7 +8,8 @@
 # one needs its pinned CUTLASS and a matching toolchain. vLLM 0.25.0 requires torch 2.11.0, the
 # device machine's torch, so its extension loads there as built. The extension registers
 # `torch.ops._flashmla_C.{sparse_decode_fwd, dense_decode_fwd, sparse_prefill_fwd}` (FlashMLA's
-# interface with the scheduler metadata computed on the first call; V3.2, V4 and V4.1 records).
+# interface with the scheduler metadata computed on the first call; V3.2 and V4 records: it
+# refuses V4.1 records and sparse decode with h_q 16 / 32).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=.deps/flashmla
@@ -18,7 +19,9 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$dest"
-python3 -m pip download -q --no-deps -d "$tmp" "vllm==0.25.0"
+# The wheel for the device machine (x86-64 Linux, CPython 3.12), whatever this machine runs.
+python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+  --python-version 3.12 -d "$tmp" "vllm==0.25.0"
 python3 - "$tmp" "$dest" <<'PY'
 import glob, os, shutil, sys, zipfile
 tmp, dest = sys.argv[1], sys.argv[2]

@@ -5,8 +5,9 @@ method as `latentkv bench decode|dense|prefill`, and joined with those benches' 
 FlashMLA comes from bench/flashmla/fetch.sh (.deps/flashmla: the extension vLLM 0.25.0 ships, built
 for torch 2.11 / CUDA 13 with sm_90a code). What is timed, per case, on its Hopper kernels:
   decode   `sparse_decode_fwd`: V3.2 (656-byte records), V4 (584-byte records, page-split) with its
-           extra cache, V4.1 (528-byte records); the scheduler metadata made by a first call outside
-           the timing, as latentkv's plan is made once per step;
+           extra cache; V4.1 (528-byte records) is tried, and vLLM 0.25.0's build refuses it, as it
+           refuses h_q 16 / 32; the scheduler metadata made by a first call outside the timing, as
+           latentkv's plan is made once per step;
   dense    `dense_decode_fwd`: bf16 cache, page 64, causal;
   prefill  `sparse_prefill_fwd`, with and without topk_length.
 Inputs follow the latentkv benches (tools/cli/bench_decode.cpp, bench_attention.cpp): per request a
@@ -15,9 +16,12 @@ e4m3 payloads of random non-NaN codes, scales 2^-6, bf16 RoPE N(0, 1); dense cac
 and queries N(0, 1) in bf16. The generators differ (torch's RNG here); shapes, page sizes and the
 index distributions do not.
 Timing: per call, a 256 MiB read to flush the L2, then CUDA events around the call; the median of
---reps calls after 3 warm-up calls (src/cuda_common/bench.cu's method). FLOPs per SPEC.md section 8.
-Before timing, each op's output is checked against a float64 torch computation on a small case of
-each kind, so that a misread layout or argument cannot pass for a fast kernel.
+--reps calls after 3 warm-up calls (src/cuda_common/bench.cu's method); by default --reps is, per op,
+the count the joined latentkv JSON states ("median of N"), else 20. FLOPs per SPEC.md section 8.
+Before timing, each op's output is checked against a float64 torch computation on one small case
+per op and record format (the `checks` below: V3.2 h_q 128; V4 and V4.1 h_q 64 with an extra cache;
+dense h_q 16, s_q 2; prefill h_q 128, d_qk 576, with topk_length), so that a misread layout or
+argument cannot pass for a fast kernel; the timed shapes beyond those are not checked.
 """
 import argparse
 import json
@@ -260,17 +264,24 @@ def run_prefill(ops, s_q, s_kv, topk, h_q, d, with_len, seed=0, check=False):
 
 # ---- main -----------------------------------------------------------------------------------------
 def load_latentkv(path):
+    """-> (cases by name, the op's repetition count from its timing note or None)."""
     if not path or not os.path.exists(path):
-        return {}
+        print(f"latentkv JSON {path!r} not found: no ratios for its cases")
+        return {}, None, None
     with open(path) as f:
-        return {c["name"]: c for c in json.load(f)["cases"]}
+        d = json.load(f)
+    timing = d.get("notes", {}).get("timing", "")
+    words = timing.split()
+    reps = int(words[2]) if timing.startswith("median of ") and words[2].isdigit() else None
+    return {c["name"]: c for c in d["cases"]}, d.get("op"), reps
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--flashmla", default=os.path.join(ROOT, ".deps", "flashmla"))
     ap.add_argument("--ops", default="decode,dense,prefill")
-    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=0,
+                    help="timed calls per case; 0: the joined latentkv JSON's count per op, else 20")
     ap.add_argument("--filter", default="", help="only cases whose name contains this")
     ap.add_argument("--latentkv", default="", help="comma-separated latentkv bench JSON files to join")
     ap.add_argument("--json", default="")
@@ -284,25 +295,39 @@ def main():
         return 2
     dev = torch.cuda.get_device_name()
     print(f"flashmla: loaded (torch {torch.__version__}, {dev})")
-    ours = {}
+    ours, reps_of = {}, {}
     for p in filter(None, a.latentkv.split(",")):
-        ours.update(load_latentkv(p))
+        cases, op, reps = load_latentkv(p)
+        ours.update(cases)
+        op = {"sparse_decode": "decode", "dense_decode": "dense", "sparse_prefill": "prefill"}.get(op)
+        if op and reps:
+            reps_of[op] = reps
+    reps_for = lambda op: a.reps or reps_of.get(op, 20)
 
     result = {"device": dev, "torch": torch.__version__, "flashmla": "vLLM 0.25.0 _flashmla_C (FlashMLA, sm_90a)",
               "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "timing": f"median of {a.reps} calls, each after a 256 MiB L2-flushing read, CUDA events",
+              "timing": ", ".join(f"{op}: median of {reps_for(op)} calls" for op in ("decode", "dense", "prefill"))
+                        + ", each after a 256 MiB L2-flushing read, CUDA events",
               "checks": {}, "cases": []}
     wanted = a.ops.split(",")
 
     # Correctness first: a small case of each kind against float64 torch.
     def check_decode(fmt, *shape):
-        for dt in (CACHE_DTYPE[0], torch.uint8, torch.int8, torch.float8_e4m3fn):
+        # The dtype the op wants for record bytes is found here once; later formats try the one that
+        # worked first. A refusal can be about the format or shape as well as the dtype.
+        accepted = CACHE_DTYPE[0]
+        tried = []
+        for dt in (accepted, torch.float8_e4m3fn, torch.uint8, torch.int8):
+            if dt in tried:
+                continue
+            tried.append(dt)
             CACHE_DTYPE[0] = dt
             try:
                 return run_decode(ops, fmt, *shape, check=True)
             except RuntimeError as e:
-                print(f"check decode {fmt}: records as {dt} refused: {str(e).splitlines()[0]}")
-        raise RuntimeError("no record dtype accepted")
+                print(f"check decode {fmt}: refused with records as {dt}: {str(e).splitlines()[0]}")
+        CACHE_DTYPE[0] = accepted
+        raise RuntimeError(f"refused with records as any of {tried}")
 
     checks = {"decode_v32": lambda: check_decode("v32", 2, 128, 2048, 64, 0, 0),
               "decode_v4": lambda: check_decode("v4", 2, 64, 128, 256, 512, 64),
@@ -330,7 +355,7 @@ def main():
     def record(op, name, make):
         try:
             fn, flops = make()
-            us = time_us(fn, a.reps)
+            us = time_us(fn, reps_for(op))
         except Exception as e:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             print(f"{op} {name}: error {msg}")

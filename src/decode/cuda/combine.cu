@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
         for (int u = 0; u < kBatch; ++u) {
           if (j0 + u >= count) break;
           const float l = __shfl_sync(0xffffffffu, lane_lse, j0 + u);
-          if (l == -INFINITY) continue;  // a split with no key: its row is not read
+          if (l == -INFINITY) continue;  // a split with no key: its row is not used
           const float w = expf(l - m);
           total += w;
 #pragma unroll

@@ -433,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   constexpr bool kWide = kPointersFirst && kStorage == KeyStorage::kV32Fp8;
   // P's shared copy by stmatrix (store_p) for V4 and V4.1 records: against the 4-byte stores, one
   // alternating run each: V4 1.3-1.7% faster (bench/NOTES.md v22), V4.1 1.2-2.2% at b >= 64 and
-  // 2.7-3.3% on the peaks (v27); V3.2 decode level to 1.0% slower (the h_q 128 peak), dense fp8
+  // 2.8-3.4% on the peaks (v27); V3.2 decode level to 1.0% slower (the h_q 128 peak), dense fp8
   // pages -0.4 to +0.7%, so those keep the stores.
   constexpr bool kStmatrixP = kStorage == KeyStorage::kV4Fp8 || kStorage == KeyStorage::kV41Fp8;
   // V3.2 records: warpgroup 0 converts its first token of block n + 1 (a) while the score product
