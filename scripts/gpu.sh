@@ -313,24 +313,28 @@ fi
 # LKV_AB_KERNEL names another.
 IFS=';' read -r -a ab_specs <<<"${LKV_AB_SPECS:-decode b128;dense sk8192;prefill skv65536_topk2048_h128_d576}"
 ab_tables() {  # ab_tables DIR TXT LABEL...: tables of DIR/<op>-<filter>-<label>-<a|b>.json
-  local dir=$1 txt=$2 spec op filter rep l
+  local dir=$1 txt=$2 spec op filter extra tag rep l
   shift 2
   for spec in "${ab_specs[@]}"; do
-    read -r op filter <<<"$spec"
+    read -r op filter extra <<<"$spec"
+    tag=$filter${extra:+$(printf '%s' "$extra" | tr -c 'A-Za-z0-9_.,' '_')}
     local args=()
     for rep in ${LKV_AB_REPS:-a b}; do
-      for l in "$@"; do args+=("$l$([ $rep = b ] && echo .2)=$dir/$op-$filter-$l-$rep.json"); done
+      for l in "$@"; do args+=("$l$([ $rep = b ] && echo .2)=$dir/$op-$tag-$l-$rep.json"); done
     done
-    { echo "== $op $filter (repeats: .2)"; python3 scripts/ab_table.py "${args[@]}"; } | tee -a "$txt"
+    { echo "== $op $filter $extra (repeats: .2)"; python3 scripts/ab_table.py "${args[@]}"; } | tee -a "$txt"
   done
 }
 ab_bench() {  # ab_bench DIR LABEL BINARY [VAR=VALUE]: every spec once, JSONs named for ab_tables
-  local dir=$1 label=$2 bin=$3 rep=$4 spec op filter
+  # A spec is "OP FILTER [BENCH OPTIONS...]", e.g. "decode _b2_ --splits 8,11,16".
+  local dir=$1 label=$2 bin=$3 rep=$4 spec op filter extra tag
   shift 4
   for spec in "${ab_specs[@]}"; do
-    read -r op filter <<<"$spec"
-    env "$@" "$bin" bench "$op" --device cuda --kernel "${LKV_AB_KERNEL:-portable}" --filter "$filter" \
-      --json "$dir/$op-$filter-$label-$rep.json" >>"$OUT/bench-ab.log" 2>&1
+    read -r op filter extra <<<"$spec"
+    tag=$filter${extra:+$(printf '%s' "$extra" | tr -c 'A-Za-z0-9_.,' '_')}
+    # shellcheck disable=SC2086  # the options are words
+    env "$@" "$bin" bench "$op" --device cuda --kernel "${LKV_AB_KERNEL:-portable}" --filter "$filter" $extra \
+      --json "$dir/$op-$tag-$label-$rep.json" >>"$OUT/bench-ab.log" 2>&1
   done
 }
 

@@ -21,6 +21,18 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Warps per (row, head): each takes kDimV / kParts of the row's dims.
+#if defined(LKV_COMBINE_QUARTER)
+constexpr int kParts = 4;
+#else
+constexpr int kParts = 1;
+#endif
+constexpr int kDimsPerLane = kDimV / (32 * kParts);
+constexpr int kVecsPerLane = kDimsPerLane / 4;
+static_assert(kDimsPerLane == 16 || kDimsPerLane == 4, "a lane writes 16 or 4 dims");
+// Splits whose partial rows are loaded before any is summed: 16 float4 per lane in flight.
+constexpr int kBatch = 16 / kVecsPerLane;
+
 template <bool kF16>
 __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const OutRef o) {
   // Launched with PDL (pdl_launches): the attention launch ahead may still be running.
@@ -29,8 +41,11 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
   // numbered its partials (from the absolute query row). prow is the same for a whole warp, so the
   // return below and the shuffles after it are warp-uniform.
   const int64_t first = g.r1_begin * g.n2 * g.h_q;
-  const int64_t prow = first + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t prow = first + warp / kParts;
+  const int part = static_cast<int>(warp % kParts);
   const int lane = threadIdx.x % 32;
+  const int dim0 = part * (kDimV / kParts) + lane * kDimsPerLane;
   if (prow >= first + g.n1 * g.n2 * g.h_q) return;
   const int64_t h = prow % g.h_q, row = prow / g.h_q, r1 = row / g.n2, r2 = row % g.n2;
   const int64_t n = g.num_splits;
@@ -48,27 +63,26 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
   }
   m = warp_max(m);
   if (__any_sync(0xffffffffu, nan)) m = NAN;
-  float acc[16];
+  float acc[kDimsPerLane];
 #pragma unroll
-  for (int k = 0; k < 16; ++k) acc[k] = 0.0f;
+  for (int k = 0; k < kDimsPerLane; ++k) acc[k] = 0.0f;
   float total = 0.0f;
   if (m != -INFINITY) {
     // Four splits' rows loaded before any is summed, so that their loads are in flight together
     // (summed one split at a time, each row waited for its own round trip to L2); the sums still
     // run in split order, so the result is the same bit for bit.
-    constexpr int kBatch = 4;
     for (int64_t s0 = 0; s0 < n; s0 += 32) {
       const int count = static_cast<int>(n - s0 < 32 ? n - s0 : 32);
       const float lane_lse = lane < count ? lses[s0 + lane] : -INFINITY;
       for (int j0 = 0; j0 < count; j0 += kBatch) {
-        float4 v[kBatch][4];
+        float4 v[kBatch][kVecsPerLane];
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
           if (j0 + u < count) {
             const float4* src = reinterpret_cast<const float4*>(
-                g.partial_out + (prow * n + s0 + j0 + u) * kDimV + lane * 16);
+                g.partial_out + (prow * n + s0 + j0 + u) * kDimV + dim0);
 #pragma unroll
-            for (int q = 0; q < 4; ++q) v[u][q] = src[q];
+            for (int q = 0; q < kVecsPerLane; ++q) v[u][q] = src[q];
           }
         }
 #pragma unroll
@@ -79,7 +93,7 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
           const float w = expf(l - m);
           total += w;
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
+          for (int q = 0; q < kVecsPerLane; ++q) {
             acc[4 * q] += w * v[u][q].x;
             acc[4 * q + 1] += w * v[u][q].y;
             acc[4 * q + 2] += w * v[u][q].z;
@@ -96,12 +110,17 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
     const float sink = o.sink[h];
     factor *= (sink == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sink - lse));
   }
-  uint16_t* out = o.out + r1 * o.stride_out_r1 + r2 * o.stride_out_r2 + h * o.stride_out_h + lane * 16;
-  uint32_t packed[8];
+  uint16_t* out = o.out + r1 * o.stride_out_r1 + r2 * o.stride_out_r2 + h * o.stride_out_h + dim0;
+  uint32_t packed[kDimsPerLane / 2];
 #pragma unroll
-  for (int k = 0; k < 8; ++k) packed[k] = pack2<kF16>(acc[2 * k] * factor, acc[2 * k + 1] * factor);
-  reinterpret_cast<uint4*>(out)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-  reinterpret_cast<uint4*>(out)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+  for (int k = 0; k < kDimsPerLane / 2; ++k) packed[k] = pack2<kF16>(acc[2 * k] * factor, acc[2 * k + 1] * factor);
+  if constexpr (kDimsPerLane == 16) {
+    reinterpret_cast<uint4*>(out)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    reinterpret_cast<uint4*>(out)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+  } else {
+    *reinterpret_cast<uint2*>(out) = make_uint2(packed[0], packed[1]);
+  }
+  if (part != 0) return;  // the row's first warp writes its lse and max_logits
   if (o.max_logits) {
     // The maximum of the splits' maxima (-inf for a split with no key), folded per lane from -inf
     // as above (the same value as a split-order fold; of two zeros either sign may come out).
@@ -187,7 +206,7 @@ bool pdl_launches(int device) {
 }
 
 void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream) {
-  const int64_t rows = g.n1 * g.n2 * g.h_q;
+  const int64_t rows = g.n1 * g.n2 * g.h_q * kParts;
   constexpr int kWarpsPerBlock = 8;
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
