@@ -21,20 +21,15 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Warps per (row, head): each takes kDimV / kParts of the row's dims.
-#if defined(LKV_COMBINE_QUARTER)
-constexpr int kParts = 4;
-#else
-constexpr int kParts = 1;
-#endif
-constexpr int kDimsPerLane = kDimV / (32 * kParts);
-constexpr int kVecsPerLane = kDimsPerLane / 4;
-static_assert(kDimsPerLane == 16 || kDimsPerLane == 4, "a lane writes 16 or 4 dims");
-// Splits whose partial rows are loaded before any is summed: 16 float4 per lane in flight.
-constexpr int kBatch = 16 / kVecsPerLane;
-
-template <bool kF16>
+// kParts warps per (row, head), each over kDimV / kParts of the row's dims (config.h,
+// combine_quarter_rows: 4 for few rows, else 1).
+template <bool kF16, int kParts>
 __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const OutRef o) {
+  constexpr int kDimsPerLane = kDimV / (32 * kParts);
+  constexpr int kVecsPerLane = kDimsPerLane / 4;
+  static_assert(kDimsPerLane == 16 || kDimsPerLane == 4, "a lane writes 16 or 4 dims");
+  // Splits whose partial rows are loaded before any is summed: 16 float4 per lane in flight.
+  constexpr int kBatch = 16 / kVecsPerLane;
   // Launched with PDL (pdl_launches): the attention launch ahead may still be running.
   cuda_common::pdl_wait();
   // The launch's (row, head) pairs, r1 from r1_begin; prow numbers them as the attention kernel
@@ -68,9 +63,9 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
   for (int k = 0; k < kDimsPerLane; ++k) acc[k] = 0.0f;
   float total = 0.0f;
   if (m != -INFINITY) {
-    // Four splits' rows loaded before any is summed, so that their loads are in flight together
+    // kBatch splits' rows loaded before any is summed, so that their loads are in flight together
     // (summed one split at a time, each row waited for its own round trip to L2); the sums still
-    // run in split order, so the result is the same bit for bit.
+    // run in split order, so the result is the same bit for bit whatever kParts.
     for (int64_t s0 = 0; s0 < n; s0 += 32) {
       const int count = static_cast<int>(n - s0 < 32 ? n - s0 : 32);
       const float lane_lse = lane < count ? lses[s0 + lane] : -INFINITY;
@@ -206,12 +201,13 @@ bool pdl_launches(int device) {
 }
 
 void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream) {
-  const int64_t rows = g.n1 * g.n2 * g.h_q * kParts;
+  const int64_t rows = g.n1 * g.n2 * g.h_q;
   constexpr int kWarpsPerBlock = 8;
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
+  const int parts = combine_quarter_rows(rows, cuda_common::sm_count(device)) ? 4 : 1;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  config.gridDim = dim3(static_cast<unsigned>((rows * parts + kWarpsPerBlock - 1) / kWarpsPerBlock));
   config.blockDim = dim3(kWarpsPerBlock * 32);
   config.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attr[1];
@@ -220,8 +216,10 @@ void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream)
     config.attrs = attr;
     config.numAttrs = 1;
   }
-  if (f16) LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<true>, g, o));
-  else LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<false>, g, o));
+  if (f16 && parts == 4) LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<true, 4>, g, o));
+  else if (f16) LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<true, 1>, g, o));
+  else if (parts == 4) LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<false, 4>, g, o));
+  else LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<false, 1>, g, o));
   LKV_CUDA_CHECK_LAUNCH();
 }
 

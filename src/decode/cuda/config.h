@@ -1,6 +1,9 @@
 // decode/cuda/config.h: tile constants of the portable (sm_80+) sparse decode kernel, with reasons.
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+
 #include "decode/params.h"
 
 namespace latentkv::decode::cuda {
@@ -28,6 +31,28 @@ inline constexpr int kTileTokens = 32;
 inline constexpr int kRowPad = 8;
 // Splits hold whole blocks of this many candidates (the planner's unit).
 inline constexpr int kSplitUnit = 64;
+// The split combine (combine.cu) gives each (row, head) one warp, or four warps of 128 dims each
+// when there are at most this many rows per SM: with one warp per row a few hundred rows (b 2)
+// leave most SMs idle and each warp waits on its splits' loads alone; with four, each lane has one
+// 16-byte load per split and 16 splits' loads in flight. Above it the four-warp form is slower
+// (its 8-warp blocks no longer fit in one round: 2 per SM at 123 registers per thread), hence 4:
+// 4 x 4 warps x 132 SMs fill the two blocks per SM once. Measured on the H200 (bench/NOTES.md v28):
+// b 2 (256-512 rows) up to 9% faster; b 74 (1024-2048 rows) 2-4.5% slower with four warps, so
+// there one warp per row stays. The planner charges a split less where this form runs
+// (decode.cpp, kCombineKeyStepsPerHeadSplitSm90Few).
+inline constexpr int kCombineQuarterMaxRowsPerSm = 4;
+// LKV_SMALL_COMBINE=0 (read once per process) turns the four-warp form off, and with it the
+// planner's cheaper split for few rows, so that benchmarks can time both in one run.
+inline bool small_combine_allowed() {
+  static const bool allowed = [] {
+    const char* e = std::getenv("LKV_SMALL_COMBINE");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return allowed;
+}
+inline bool combine_quarter_rows(int64_t rows, int num_sms) {
+  return small_combine_allowed() && rows <= static_cast<int64_t>(kCombineQuarterMaxRowsPerSm) * num_sms;
+}
 // CTAs resident per SM. One: the O accumulator alone is 128 registers per thread and the kernel
 // uses 240-255 (x 256 threads: up to 65,280 of 65,536), and v32_fp8 needs 161 KB of shared memory
 // (198 KB wide) of an SM's 228 KB. The kernel's __launch_bounds__ and the split planner (plan_decode:
