@@ -436,14 +436,16 @@ done
 # flashmla: FlashMLA's Hopper kernels timed beside this run's decode / dense / prefill results
 # (bench/flashmla/side_by_side.py, method in docs/benchmarks.md); needs .deps/flashmla from
 # bench/flashmla/fetch.sh, carried with .deps. Its ratios need the decode, dense and prefill stages
-# named in the same call (this stage runs after them whatever the order named).
+# named in the same call (this stage runs after them whatever the order named). LKV_FLASHMLA_ARGS:
+# more options for side_by_side.py (e.g. "--ops decode --filter _b2_").
 if has flashmla; then
   if [ ! -f .deps/flashmla/_flashmla_C.abi3.so ]; then
     note "flashmla skipped: .deps/flashmla missing (run bash bench/flashmla/fetch.sh where PyPI is reachable, carry .deps)"
   else
     ours=$(ls "$OUT/decode-h200.json" "$OUT/dense-h200.json" "$OUT/prefill-h200.json" 2>/dev/null | paste -sd, -)
     [ -n "$ours" ] || note "flashmla: no latentkv JSON from this call (name decode, dense, prefill too): FlashMLA times only, no ratios"
-    timeout 400 python3 bench/flashmla/side_by_side.py --latentkv "$ours" --json "$OUT/flashmla-h200.json" \
+    # shellcheck disable=SC2086  # the options are words
+    timeout 400 python3 bench/flashmla/side_by_side.py --latentkv "$ours" --json "$OUT/flashmla-h200.json" ${LKV_FLASHMLA_ARGS:-} \
       >"$OUT/flashmla.log" 2>&1
     rc=$?
     grep -E '^(check|op|decode|dense|prefill) ' "$OUT/flashmla.log" | head -120
