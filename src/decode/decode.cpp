@@ -48,14 +48,15 @@ inline constexpr double kCombineKeyStepsPerHeadSplit = 1.2;
 // 9 waves x 512 key steps x 0.060 us = 277 us are key steps and the other 139 us come to 1.84 ns per
 // head row and split, ~4.0 key steps of one SM (1.84 ns x 132 / 60 ns).
 inline constexpr double kCombineKeyStepsPerHeadSplitSm90 = 4.0;
-// With at most kCombineQuarterMaxRowsPerSm rows per SM (b 2) the combine runs four warps per row
-// (combine.cu) and, like the attention launch, fills the GPU in one round: a split then costs a
-// few more loads in flight, not GPU time in proportion. Measured with that combine on the H200
-// (bench/NOTES.md v28, b 2, h_q 128, 512 rows): V4 / V4.1 with a 512-token extra cache take 10-15%
-// less time at 10 splits than at 5, where the constant above keeps 5 (an estimate charged 5 x 15.5
-// key steps against 64 saved needs a constant below 3.3); V3.2 measures level (within 1.5%) at 16
-// splits and 11, whose estimates cross at the same 3.3. 2.0 takes 10 for V4 and 16 for V3.2.
-inline constexpr double kCombineKeyStepsPerHeadSplitSm90Few = 2.0;
+// One exception, for the Hopper kernel where the combine runs four warps per row (at most
+// kCombineQuarterMaxRowsPerSm head rows per SM: b 2 on the benches): if one block of kSplitUnit
+// candidates per split keeps every CTA in one wave, that plan is taken. Measured on the H200
+// (bench/NOTES.md v28, b 2): V4 / V4.1 from two blocks per CTA to one, 10 splits instead of 5 with a
+// 512-token extra cache and 18 instead of 9 with 1024 at h_q 64, took 13-20% less time, which no
+// setting of the constant above yields for both V4 and V3.2: charged 2.0 instead of 4.0, V3.2 b 2
+// went from 11 splits of three blocks to 16 of two and took 4.4% more time. The model has no term
+// for what a CTA's second block costs at b 2 against its partial rows; one block per CTA is
+// where the measurements put it.
 // The model leaves out costs that also grow with the split count: each CTA loads its Q (73 KB for
 // 64 heads of v32_fp8) and fills its copy pipeline before its first product, and the combine is a
 // second launch. So the fewest splits whose estimate is within this fraction of the best one win.
@@ -132,12 +133,17 @@ DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_
   const int64_t max_splits = std::min(kMaxGridSplits, std::max<int64_t>(1, total / kSplitUnit));
   // The combine's cost per split: b * s_q * h_q head rows, spread over the GPU.
   const bool sm90 = resolve_plan_kernel(kernel) == DecodePlanKernel::kSm90;
-  const auto combine_steps = [&](int64_t rows) {
-    if (!sm90) return kCombineKeyStepsPerHeadSplit;
-    return decode::cuda::combine_quarter_rows(rows, num_sms) ? kCombineKeyStepsPerHeadSplitSm90Few
-                                               : kCombineKeyStepsPerHeadSplitSm90;
-  };
-  const double combine_per_split = static_cast<double>(b * s_q * h_q) * combine_steps(b * s_q * h_q) / num_sms;
+  const double combine_steps = sm90 ? kCombineKeyStepsPerHeadSplitSm90 : kCombineKeyStepsPerHeadSplit;
+  const double combine_per_split = static_cast<double>(b * s_q * h_q) * combine_steps / num_sms;
+  // The exception above: one block per split, all in one wave.
+  if (sm90 && max_splits >= 2 && decode::cuda::combine_quarter_rows(b * s_q * h_q, num_sms)) {
+    const SplitShape one_block = split_shape(total, max_splits);
+    if (one_block.keys_per_split == kSplitUnit && items * one_block.num_splits <= slots) {
+      plan.num_splits = one_block.num_splits;
+      plan.keys_per_split = one_block.keys_per_split;
+      return plan;
+    }
+  }
   const auto time = [&](const SplitShape& s) {
     const int64_t waves = (items * s.num_splits + slots - 1) / slots;
     return static_cast<double>(waves * s.keys_per_split) +
@@ -175,8 +181,7 @@ DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_
   if (two_launch_plans_allowed() && whole_waves >= 1 && unsplit >= 1 && unsplit < b) {
     const int64_t rest_items = (b - unsplit) * per_request;
     const double first = static_cast<double>((unsplit * per_request + slots - 1) / slots * total);
-    const int64_t rest_rows = (b - unsplit) * s_q * h_q;
-    const double rest_combine_per_split = static_cast<double>(rest_rows) * combine_steps(rest_rows) / num_sms;
+    const double rest_combine_per_split = static_cast<double>((b - unsplit) * s_q * h_q) * combine_steps / num_sms;
     double best_two = 0.0;
     SplitShape best_rest{0, 0};
     for (int64_t s = 2; s <= max_splits; ++s) {

@@ -81,17 +81,12 @@ def test_planner():
     with pytest.raises(ValueError, match=r"plan_decode: bad shape b=0"):
         latentkv.plan_decode(0, 1, 1, 1)
     # The split costs per kernel (docs/decode.md): V3.2 b 67 runs 66 requests unsplit and splits the
-    # last one 32 ways for the portable kernel. With three requests left (b 69: 768 head rows, more
-    # than the 4 per SM below which the Hopper plan's combine is charged less) the portable kernel
-    # splits them 11 ways, the Hopper one 8, whose key steps are shorter against the combine.
+    # last one 32 ways for the portable kernel, 16 for the Hopper one, whose key steps are shorter
+    # against the combine.
     port = latentkv.plan_decode(67, 2, 128, 2048, num_sms=132, kernel="portable")
     assert (port.unsplit_b, port.num_splits, port.keys_per_split) == (66, 32, 64)
-    port69 = latentkv.plan_decode(69, 2, 128, 2048, num_sms=132, kernel="portable")
-    assert (port69.unsplit_b, port69.num_splits) == (66, 11)
-    hop = latentkv.plan_decode(69, 2, 128, 2048, num_sms=132, kernel="sm90")
-    assert (hop.unsplit_b, hop.num_splits) == (66, 8)
-    # With one request left (b 67: 256 rows) both split it 32 ways.
-    assert latentkv.plan_decode(67, 2, 128, 2048, num_sms=132, kernel="sm90").num_splits == 32
+    hop = latentkv.plan_decode(67, 2, 128, 2048, num_sms=132, kernel="sm90")
+    assert (hop.unsplit_b, hop.num_splits) == (66, 16)
     # A two-launch plan survives DecodePlan's constructor (the torch op's list form) and repr.
     assert latentkv.DecodePlan(32, 64, 67, 2, 128, 2048, 0, 66) == port
     assert latentkv.DecodePlan(32, 64, 67, 2, 128, 2048, 0, 0) != port

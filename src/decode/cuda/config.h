@@ -38,11 +38,11 @@ inline constexpr int kSplitUnit = 64;
 // (its 8-warp blocks no longer fit in one round: 2 per SM at 123 registers per thread), hence 4:
 // 4 x 4 warps x 132 SMs fill the two blocks per SM once. Measured on the H200 (bench/NOTES.md v28):
 // b 2 (256-512 rows) up to 9% faster; b 74 (1024-2048 rows) 2-4.5% slower with four warps, so
-// there one warp per row stays. The planner charges a split less where this form runs
-// (decode.cpp, kCombineKeyStepsPerHeadSplitSm90Few).
+// there one warp per row stays. Where this form runs, the Hopper plan takes one block per split
+// when that fits one wave (decode.cpp, plan_decode).
 inline constexpr int kCombineQuarterMaxRowsPerSm = 4;
 // LKV_SMALL_COMBINE=0 (read once per process) turns the four-warp form off, and with it the
-// planner's cheaper split for few rows, so that benchmarks can time both in one run.
+// planner's one-block rule, so that benchmarks can time both in one run.
 inline bool small_combine_allowed() {
   static const bool allowed = [] {
     const char* e = std::getenv("LKV_SMALL_COMBINE");
