@@ -322,18 +322,19 @@ ab_tables() {  # ab_tables DIR TXT LABEL...: tables of DIR/<op>-<filter>-<label>
     for rep in ${LKV_AB_REPS:-a b}; do
       for l in "$@"; do args+=("$l$([ $rep = b ] && echo .2)=$dir/$op-$tag-$l-$rep.json"); done
     done
-    { echo "== $op $filter $extra (repeats: .2)"; python3 scripts/ab_table.py "${args[@]}"; } | tee -a "$txt"
+    { echo "== $op $filter${extra:+ $extra} (repeats: .2)"; python3 scripts/ab_table.py "${args[@]}"; } | tee -a "$txt"
   done
 }
 ab_bench() {  # ab_bench DIR LABEL BINARY [VAR=VALUE]: every spec once, JSONs named for ab_tables
   # A spec is "OP FILTER [BENCH OPTIONS...]", e.g. "decode _b2_ --splits 8,11,16".
   local dir=$1 label=$2 bin=$3 rep=$4 spec op filter extra tag
+  local -a extra_args
   shift 4
   for spec in "${ab_specs[@]}"; do
     read -r op filter extra <<<"$spec"
+    read -r -a extra_args <<<"$extra"
     tag=$filter${extra:+$(printf '%s' "$extra" | tr -c 'A-Za-z0-9_.,' '_')}
-    # shellcheck disable=SC2086  # the options are words
-    env "$@" "$bin" bench "$op" --device cuda --kernel "${LKV_AB_KERNEL:-portable}" --filter "$filter" $extra \
+    env "$@" "$bin" bench "$op" --device cuda --kernel "${LKV_AB_KERNEL:-portable}" --filter "$filter" "${extra_args[@]}" \
       --json "$dir/$op-$tag-$label-$rep.json" >>"$OUT/bench-ab.log" 2>&1
   done
 }
@@ -444,8 +445,8 @@ if has flashmla; then
   else
     ours=$(ls "$OUT/decode-h200.json" "$OUT/dense-h200.json" "$OUT/prefill-h200.json" 2>/dev/null | paste -sd, -)
     [ -n "$ours" ] || note "flashmla: no latentkv JSON from this call (name decode, dense, prefill too): FlashMLA times only, no ratios"
-    # shellcheck disable=SC2086  # the options are words
-    timeout 400 python3 bench/flashmla/side_by_side.py --latentkv "$ours" --json "$OUT/flashmla-h200.json" ${LKV_FLASHMLA_ARGS:-} \
+    read -r -a fargs <<<"${LKV_FLASHMLA_ARGS:-}"
+    timeout 400 python3 bench/flashmla/side_by_side.py --latentkv "$ours" --json "$OUT/flashmla-h200.json" "${fargs[@]}" \
       >"$OUT/flashmla.log" 2>&1
     rc=$?
     grep -E '^(check|op|decode|dense|prefill) ' "$OUT/flashmla.log" | head -120

@@ -42,8 +42,9 @@ struct DecodePlan {
 // in a build without CUDA or on a machine without a device).
 enum class DecodePlanKernel : uint8_t { kAuto, kPortable, kSm90 };
 
-// Plans for num_sms multiprocessors (a pure function of its arguments once kAuto is resolved;
-// CPU-testable).
+// Plans for num_sms multiprocessors (a pure function of its arguments once kAuto is resolved, and
+// of two switches read once per process for benchmarks: LKV_SINGLE_LAUNCH_PLANS=1 and
+// LKV_SMALL_COMBINE=0; CPU-testable).
 DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_t extra_topk,
                        int num_sms, DecodePlanKernel kernel = DecodePlanKernel::kAuto);
 

@@ -49,14 +49,17 @@ inline constexpr double kCombineKeyStepsPerHeadSplit = 1.2;
 // head row and split, ~4.0 key steps of one SM (1.84 ns x 132 / 60 ns).
 inline constexpr double kCombineKeyStepsPerHeadSplitSm90 = 4.0;
 // One exception, for the Hopper kernel where the combine runs four warps per row (at most
-// kCombineQuarterMaxRowsPerSm head rows per SM: b 2 on the benches): if one block of kSplitUnit
-// candidates per split keeps every CTA in one wave, that plan is taken. Measured on the H200
-// (bench/NOTES.md v28, b 2): V4 / V4.1 from two blocks per CTA to one, 10 splits instead of 5 with a
-// 512-token extra cache and 18 instead of 9 with 1024 at h_q 64, took 13-20% less time, which no
-// setting of the constant above yields for both V4 and V3.2: charged 2.0 instead of 4.0, V3.2 b 2
-// went from 11 splits of three blocks to 16 of two and took 4.4% more time. The model has no term
-// for what a CTA's second block costs at b 2 against its partial rows; one block per CTA is
-// where the measurements put it.
+// kCombineQuarterMaxRowsPerSm head rows per SM: b 2 on the benches) and the request has an extra
+// cache: if one block of kSplitUnit candidates per split keeps every CTA in one wave, that plan is
+// taken. Measured on the H200 (bench/NOTES.md v28, b 2, both with the four-warp combine): V4 / V4.1
+// h_q 128 with a 512-token extra cache at 10 one-block splits took 10-18% less time than at the
+// model's 5 (forced split counts), and against the model's plans with one warp per row V4 / V4.1
+// b 2 took 5-19% less (10 splits at h_q 64 too, as before; 18 instead of 9 with a 1024-token extra
+// cache at h_q 64). No setting of the constant above yields that and V3.2's plan: charged 2.0
+// instead of 4.0, V3.2 b 2 went from 11 splits of three blocks to 16 of two and took 4.4% more
+// time. The model has no term for what a CTA's second block costs at b 2 against its partial
+// rows. The rule is kept to what was measured: without an extra cache (V3.2, and dense decode and
+// prefill, which plan through this function with none) no one-block plan has been timed.
 // The model leaves out costs that also grow with the split count: each CTA loads its Q (73 KB for
 // 64 heads of v32_fp8) and fills its copy pipeline before its first product, and the combine is a
 // second launch. So the fewest splits whose estimate is within this fraction of the best one win.
@@ -135,9 +138,11 @@ DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_
   const bool sm90 = resolve_plan_kernel(kernel) == DecodePlanKernel::kSm90;
   const double combine_steps = sm90 ? kCombineKeyStepsPerHeadSplitSm90 : kCombineKeyStepsPerHeadSplit;
   const double combine_per_split = static_cast<double>(b * s_q * h_q) * combine_steps / num_sms;
-  // The exception above: one block per split, all in one wave.
-  if (sm90 && max_splits >= 2 && decode::cuda::combine_quarter_rows(b * s_q * h_q, num_sms)) {
-    const SplitShape one_block = split_shape(total, max_splits);
+  // The exception above: one block per split (the last one possibly partial), all in one wave.
+  const int64_t one_block_splits = (total + kSplitUnit - 1) / kSplitUnit;
+  if (sm90 && extra_topk > 0 && one_block_splits >= 2 && one_block_splits <= kMaxGridSplits &&
+      decode::cuda::combine_quarter_rows(b * s_q * h_q, num_sms)) {
+    const SplitShape one_block = split_shape(total, one_block_splits);
     if (one_block.keys_per_split == kSplitUnit && items * one_block.num_splits <= slots) {
       plan.num_splits = one_block.num_splits;
       plan.keys_per_split = one_block.keys_per_split;

@@ -679,14 +679,19 @@ TEST(DecodePlan, HopperKernelSplitsLess) {
   EXPECT_GT(b2.num_splits, 1);
   EXPECT_LE(b2.num_splits * 8, 132) << "one wave";
   EXPECT_LT(b2.num_splits, 16);
-  // With at most 4 head rows per SM (decode/cuda/config.h: the combine's four-warp form), one block
-  // of 64 candidates per split when that fits one wave: V4 b 2 with a 512-token extra cache (8
-  // items x 10 splits), and with 1024 at h_q 64 (4 x 18); not at h_q 128 (8 x 18 > 132 CTAs), nor
-  // V3.2's 2048 candidates (8 x 32), nor b 3 (768 rows).
+  // With at most 4 head rows per SM (decode/cuda/config.h: the combine's four-warp form) and an
+  // extra cache, one block of 64 candidates per split when that fits one wave: V4 b 2 with a
+  // 512-token extra cache (8 items x 10 splits), and with 1024 at h_q 64 (4 x 18); not at h_q 128
+  // (8 x 18 > 132 CTAs), nor b 3 (768 rows), nor without an extra cache (V3.2 b 1 keeps 16 x 128).
   EXPECT_EQ(plan_decode(2, 2, 128, 128, 512, 132, kSm90).num_splits, 10);
   EXPECT_EQ(plan_decode(2, 2, 64, 128, 1024, 132, kSm90).num_splits, 18);
   EXPECT_EQ(plan_decode(2, 2, 128, 128, 1024, 132, kSm90).num_splits, 9);
   EXPECT_EQ(plan_decode(3, 2, 128, 128, 512, 132, kSm90).num_splits, 5) << "768 rows: the model's plan";
+  EXPECT_EQ(plan_decode(1, 1, 128, 2048, 0, 132, kSm90).num_splits, 16) << "no extra cache: the model's plan";
+  // A candidate count that is not a multiple of 64: the last one-block split is partial.
+  const DecodePlan odd = plan_decode(2, 2, 128, 100, 500, 132, kSm90);
+  EXPECT_EQ(odd.num_splits, 10);
+  EXPECT_EQ(odd.keys_per_split, 64);
   // Full waves stay unsplit under both models.
   EXPECT_EQ(plan_decode(128, 2, 128, 2048, 0, 132, kSm90).num_splits, 1);
   // Never more splits than the portable model takes, over a grid of shapes.

@@ -1,5 +1,5 @@
 // decode/cuda/combine.cu: the combine kernel of split-KV attention, shared by every op that uses the
-// attention kernel. One warp per (row, head) merges the splits' normalised outputs by their LSEs in
+// attention kernel. One warp per (row, head), or four of 128 dims each for few rows, merges the splits' normalised outputs by their LSEs in
 // split order (deterministic), applies the sink, and writes out, lse and (where asked) max_logits.
 #include <cuda_runtime.h>
 

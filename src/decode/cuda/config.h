@@ -36,10 +36,11 @@ inline constexpr int kSplitUnit = 64;
 // leave most SMs idle and each warp waits on its splits' loads alone; with four, each lane has one
 // 16-byte load per split and 16 splits' loads in flight. Above it the four-warp form is slower
 // (its 8-warp blocks no longer fit in one round: 2 per SM at 123 registers per thread), hence 4:
-// 4 x 4 warps x 132 SMs fill the two blocks per SM once. Measured on the H200 (bench/NOTES.md v28):
-// b 2 (256-512 rows) up to 9% faster; b 74 (1024-2048 rows) 2-4.5% slower with four warps, so
-// there one warp per row stays. Where this form runs, the Hopper plan takes one block per split
-// when that fits one wave (decode.cpp, plan_decode).
+// 4 x 4 warps x 132 SMs fill the two blocks per SM once. Measured on the H200 (bench/NOTES.md v28),
+// at the same plans: V4 b 2 (256-512 rows) 3-10% less time, V3.2 b 2 level, V4.1 h_q 128 at 5
+// splits 2.5% more; b 74 (1024-2048 rows) 2-4.5% more with four warps, so there one warp per row
+// stays. Where this form runs, the Hopper plan takes one block per split when that fits one
+// wave and the request has an extra cache (decode.cpp, plan_decode).
 inline constexpr int kCombineQuarterMaxRowsPerSm = 4;
 // LKV_SMALL_COMBINE=0 (read once per process) turns the four-warp form off, and with it the
 // planner's one-block rule, so that benchmarks can time both in one run.
