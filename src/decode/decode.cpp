@@ -140,14 +140,11 @@ DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_
   const double combine_per_split = static_cast<double>(b * s_q * h_q) * combine_steps / num_sms;
   // The exception above: one block per split (the last one possibly partial), all in one wave.
   const int64_t one_block_splits = (total + kSplitUnit - 1) / kSplitUnit;
-  if (sm90 && extra_topk > 0 && one_block_splits >= 2 && one_block_splits <= kMaxGridSplits &&
+  if (sm90 && extra_topk > 0 && one_block_splits >= 2 && items * one_block_splits <= slots &&
       decode::cuda::combine_quarter_rows(b * s_q * h_q, num_sms)) {
-    const SplitShape one_block = split_shape(total, one_block_splits);
-    if (one_block.keys_per_split == kSplitUnit && items * one_block.num_splits <= slots) {
-      plan.num_splits = one_block.num_splits;
-      plan.keys_per_split = one_block.keys_per_split;
-      return plan;
-    }
+    plan.num_splits = one_block_splits;
+    plan.keys_per_split = kSplitUnit;
+    return plan;
   }
   const auto time = [&](const SplitShape& s) {
     const int64_t waves = (items * s.num_splits + slots - 1) / slots;

@@ -1,6 +1,7 @@
 // decode/cuda/combine.cu: the combine kernel of split-KV attention, shared by every op that uses the
-// attention kernel. One warp per (row, head), or four of 128 dims each for few rows, merges the splits' normalised outputs by their LSEs in
-// split order (deterministic), applies the sink, and writes out, lse and (where asked) max_logits.
+// attention kernel. One warp per (row, head), or four of 128 dims each for few rows, merges the
+// splits' normalised outputs by their LSEs in split order (deterministic), applies the sink, and
+// writes out, lse and (where asked) max_logits.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -216,10 +217,9 @@ void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream)
     config.attrs = attr;
     config.numAttrs = 1;
   }
-  if (f16 && parts == 4) LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<true, 4>, g, o));
-  else if (f16) LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<true, 1>, g, o));
-  else if (parts == 4) LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<false, 4>, g, o));
-  else LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<false, 1>, g, o));
+  void (*kernel)(Geometry, OutRef) = f16 ? (parts == 4 ? combine_kernel<true, 4> : combine_kernel<true, 1>)
+                                          : (parts == 4 ? combine_kernel<false, 4> : combine_kernel<false, 1>);
+  LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, g, o));
   LKV_CUDA_CHECK_LAUNCH();
 }
 
