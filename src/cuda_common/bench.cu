@@ -91,7 +91,8 @@ void flush_l2() {
   LKV_CUDA_CHECK_LAUNCH();
 }
 
-double time_us(const std::function<void()>& fn, int reps, int warmup, bool flush) {
+double time_us(const std::function<void()>& fn, int reps, int warmup, bool flush,
+               const std::function<void()>& before_each) {
   for (int i = 0; i < warmup; ++i) fn();
   cudaEvent_t start, stop;
   LKV_CUDA_CHECK(cudaEventCreate(&start));
@@ -99,6 +100,7 @@ double time_us(const std::function<void()>& fn, int reps, int warmup, bool flush
   std::vector<float> ms(static_cast<size_t>(reps));
   for (int r = 0; r < reps; ++r) {
     if (flush) flush_l2();
+    if (before_each) before_each();
     LKV_CUDA_CHECK(cudaEventRecord(start));
     fn();
     LKV_CUDA_CHECK(cudaEventRecord(stop));

@@ -23,8 +23,11 @@ void synchronize();
 void flush_l2();
 
 // Median device time of fn in microseconds over reps runs after warmup runs; each run is bracketed
-// by events, with an L2 flush before it (outside the events) when flush is true.
-double time_us(const std::function<void()>& fn, int reps, int warmup = 3, bool flush = true);
+// by events, with an L2 flush before it (outside the events) when flush is true, and then
+// before_each (if given, also outside the events): e.g. a call that brings only the kernel's code
+// back into the L2, to tell cold-code costs from cold-data ones.
+double time_us(const std::function<void()>& fn, int reps, int warmup = 3, bool flush = true,
+               const std::function<void()>& before_each = nullptr);
 
 // HBM read bandwidth: a 16-byte-load streaming reduction over a buffer many times the L2 size,
 // bytes read / median time, in GB/s (1e9 bytes per second).

@@ -141,12 +141,17 @@ int64_t unique_count(const std::vector<int32_t>& idx, int64_t num_slots) {
 // from the first entry to the last exit (span), and from there to a one-thread kernel queued right
 // after the call (tail: the combine, if any, and the launch gaps around it). With a two-launch plan
 // both launches' CTAs count (launch: to the first launch's first CTA; span: to the last exit of
-// either). Printed, and kept in the case's numbers. warm (--trace-warm): the traced call follows an
-// untraced call of the same case instead of the flush, so the L2 holds what that call left (its
-// records, indices and code): set beside a flushed trace, it tells cold-cache costs from the kernel's.
+// either). Printed, and kept in the case's numbers. Modes: flushed (--trace); warm (--trace-warm):
+// the traced call follows an untraced call of the same case instead of the flush, so the L2 holds
+// what that call left (its records, indices and code); code (--trace-code): the flush, then a code
+// warmer (below), so only the kernels' code is back in the L2. Set side by side, the three tell
+// cold-code costs from cold-data ones and both from the kernel's own.
 // The first traced call of a process is made twice and its first stamps dropped: that call's block
 // 0 measured several microseconds longer than any later one's (bench/NOTES.md v23, v27 item 4).
-void trace_case(const std::string& name, const SparseDecodeArgs& a, BenchCase& bc, bool warm) {
+enum class TraceMode { kFlushed, kWarm, kCode };
+
+void trace_case(const std::string& name, const SparseDecodeArgs& a, const SparseDecodeArgs& code_warmer,
+                BenchCase& bc, TraceMode mode) {
   namespace s9 = decode::sm90;
   const auto traced_call = [&] {
     struct TraceOn {  // off again however the call ends
@@ -164,8 +169,12 @@ void trace_case(const std::string& name, const SparseDecodeArgs& a, BenchCase& b
     traced_call();
     bench_cuda::synchronize();
   }
-  if (warm) sparse_decode(a);
-  else bench_cuda::flush_l2();
+  if (mode == TraceMode::kWarm) {
+    sparse_decode(a);
+  } else {
+    bench_cuda::flush_l2();
+    if (mode == TraceMode::kCode) sparse_decode(code_warmer);
+  }
   traced_call();
   const s9::KernelTrace t = s9::last_trace();
   if (t.ctas == 0 || s9::warp_specialised()) {
@@ -196,9 +205,10 @@ void trace_case(const std::string& name, const SparseDecodeArgs& a, BenchCase& b
   const double tail = (static_cast<double>(t.after) - static_cast<double>(t1)) * 1e-3;
   std::printf("  trace%s %s: %lld CTAs in %zu launch%s; launch %.2f, span %.2f, tail %.2f us; CTA median %.2f us; "
               "phase median/max us:",
-              warm ? " (warm)" : "", name.c_str(), static_cast<long long>(t.ctas), t.launches.size(),
+              mode == TraceMode::kWarm ? " (warm)" : mode == TraceMode::kCode ? " (code warm)" : "", name.c_str(), static_cast<long long>(t.ctas), t.launches.size(),
               t.launches.size() == 1 ? "" : "es", launch, span, tail, per_cta[per_cta.size() / 2]);
-  bc.numbers["trace_warm"] = warm ? 1.0 : 0.0;
+  bc.numbers["trace_warm"] = mode == TraceMode::kWarm ? 1.0 : 0.0;
+  bc.numbers["trace_code_warm"] = mode == TraceMode::kCode ? 1.0 : 0.0;
   bc.numbers["trace_launches"] = static_cast<double>(t.launches.size());
   bc.numbers["trace_launch_us"] = launch;
   bc.numbers["trace_span_us"] = span;
@@ -224,7 +234,14 @@ int cmd_bench_decode(const Args& args) {
   // that many equal whole blocks of 64) beside the planner's, to measure the planner's choice.
   const std::string splits_arg = args.get("splits", "");
   const bool trace_warm = args.flag("trace-warm");  // --trace after an unflushed call
-  const bool trace = args.flag("trace") || trace_warm;
+  const bool trace_code = args.flag("trace-code");  // --trace after the flush and a code warmer
+  const bool trace = args.flag("trace") || trace_warm || trace_code;
+  // --code-warm: each case also timed with a code warmer between the flush and the call
+  // (code_warm_time_us), and right after an untimed call of itself with no flush (warm_time_us:
+  // its code and data in the L2 as that call left them; the untimed call keeps the GPU busy while
+  // the timed one is queued, so neither time carries the host's launch latency). Flushed minus
+  // code-warm is what fetching cold code costs; code-warm minus warm what cold data costs.
+  const bool code_warm = args.flag("code-warm");
   args.check_all_used();
   std::vector<int64_t> forced_splits;
   for (size_t at = 0; at < splits_arg.size();) {
@@ -248,6 +265,9 @@ int cmd_bench_decode(const Args& args) {
 #endif
   LKV_CHECK(forced_splits.empty() || cuda, "--splits needs --device cuda (the CPU paths do not split)");
   LKV_CHECK(!trace || cuda, "--trace needs --device cuda");
+  LKV_CHECK(!code_warm || cuda, "--code-warm needs --device cuda");
+  LKV_CHECK(int(args.flag("trace")) + int(trace_warm) + int(trace_code) <= 1,
+            "--trace, --trace-warm and --trace-code exclude each other");
 #ifdef LKV_WITH_CUDA
   LKV_CHECK(!trace || decode::sm90::trace_built(),
             "--trace needs a build with the CMake option LKV_SM90_TRACE=ON (the Hopper kernel's phase stamps)");
@@ -334,6 +354,17 @@ int cmd_bench_decode(const Args& args) {
     }
     a.out = TensorView(place(out.data(), out.size() * 2), DType::bf16, {c.b, c.s_q, c.h_q, 512}, where);
     a.lse = TensorView(place(lse.data(), lse.size() * 4), DType::f32, {c.b, c.h_q, c.s_q}, where);
+    // The code warmer: the same call (same kernels, plan and code paths) on its own zero query and
+    // zero indices, so it brings the kernels' code into the L2 but of the case's data only slot 0's
+    // record(s) and the small per-request arrays it shares (topk_length: none in these cases).
+    SparseDecodeArgs warmer = a;
+    if (cuda && (code_warm || trace_code)) {
+      std::vector<uint16_t> zq(q.size(), 0);
+      std::vector<int32_t> zi(idx.size(), 0), zei(eidx.size(), 0);
+      warmer.q.data = place(zq.data(), zq.size() * 2);
+      warmer.indices.data = place(zi.data(), zi.size() * 4);
+      if (c.extra_topk) warmer.extra_indices.data = place(zei.data(), zei.size() * 4);
+    }
     // The planner's split count, then any forced ones (--splits).
     std::vector<int64_t> variants{0};
     variants.insert(variants.end(), forced_splits.begin(), forced_splits.end());
@@ -352,6 +383,13 @@ int cmd_bench_decode(const Args& args) {
         }
         a.plan = &plan;
         bc.time_us = bench_cuda::time_us([&] { sparse_decode(a); }, reps);
+        if (code_warm) {
+          warmer.plan = &plan;
+          bc.numbers["code_warm_time_us"] =
+              bench_cuda::time_us([&] { sparse_decode(a); }, reps, 3, true, [&] { sparse_decode(warmer); });
+          bc.numbers["warm_time_us"] =
+              bench_cuda::time_us([&] { sparse_decode(a); }, reps, 3, false, [&] { sparse_decode(a); });
+        }
 #endif
       } else {
         bc.time_us = cpu_time_us([&] { sparse_decode(a); }, 3);
@@ -367,7 +405,13 @@ int cmd_bench_decode(const Args& args) {
                   hbm > 0 ? 100.0 * bc.numbers["frac_of_ceiling"] : 0.0,
                   static_cast<long long>(plan.num_splits), static_cast<long long>(plan.unsplit_b));
 #ifdef LKV_WITH_CUDA
-      if (trace) trace_case(bc.name, a, bc, trace_warm);
+      if (code_warm)
+        std::printf("  %s: %.1f us with its code in the L2, %.1f us with code and data\n", bc.name.c_str(),
+                    bc.numbers["code_warm_time_us"], bc.numbers["warm_time_us"]);
+      warmer.plan = &plan;
+      if (trace)
+        trace_case(bc.name, a, warmer, bc,
+                   trace_warm ? TraceMode::kWarm : trace_code ? TraceMode::kCode : TraceMode::kFlushed);
 #endif
       std::fflush(stdout);
       res.cases.push_back(bc);
