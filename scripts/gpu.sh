@@ -326,15 +326,18 @@ ab_tables() {  # ab_tables DIR TXT LABEL...: tables of DIR/<op>-<filter>-<label>
   done
 }
 ab_bench() {  # ab_bench DIR LABEL BINARY [VAR=VALUE]: every spec once, JSONs named for ab_tables
-  # A spec is "OP FILTER [BENCH OPTIONS...]", e.g. "decode _b2_ --splits 8,11,16".
+  # A spec is "OP FILTER [BENCH OPTIONS...]", e.g. "decode _b2_ --splits 8,11,16"; for the
+  # compressor "compress FORMAT [OPTIONS...]" (all 12 workloads of that payload format).
   local dir=$1 label=$2 bin=$3 rep=$4 spec op filter extra tag
-  local -a extra_args
+  local -a extra_args select
   shift 4
   for spec in "${ab_specs[@]}"; do
     read -r op filter extra <<<"$spec"
     read -r -a extra_args <<<"$extra"
     tag=$filter${extra:+$(printf '%s' "$extra" | tr -c 'A-Za-z0-9_.,' '_')}
-    env "$@" "$bin" bench "$op" --device cuda --kernel "${LKV_AB_KERNEL:-portable}" --filter "$filter" "${extra_args[@]}" \
+    if [ "$op" = compress ]; then select=(--format "$filter")
+    else select=(--kernel "${LKV_AB_KERNEL:-portable}" --filter "$filter"); fi
+    env "$@" "$bin" bench "$op" --device cuda "${select[@]}" "${extra_args[@]}" \
       --json "$dir/$op-$tag-$label-$rep.json" >>"$OUT/bench-ab.log" 2>&1
   done
 }

@@ -174,6 +174,11 @@ int cmd_bench_compress(const Args& args) {
                                    ? "in thread-block clusters where a plan has 2-16 splits (LKV_COMPRESS_CLUSTER=1, sm_90)"
                                    : "global";
     res.notes["max_dim_slices"] = std::to_string(compress::cuda::compress_max_slices());
+    const int sc = compress::cuda::compress_slice_clusters();
+    res.notes["slice_clusters"] = sc == compress::cuda::kSliceClustersOn ? "on (LKV_COMPRESS_SLICE_CLUSTER=1, sm_90)"
+                                  : sc == compress::cuda::kSliceClustersPlanOnly
+                                      ? "plan only (LKV_COMPRESS_SLICE_CLUSTER=2: their plans, merged globally)"
+                                      : "off";
   }
 #endif
   // On the CPU the ceiling is a memcpy with as many threads, timed in the same run (the issue's
@@ -232,6 +237,10 @@ int cmd_bench_compress(const Args& args) {
         // the host's launch latency (measured ~5 us longer than the flushed time that way, v5 files).
         bc.numbers["warm_time_us"] =
             bench_cuda::time_us([&] { compress_kv(a); }, reps, 3, false, [&] { compress_kv(a); });
+        const compress::SplitPlan plan = compress::cuda::plan_for(w.params(), 0);
+        bc.numbers["plan_splits"] = static_cast<double>(plan.num_splits);
+        bc.numbers["plan_dim_slices"] = static_cast<double>(plan.dim_slices);
+        bc.numbers["plan_clusters"] = compress::cuda::merges_in_clusters(w.params(), 0) ? 1.0 : 0.0;
         if (trace) trace_case(name, a, bc);
 #endif
       } else {
