@@ -357,6 +357,7 @@ int cmd_bench_decode(const Args& args) {
     // The code warmer: the same call (same kernels, plan and code paths) on its own zero query and
     // zero indices, so it brings the kernels' code into the L2 but of the case's data only slot 0's
     // record(s) and the small per-request arrays it shares (topk_length: none in these cases).
+#ifdef LKV_WITH_CUDA
     SparseDecodeArgs warmer = a;
     if (cuda && (code_warm || trace_code)) {
       std::vector<uint16_t> zq(q.size(), 0);
@@ -365,6 +366,7 @@ int cmd_bench_decode(const Args& args) {
       warmer.indices.data = place(zi.data(), zi.size() * 4);
       if (c.extra_topk) warmer.extra_indices.data = place(zei.data(), zei.size() * 4);
     }
+#endif
     // The planner's split count, then any forced ones (--splits).
     std::vector<int64_t> variants{0};
     variants.insert(variants.end(), forced_splits.begin(), forced_splits.end());
