@@ -253,9 +253,10 @@ TEST(CompressCuda, CallerWorkspaceOnAStreamCapturedInAGraph) {
   // With a caller-provided workspace and the checks off, a call allocates nothing and never
   // synchronises: it can be captured in a CUDA graph, and replays give the same bytes as a plain
   // call with latentkv's own workspace.
-  // C = 512: 16 outputs in many splits, so the counters matter; C = 128: 8 splits per output,
-  // merged inside clusters on sm_90 when those are switched on, or one split in 8 slices run as
-  // slice clusters when those are (each setting runs).
+  // C = 512: 16 outputs in many splits, so the counters matter; C = 128: 64 outputs in several
+  // CTAs each, or (slice clusters on, sm_90 with 132 SMs) one split in 8 slices run as slice
+  // clusters. Each setting runs: off, split clusters on (where a plan has window splits of one
+  // slice), slice clusters on.
   latentkv::testing::RestoreSwitch<bool> restore(compress::cuda::compress_clusters, compress::cuda::set_compress_clusters);
   latentkv::testing::RestoreSwitch<int> restore_slices(compress::cuda::compress_slice_clusters,
                                                        compress::cuda::set_compress_slice_clusters);
@@ -330,15 +331,21 @@ TEST(CompressCuda, MoreOutputsThanAGridDimensionOf65535) {
 // passes the oracle's judgement.
 TEST(CompressCuda, SliceClustersMatchGlobalMergeBitwise) {
   REQUIRE_GPU();
-  struct S { int64_t reqs, tokens, C, slices; };
-  const S cases[] = {{1, 8192, 128, 8}, {4, 8192, 128, 2}, {4, 8192, 256, 4}, {1, 4096, 64, 8}};
+  // On the H200 (132 SMs, 528 resident CTAs) these give one-split plans of 8, 2, 4 and 8 slices;
+  // the plans are asked of the planner, so other SM counts test whatever sliced plans they get.
+  struct S { int64_t reqs, tokens, C; };
+  const S cases[] = {{1, 8192, 128}, {4, 8192, 128}, {4, 8192, 256}, {1, 4096, 64}};
   latentkv::testing::RestoreSwitch<int> restore(compress::cuda::compress_slice_clusters,
                                                 compress::cuda::set_compress_slice_clusters);
-  int cc_major = 0, cc_minor = 0;
+  latentkv::testing::RestoreSwitch<int64_t> restore_slices(compress::cuda::compress_max_slices,
+                                                            compress::cuda::set_compress_max_slices);
+  compress::cuda::set_compress_max_slices(compress::kMaxDimSlices);
+  int cc_major = 0, cc_minor = 0, sms = 0;
   cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0);
   cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, 0);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const bool sm90 = cc_major == 9 && cc_minor == 0;
-  int n = 0, clustered = 0;
+  int n = 0, clustered = 0, sliced = 0;
   for (const S& c : cases)
     for (CacheFormat f : {CacheFormat::v4_int8, CacheFormat::v4_fp8}) {
       WorkloadOptions o;
@@ -358,10 +365,8 @@ TEST(CompressCuda, SliceClustersMatchGlobalMergeBitwise) {
       const std::string label = buf;
       compress::cuda::set_compress_slice_clusters(compress::cuda::kSliceClustersOn);
       const compress::SplitPlan plan = compress::cuda::plan_for(w.params(), 0);
-      if (sm90) {
-        EXPECT_EQ(plan.num_splits, 1) << label;
-        EXPECT_EQ(plan.dim_slices, c.slices) << label;
-      }
+      const bool one_split_sliced = plan.num_splits == 1 && plan.dim_slices > 1;
+      sliced += one_split_sliced;
       std::vector<uint8_t> got[2];
       bool used = false;
       for (int cl = 0; cl < 2; ++cl) {
@@ -375,6 +380,7 @@ TEST(CompressCuda, SliceClustersMatchGlobalMergeBitwise) {
               << label << ": plan only planned differently";
         } else {
           used = compress::cuda::merges_in_clusters(w.params(), 0);
+          if (sm90 && one_split_sliced) EXPECT_TRUE(used) << label << ": a one-split sliced plan, yet no clusters";
         }
         DeviceWorkload d(w);
         compress_kv(d.args(), nullptr, CompressImpl::kCuda);
@@ -393,7 +399,8 @@ TEST(CompressCuda, SliceClustersMatchGlobalMergeBitwise) {
                   used ? "yes" : "no", got[0] == got[1] ? "yes" : "NO");
     }
   if (sm90) {
-    EXPECT_EQ(clustered, 8) << "every case should have run as slice clusters on a compute capability 9.0 device";
+    if (sms == 132) EXPECT_EQ(sliced, 8) << "on 132 SMs every case plans one split in several slices";
+    EXPECT_GT(clustered, 0) << "no case ran as slice clusters on a compute capability 9.0 device";
   } else {
     GTEST_SKIP() << "compute capability " << cc_major << "." << cc_minor
                  << ": no slice clusters here (both runs merged globally; bytes compared anyway)";

@@ -177,7 +177,10 @@ std::atomic<int>& slice_clusters_mode() {
 
 bool compress_clusters() { return clusters_flag().load(std::memory_order_relaxed); }
 int compress_slice_clusters() { return slice_clusters_mode().load(std::memory_order_relaxed); }
-void set_compress_slice_clusters(int mode) { slice_clusters_mode().store(mode, std::memory_order_relaxed); }
+void set_compress_slice_clusters(int mode) {
+  slice_clusters_mode().store(mode == kSliceClustersOn || mode == kSliceClustersPlanOnly ? mode : kSliceClustersOff,
+                              std::memory_order_relaxed);
+}
 
 namespace {
 bool clusters_for(const Params& p, const SplitPlan& plan, int device) {

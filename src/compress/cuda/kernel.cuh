@@ -368,9 +368,9 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (sliced) {
     // ---- 5'. A slice cluster. Row group 0 holds this slice's triple; it first goes through the
-    // global path's merge steps for one split (into an empty triple, then row group 1's empty
-    // one), which keep even a zero's sign as that path does; then each lane publishes its sum of
-    // squares.
+    // global path's merge steps for one split (into an empty triple, then the empty second load of
+    // the batch, then row group 1's empty triple), which keep even a zero's sign as that path
+    // does; then each lane publishes its sum of squares.
     __shared__ float s_sq[kLanesPerRow];
     Triple u;
 #pragma unroll
@@ -379,6 +379,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       u.s[k] = 0.0f;
       u.acc[k] = 0.0f;
       merge_one(u.m[k], u.s[k], u.acc[k], t.m[k], t.s[k], t.acc[k]);
+      merge_one(u.m[k], u.s[k], u.acc[k], -INFINITY, 0.0f, 0.0f);
       merge_one(u.m[k], u.s[k], u.acc[k], -INFINITY, 0.0f, 0.0f);
     }
     float c[4];
