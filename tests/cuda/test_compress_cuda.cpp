@@ -380,7 +380,9 @@ TEST(CompressCuda, SliceClustersMatchGlobalMergeBitwise) {
               << label << ": plan only planned differently";
         } else {
           used = compress::cuda::merges_in_clusters(w.params(), 0);
-          if (sm90 && one_split_sliced) EXPECT_TRUE(used) << label << ": a one-split sliced plan, yet no clusters";
+          if (sm90 && one_split_sliced) {
+            EXPECT_TRUE(used) << label << ": a one-split sliced plan, yet no clusters";
+          }
         }
         DeviceWorkload d(w);
         compress_kv(d.args(), nullptr, CompressImpl::kCuda);
@@ -399,7 +401,9 @@ TEST(CompressCuda, SliceClustersMatchGlobalMergeBitwise) {
                   used ? "yes" : "no", got[0] == got[1] ? "yes" : "NO");
     }
   if (sm90) {
-    if (sms == 132) EXPECT_EQ(sliced, 8) << "on 132 SMs every case plans one split in several slices";
+    if (sms == 132) {
+      EXPECT_EQ(sliced, 8) << "on 132 SMs every case plans one split in several slices";
+    }
     EXPECT_GT(clustered, 0) << "no case ran as slice clusters on a compute capability 9.0 device";
   } else {
     GTEST_SKIP() << "compute capability " << cc_major << "." << cc_minor
