@@ -8,11 +8,7 @@
 // Either way the last CTA reads every partial triple of its output back from L2; it reads them in
 // rounds of 4 splits (2 row groups x 2 loads in flight), so many window splits cost one L2 round trip
 // per 4 splits, while dimension slices of one split cost a single round. Slicing is what keeps the
-// merge short when C is large and outputs are few. Where slice clusters are available (sm_90), the
-// slices of a one-split output form one thread-block cluster and need no merge at all: each CTA
-// finishes its own dims once the cluster has shared the 128 per-lane sums of squares the RMSNorm
-// needs (one exchange through distributed shared memory instead of partials, fence, ticket and a
-// final merge).
+// merge short when C is large and outputs are few.
 //
 // The choice is a small cost model in row-equivalents (one full-width row streamed by one CTA at its
 // share of HBM bandwidth): a CTA costs its rows x its width fraction plus a fixed overhead (the
@@ -49,14 +45,11 @@ inline constexpr double kCtaOverheadRows = 6.0;
 inline constexpr double kMergeTicketRows = 3.0;
 inline constexpr double kMergeRoundRows = 1.5;
 inline constexpr int64_t kMergeSplitsPerRound = 4;
-// A slice cluster's exchange: its barrier and one distributed-shared-memory read (~1 latency).
-inline constexpr double kClusterExchangeRows = 1.5;
 
 // resident_ctas: CTAs the GPU runs at once (SMs x CTAs per SM). max_slices: the largest dimension
-// slicing allowed (a power of two <= kMaxDimSlices; 1 turns slicing off). slice_clusters: a
-// one-split sliced output costs the cluster exchange instead of the merge.
+// slicing allowed (a power of two <= kMaxDimSlices; 1 turns slicing off).
 inline SplitPlan plan_splits(int64_t num_outputs, int64_t C, int64_t resident_ctas,
-                             int64_t max_slices = kMaxDimSlices, bool slice_clusters = false) {
+                             int64_t max_slices = kMaxDimSlices) {
   num_outputs = std::max<int64_t>(num_outputs, 1);
   C = std::max<int64_t>(C, 1);
   resident_ctas = std::max<int64_t>(resident_ctas, 1);
@@ -75,12 +68,11 @@ inline SplitPlan plan_splits(int64_t num_outputs, int64_t C, int64_t resident_ct
       const double width = 1.0 / static_cast<double>(slices);
       // A sliced CTA walks its rows in steps of `align`: a partial step costs a whole one.
       const double steps_rows = static_cast<double>((real_rows + align - 1) / align * align);
-      const double merge = splits * slices == 1 ? 0.0
-                           : slice_clusters && splits == 1
-                               ? kClusterExchangeRows
-                               : kMergeTicketRows +
+      const double merge = splits * slices > 1
+                               ? kMergeTicketRows +
                                      kMergeRoundRows * static_cast<double>(
-                                         (splits + kMergeSplitsPerRound - 1) / kMergeSplitsPerRound);
+                                         (splits + kMergeSplitsPerRound - 1) / kMergeSplitsPerRound)
+                               : 0.0;
       const double cost = static_cast<double>(waves) * (steps_rows * width + kCtaOverheadRows) + merge;
       if (!have || cost < best_cost - 1e-9) {
         best_cost = cost;

@@ -60,9 +60,8 @@ compress::CheckReport run_and_check(CompressWorkload& w, CompressImpl impl) {
 TEST(CompressPlan, FillsTheGpuAndCoversTheWindow) {
   for (int64_t outputs : {1, 16, 64, 256, 1024, 100000})
     for (int64_t C : {1, 4, 7, 128, 256, 512, 1000, 4096}) {
-      for (int64_t max_slices : {1, 2, 4, 8})
-      for (bool slice_clusters : {false, true}) {
-        const compress::SplitPlan p = compress::plan_splits(outputs, C, 528, max_slices, slice_clusters);
+      for (int64_t max_slices : {1, 2, 4, 8}) {
+        const compress::SplitPlan p = compress::plan_splits(outputs, C, 528, max_slices);
         EXPECT_GE(p.num_splits * p.rows_per_split, C);
         EXPECT_LT((p.num_splits - 1) * p.rows_per_split, C) << "an empty split";
         EXPECT_LE(p.rows_per_split, compress::kMaxRowsPerSplit);
@@ -83,17 +82,6 @@ TEST(CompressPlan, FillsTheGpuAndCoversTheWindow) {
   EXPECT_EQ(compress::plan_splits(1024, 128, 528).num_splits, 1);
   // A wave's worth of CTAs: 256 outputs of C = 512 in 2 splits fill 528 slots once.
   EXPECT_EQ(compress::plan_splits(256, 512, 528).num_splits, 2);
-  // Slice clusters take the merge out of one-split sliced plans: the 8192-token C = 128 case
-  // (64 outputs) becomes one split in 8 slices (512 CTAs, no merge) instead of 4 splits x 2
-  // slices; with slicing off the option changes nothing.
-  const compress::SplitPlan sc = compress::plan_splits(64, 128, 528, 8, true);
-  EXPECT_EQ(sc.num_splits, 1);
-  EXPECT_EQ(sc.dim_slices, 8);
-  EXPECT_EQ(compress::plan_splits(64, 128, 528, 8, false).num_splits, 4);
-  for (int64_t C : {128, 256, 512}) {
-    const compress::SplitPlan a = compress::plan_splits(16, C, 528, 1, true), b = compress::plan_splits(16, C, 528, 1);
-    EXPECT_TRUE(a.num_splits == b.num_splits && a.rows_per_split == b.rows_per_split && a.dim_slices == 1);
-  }
 }
 
 TEST(CompressCpu, ContestShapesInt8AndFp8) {

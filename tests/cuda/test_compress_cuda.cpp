@@ -253,21 +253,13 @@ TEST(CompressCuda, CallerWorkspaceOnAStreamCapturedInAGraph) {
   // With a caller-provided workspace and the checks off, a call allocates nothing and never
   // synchronises: it can be captured in a CUDA graph, and replays give the same bytes as a plain
   // call with latentkv's own workspace.
-  // C = 512: 16 outputs in many splits, so the counters matter; C = 128: 64 outputs in several
-  // CTAs each, or (slice clusters on, sm_90 with 132 SMs) one split in 8 slices run as slice
-  // clusters. Each setting runs: off, split clusters on (where a plan has window splits of one
-  // slice), slice clusters on.
+  // C = 512: 16 outputs in many splits, so the counters matter; C = 128: 8 splits per output,
+  // merged inside clusters on sm_90 when those are switched on (both settings run).
   latentkv::testing::RestoreSwitch<bool> restore(compress::cuda::compress_clusters, compress::cuda::set_compress_clusters);
-  latentkv::testing::RestoreSwitch<int> restore_slices(compress::cuda::compress_slice_clusters,
-                                                       compress::cuda::set_compress_slice_clusters);
-  for (int setting : {0, 1, 2})
+  for (bool clusters : {false, true})
   for (int64_t C : {512, 128}) {
-    const bool clusters = setting == 1;
     compress::cuda::set_compress_clusters(clusters);
-    compress::cuda::set_compress_slice_clusters(setting == 2 ? compress::cuda::kSliceClustersOn
-                                                             : compress::cuda::kSliceClustersOff);
-    SCOPED_TRACE("C " + std::to_string(C) +
-                 (setting == 0 ? ", clusters off" : setting == 1 ? ", split clusters on" : ", slice clusters on"));
+    SCOPED_TRACE("C " + std::to_string(C) + (clusters ? ", clusters on" : ", clusters off"));
     WorkloadOptions o;
     o.num_reqs = 1;
     o.tokens_per_req = 8192;
@@ -322,93 +314,6 @@ TEST(CompressCuda, MoreOutputsThanAGridDimensionOf65535) {
   CompressWorkload w = make_workload(o);
   ASSERT_EQ(w.num_outputs, 70000);
   gpu_run_and_check(w, "70000 outputs, C=4");
-}
-
-// Slice clusters (one split's dimension slices as one cluster, each CTA finishing its own dims
-// after the cluster shares the sums of squares) against the global merge of the same plan (mode
-// plan only): the same arithmetic in the same order, so the same bytes. Shapes give one-split plans
-// of 2, 4 and 8 slices, a shuffled table, random slots and a random initial cache; each result also
-// passes the oracle's judgement.
-TEST(CompressCuda, SliceClustersMatchGlobalMergeBitwise) {
-  REQUIRE_GPU();
-  // On the H200 (132 SMs, 528 resident CTAs) these give one-split plans of 8, 2, 4 and 8 slices;
-  // the plans are asked of the planner, so other SM counts test whatever sliced plans they get.
-  struct S { int64_t reqs, tokens, C; };
-  const S cases[] = {{1, 8192, 128}, {4, 8192, 128}, {4, 8192, 256}, {1, 4096, 64}};
-  latentkv::testing::RestoreSwitch<int> restore(compress::cuda::compress_slice_clusters,
-                                                compress::cuda::set_compress_slice_clusters);
-  latentkv::testing::RestoreSwitch<int64_t> restore_slices(compress::cuda::compress_max_slices,
-                                                            compress::cuda::set_compress_max_slices);
-  compress::cuda::set_compress_max_slices(compress::kMaxDimSlices);
-  int cc_major = 0, cc_minor = 0, sms = 0;
-  cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, 0);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  const bool sm90 = cc_major == 9 && cc_minor == 0;
-  int n = 0, clustered = 0, sliced = 0;
-  for (const S& c : cases)
-    for (CacheFormat f : {CacheFormat::v4_int8, CacheFormat::v4_fp8}) {
-      WorkloadOptions o;
-      o.num_reqs = c.reqs;
-      o.tokens_per_req = c.tokens;
-      o.compress_ratio = c.C;
-      o.shuffle_blocks = true;
-      o.random_slots = true;
-      o.random_initial_cache = true;
-      o.format = f;
-      o.seed = 4300 + n++;
-      CompressWorkload w = make_workload(o);
-      char buf[80];
-      std::snprintf(buf, sizeof(buf), "C%lld_r%lld_t%lld/%s", static_cast<long long>(c.C),
-                    static_cast<long long>(c.reqs), static_cast<long long>(c.tokens),
-                    f == CacheFormat::v4_fp8 ? "fp8" : "int8");
-      const std::string label = buf;
-      compress::cuda::set_compress_slice_clusters(compress::cuda::kSliceClustersOn);
-      const compress::SplitPlan plan = compress::cuda::plan_for(w.params(), 0);
-      const bool one_split_sliced = plan.num_splits == 1 && plan.dim_slices > 1;
-      sliced += one_split_sliced;
-      std::vector<uint8_t> got[2];
-      bool used = false;
-      for (int cl = 0; cl < 2; ++cl) {
-        compress::cuda::set_compress_slice_clusters(cl == 1 ? compress::cuda::kSliceClustersOn
-                                                            : compress::cuda::kSliceClustersPlanOnly);
-        if (cl == 0) {
-          EXPECT_FALSE(compress::cuda::merges_in_clusters(w.params(), 0)) << label << ": plan only, yet clusters";
-          const compress::SplitPlan p0 = compress::cuda::plan_for(w.params(), 0);
-          EXPECT_TRUE(p0.num_splits == plan.num_splits && p0.dim_slices == plan.dim_slices &&
-                      p0.rows_per_split == plan.rows_per_split)
-              << label << ": plan only planned differently";
-        } else {
-          used = compress::cuda::merges_in_clusters(w.params(), 0);
-          if (sm90 && one_split_sliced) {
-            EXPECT_TRUE(used) << label << ": a one-split sliced plan, yet no clusters";
-          }
-        }
-        DeviceWorkload d(w);
-        compress_kv(d.args(), nullptr, CompressImpl::kCuda);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << label;
-        got[cl] = d.kv.download();
-      }
-      clustered += used;
-      EXPECT_EQ(got[0], got[1]) << label << ": slice clusters and the global merge differ";
-      for (int cl = 0; cl < 2; ++cl) {
-        const compress::CheckReport rep = compress::check_records(w.params(), got[cl].data());
-        EXPECT_TRUE(rep.ok()) << label << (cl ? " (slice clusters)" : " (global)") << ": " << rep.first_failure;
-      }
-      std::printf("[check] slice clusters %-26s plan %lld x %lld, clusters: %s, same bytes as the "
-                  "global merge: %s\n",
-                  label.c_str(), static_cast<long long>(plan.num_splits), static_cast<long long>(plan.dim_slices),
-                  used ? "yes" : "no", got[0] == got[1] ? "yes" : "NO");
-    }
-  if (sm90) {
-    if (sms == 132) {
-      EXPECT_EQ(sliced, 8) << "on 132 SMs every case plans one split in several slices";
-    }
-    EXPECT_GT(clustered, 0) << "no case ran as slice clusters on a compute capability 9.0 device";
-  } else {
-    GTEST_SKIP() << "compute capability " << cc_major << "." << cc_minor
-                 << ": no slice clusters here (both runs merged globally; bytes compared anyway)";
-  }
 }
 
 // Split outputs merged inside thread-block clusters (distributed shared memory) against the global

@@ -174,11 +174,6 @@ int cmd_bench_compress(const Args& args) {
                                    ? "in thread-block clusters where a plan has 2-16 splits (LKV_COMPRESS_CLUSTER=1, sm_90)"
                                    : "global";
     res.notes["max_dim_slices"] = std::to_string(compress::cuda::compress_max_slices());
-    const int sc = compress::cuda::compress_slice_clusters();
-    res.notes["slice_clusters"] = sc == compress::cuda::kSliceClustersOn ? "on (LKV_COMPRESS_SLICE_CLUSTER=1, sm_90)"
-                                  : sc == compress::cuda::kSliceClustersPlanOnly
-                                      ? "plan only (LKV_COMPRESS_SLICE_CLUSTER=2: their plans, merged globally)"
-                                      : "off";
   }
 #endif
   // On the CPU the ceiling is a memcpy with as many threads, timed in the same run (the issue's

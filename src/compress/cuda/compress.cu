@@ -59,8 +59,7 @@ void set_compress_max_slices(int64_t max_slices) {
 
 SplitPlan plan_for(const Params& p, int device) {
   return plan_splits(p.num_outputs, p.compress_ratio, int64_t{kCtasPerSm} * cuda_common::sm_count(device),
-                     compress_max_slices(),
-                     compress_slice_clusters() != kSliceClustersOff && cuda_common::compute_capability(device) == 90);
+                     compress_max_slices());
 }
 
 void set_compress_trace(bool on) {
@@ -164,34 +163,17 @@ std::atomic<bool>& clusters_flag() {
   return flag;
 }
 
-std::atomic<int>& slice_clusters_mode() {
-  static std::atomic<int> mode{[] {
-    const char* e = std::getenv("LKV_COMPRESS_SLICE_CLUSTER");
-    const int v = e ? std::atoi(e) : kSliceClustersOff;
-    return v == kSliceClustersOn || v == kSliceClustersPlanOnly ? v : kSliceClustersOff;
-  }()};
-  return mode;
-}
-
 }  // namespace
 
 bool compress_clusters() { return clusters_flag().load(std::memory_order_relaxed); }
-int compress_slice_clusters() { return slice_clusters_mode().load(std::memory_order_relaxed); }
-void set_compress_slice_clusters(int mode) {
-  slice_clusters_mode().store(mode == kSliceClustersOn || mode == kSliceClustersPlanOnly ? mode : kSliceClustersOff,
-                              std::memory_order_relaxed);
-}
 
 namespace {
 bool clusters_for(const Params& p, const SplitPlan& plan, int device) {
-  // Compute capability 9.0 exactly: the cluster paths exist in the sm_90a code; newer GPUs run the
-  // compute_80 PTX, whose kernel merges globally. Window splits of one slice (LKV_COMPRESS_CLUSTER)
-  // or dimension slices of one split (LKV_COMPRESS_SLICE_CLUSTER).
-  if (cuda_common::compute_capability(device) != 90) return false;
-  const bool splits = compress_clusters() && plan.num_splits >= 2 && plan.num_splits <= kMaxClusterSplits &&
-                      plan.dim_slices == 1;
-  const bool slices = compress_slice_clusters() == kSliceClustersOn && plan.num_splits == 1 && plan.dim_slices > 1;
-  if (!splits && !slices) return false;
+  // Compute capability 9.0 exactly: the cluster merge exists in the sm_90a code; newer GPUs run the
+  // compute_80 PTX, whose kernel merges globally.
+  if (!compress_clusters() || cuda_common::compute_capability(device) != 90 || plan.num_splits < 2 ||
+      plan.num_splits > kMaxClusterSplits || plan.dim_slices != 1)
+    return false;
   return p.fp8 ? cluster_launch_fits<true>(p, plan, device) : cluster_launch_fits<false>(p, plan, device);
 }
 }  // namespace

@@ -14,10 +14,6 @@
 //      result is merged into group 0's), so results are bitwise deterministic whichever CTA
 //      finishes last,
 //   6. normalises, quantizes, rotates and writes the 584-byte record (128 lanes x 4 dims).
-// A slice cluster (sm_90, a plan of one split in S > 1 slices, each output's slices one cluster)
-// replaces 5 and 6: every CTA publishes its lanes' sums of squares in shared memory, reads all 128
-// back from the cluster, reduces them in the full-width order, and finishes its own 512 / S dims
-// (the same arithmetic in the same order as the last CTA of step 6, so the same bytes).
 // Invalid indices are never followed: a bad block skips its rows (a window whose blocks are all bad
 // still writes a record, of NaN or zero payload: only possible with the index checks off), and an
 // output whose own indices are bad writes nothing.
@@ -74,30 +70,6 @@ __device__ __forceinline__ void cluster_sync_all() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
 }
-// The two halves of a cluster barrier, for work between them.
-__device__ __forceinline__ void cluster_arrive() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-// 4 bytes at shared::cta address `addr` of the cluster's CTA `rank`.
-__device__ __forceinline__ float ld_peer_f32(uint32_t addr, uint32_t rank) {
-  float v = 0.0f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
-#else
-  (void)addr;
-  (void)rank;
-#endif
-  return v;
-}
 // 16 bytes at shared::cta address `addr` of the cluster's CTA `rank`.
 __device__ __forceinline__ float4 ld_peer(uint32_t addr, uint32_t rank) {
   float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -120,11 +92,10 @@ __device__ __forceinline__ float4 load_stream(const float* p) {
   return __ldcs(reinterpret_cast<const float4*>(p));
 }
 
-// kCluster: launched with cluster dims (1, ctas_per_output), so that the CTAs of an output are one
-// cluster; on sm_90 code window splits (of one slice) merge through distributed shared memory, and
-// slices (of one split) share their sums of squares that way and each finishes its own dims; both
-// give the global path's bytes (the same order and arithmetic). Code compiled for older targets (the
-// compute_80 PTX run by a newer GPU) takes the global path inside the cluster, which is also correct.
+// kCluster: launched with cluster dims (1, num_splits), so that the splits of an output are one
+// cluster; on sm_90 code they merge through distributed shared memory (the same merge order and
+// arithmetic as the global path, so the same bytes). Code compiled for older targets (the compute_80
+// PTX run by a newer GPU) takes the global path inside the cluster, which is also correct.
 template <bool kFp8, bool kCluster = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
@@ -150,14 +121,6 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   const int flane = tid % kLanesPerRow;
   const int fdim0 = flane * 4;
   static_assert(kDim == 1 << 9, "dim0 above shifts by log2(kDim)");
-  // A slice cluster: row group 0 of each CTA finishes the CTA's slice (its dims dim0).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const bool sliced = kCluster && plan.num_splits == 1 && plan.dim_slices > 1;
-#else
-  constexpr bool sliced = false;
-#endif
-  const int fin_dim0 = sliced ? dim0 : fdim0;      // the dims this thread would finish
-  const bool finisher = sliced ? group == 0 : fgroup == 0;
   // Phase timestamps for `bench compress --trace` (trace is null otherwise).
   auto stamp = [&](int phase) {
     if (trace != nullptr && tid == 0) {
@@ -184,11 +147,11 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
 
   // The finishing CTA needs its lanes' RMSNorm weights and RoPE cos/sin; loading them now keeps
   // two dependent memory latencies off the end of the kernel.
-  const uint2 w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + fin_dim0);
+  const uint2 w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + fdim0);
   float2 cs_cos = make_float2(0.f, 0.f), cs_sin = make_float2(0.f, 0.f);
-  if (fin_dim0 >= kNope && finisher) {
+  if (fdim0 >= kNope && fgroup == 0) {
     const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
-    const int j = (fin_dim0 - kNope) / 2;
+    const int j = (fdim0 - kNope) / 2;
     cs_cos = make_float2(cs[j], cs[j + 1]);
     cs_sin = make_float2(cs[kRope / 2 + j], cs[kRope / 2 + j + 1]);
   }
@@ -306,109 +269,6 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     __syncthreads();
     if (fgroup == 0) merge_triple(t, s_merge, fdim0);
   };
-  // ---- 6. (as a function) RMSNorm with the output's sum of squares `total`, NoPE quantization,
-  // RoPE, and the record's bytes, for the 4 dims d0.. of this thread's values c. Groups of 64 dims
-  // are 16 aligned lanes and the amax xor-shuffle stays inside one, so whole warps call this (the
-  // full-mask shuffles never diverge); only `live` threads store.
-  auto finish = [&](const float (&c)[4], float total, int d0, bool live) {
-    const float rstd = 1.0f / sqrtf(total / static_cast<float>(kDim) + p.eps);
-    const uint16_t w16[4] = {static_cast<uint16_t>(w_bits.x & 0xffffu), static_cast<uint16_t>(w_bits.x >> 16),
-                             static_cast<uint16_t>(w_bits.y & 0xffffu), static_cast<uint16_t>(w_bits.y >> 16)};
-    float y[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) y[k] = c[k] * rstd * num::bf16_to_f32(w16[k]);
-    // Every lane takes part in the shuffle (the RoPE lanes' maxima are unused).
-    float z[4], amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      z[k] = num::round_bf16(y[k]);
-      amax = fmaxf(amax, fabsf(z[k]));
-    }
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, 16));
-    if (!live) return;
-    uint8_t* data = p.kv + data_offset(p, slot);
-    uint8_t* scales = p.kv + scale_offset(p, slot);
-    const int gl = d0 / 4;  // the lane of the full-width mapping that owns these dims
-    if (d0 < kNope) {
-      const int e = num::compressor_scale_exp(amax, kFp8 ? 1.0f / 448.0f : 1.0f / 127.0f);
-      const float inv_scale = num::exp2i(-e);
-      uint32_t word = 0;
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-        word |= static_cast<uint32_t>(encode_payload(z[k] * inv_scale, kFp8)) << (8 * k);
-      *reinterpret_cast<uint32_t*>(data + d0) = word;
-      if ((gl & 15) == 0) scales[gl / 16] = num::ue8m0_from_exp(e);
-    } else {
-      if (d0 == kNope) scales[kNumGroups] = 0;
-      // This lane's two pairs are j and j + 1, j = (d0 - 448) / 2; their cos/sin were prefetched.
-      uint32_t h[4];
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const float u = y[2 * q], w = y[2 * q + 1];
-        const float co = q ? cs_cos.y : cs_cos.x, si = q ? cs_sin.y : cs_sin.x;
-        h[2 * q] = num::f32_to_bf16(u * co - w * si);
-        h[2 * q + 1] = num::f32_to_bf16(w * co + u * si);
-      }
-      *reinterpret_cast<uint2*>(data + kNope + 2 * (d0 - kNope)) =
-          make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
-    }
-  };
-  // This thread's 4 values and their sum of squares (the order every path uses).
-  auto values = [&](const Triple& u, float (&c)[4]) {
-    float sq = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      c[k] = u.acc[k] / u.s[k];
-      sq = fmaf(c[k], c[k], sq);
-    }
-    return sq;
-  };
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (sliced) {
-    // ---- 5'. A slice cluster. Row group 0 holds this slice's triple; it first goes through the
-    // global path's merge steps for one split (into an empty triple, then the empty second load of
-    // the batch, then row group 1's empty triple), which keep even a zero's sign as that path
-    // does; then each lane publishes its sum of squares.
-    __shared__ float s_sq[kLanesPerRow];
-    Triple u;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      u.m[k] = -INFINITY;
-      u.s[k] = 0.0f;
-      u.acc[k] = 0.0f;
-      merge_one(u.m[k], u.s[k], u.acc[k], t.m[k], t.s[k], t.acc[k]);
-      merge_one(u.m[k], u.s[k], u.acc[k], -INFINITY, 0.0f, 0.0f);
-      merge_one(u.m[k], u.s[k], u.acc[k], -INFINITY, 0.0f, 0.0f);
-    }
-    float c[4];
-    const float sq = values(u, c);
-    if (group == 0) s_sq[lane] = sq;
-    cluster_sync_all();  // every slice's sums published
-    stamp(5);
-    // Threads 0-127 play the full-width lanes 0-127 (lane l's sum sits in slice l / lanes) and
-    // reduce them as the global path's finishing CTA does: a warp butterfly, then the 4 warps in order.
-    if (tid < kLanesPerRow) {
-      const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(s_sq));
-      float x = ld_peer_f32(base + 4u * static_cast<uint32_t>(tid % lanes), static_cast<uint32_t>(tid / lanes));
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-      if ((tid & 31) == 0) s_red[tid / 32] = x;
-    }
-    cluster_arrive();  // done reading the peers' shared memory
-    __syncthreads();
-    const float total = ((s_red[0] + s_red[1]) + s_red[2]) + s_red[3];
-    stamp(6);
-    // Row group 0's warps finish the slice's dims (with 16 lanes per row, warp 0's other half
-    // shuffles along and stores nothing).
-    if (tid < max(lanes, 32)) finish(c, total, dim0, group == 0);
-    stamp(7);
-    cluster_wait();  // no CTA leaves while a peer may still read its s_sq
-    return;
-  }
-#endif
-
   bool merged_in_cluster = false;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kCluster) {
@@ -473,20 +333,65 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   }
   if (fgroup == 1) return;  // no barrier below involves row group 1
 
-  // ---- 6. Finalise the whole record: the sum of squares over 128 lanes, then `finish`.
-  float c[4];
-  float sq = values(t, c);
+  // ---- 6. Finalise: RMSNorm, NoPE quantization, RoPE, and the record's bytes.
+  float c[4], y[4];
+  float sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    c[k] = t.acc[k] / t.s[k];
+    sq = fmaf(c[k], c[k], sq);
+  }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
   if ((flane & 31) == 0) s_red[flane / 32] = sq;
   asm volatile("bar.sync 1, %0;" ::"n"(kLanesPerRow));
   const float total = ((s_red[0] + s_red[1]) + s_red[2]) + s_red[3];
-  finish(c, total, fdim0, true);
+  const float rstd = 1.0f / sqrtf(total / static_cast<float>(kDim) + p.eps);
+  const uint16_t w16[4] = {static_cast<uint16_t>(w_bits.x & 0xffffu), static_cast<uint16_t>(w_bits.x >> 16),
+                           static_cast<uint16_t>(w_bits.y & 0xffffu), static_cast<uint16_t>(w_bits.y >> 16)};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) y[k] = c[k] * rstd * num::bf16_to_f32(w16[k]);
+
+  uint8_t* data = p.kv + data_offset(p, slot);
+  uint8_t* scales = p.kv + scale_offset(p, slot);
+  // Groups of 64 dims are 16 aligned lanes; the xor-shuffle stays inside a group. Every lane takes
+  // part (the RoPE lanes' maxima are unused) so the full-mask shuffles never diverge.
+  float z[4], amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    z[k] = num::round_bf16(y[k]);
+    amax = fmaxf(amax, fabsf(z[k]));
+  }
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, 16));
+  if (fdim0 < kNope) {
+    const int e = num::compressor_scale_exp(amax, kFp8 ? 1.0f / 448.0f : 1.0f / 127.0f);
+    const float inv_scale = num::exp2i(-e);
+    uint32_t word = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      word |= static_cast<uint32_t>(encode_payload(z[k] * inv_scale, kFp8)) << (8 * k);
+    *reinterpret_cast<uint32_t*>(data + fdim0) = word;
+    if ((flane & 15) == 0) scales[flane / 16] = num::ue8m0_from_exp(e);
+  } else {
+    if (fdim0 == kNope) scales[kNumGroups] = 0;
+    // This lane's two pairs are j and j + 1, j = (fdim0 - 448) / 2; their cos/sin were prefetched.
+    uint32_t h[4];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const float u = y[2 * q], w = y[2 * q + 1];
+      const float co = q ? cs_cos.y : cs_cos.x, si = q ? cs_sin.y : cs_sin.x;
+      h[2 * q] = num::f32_to_bf16(u * co - w * si);
+      h[2 * q + 1] = num::f32_to_bf16(w * co + u * si);
+    }
+    *reinterpret_cast<uint2*>(data + kNope + 2 * (fdim0 - kNope)) =
+        make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+  }
   stamp(7);
 }
 
-// A launch of (num_outputs, splits) CTAs in which each output's `splits` CTAs (window splits or
-// dimension slices) form one cluster; `attr` is the storage the returned config points to.
+// A launch of (num_outputs, splits) CTAs in which each output's splits form one cluster; `attr` is
+// the storage the returned config points to.
 inline cudaLaunchConfig_t cluster_config(cudaLaunchAttribute (&attr)[1], int64_t num_outputs, int64_t splits,
                                          cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
@@ -532,7 +437,7 @@ inline void launch_compress(const Params& p, const SplitPlan& plan, float* parti
                             bool cluster, unsigned long long* trace, cudaStream_t stream) {
   if (cluster) {
     cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t config = cluster_config(attr, p.num_outputs, plan.ctas_per_output(), stream);
+    const cudaLaunchConfig_t config = cluster_config(attr, p.num_outputs, plan.num_splits, stream);
     LKV_CUDA_CHECK(
         cudaLaunchKernelEx(&config, compress_kernel<kFp8, true>, p, plan, partials, counters, trace));
   } else {
@@ -544,7 +449,7 @@ inline void launch_compress(const Params& p, const SplitPlan& plan, float* parti
 
 template <bool kFp8>
 inline bool cluster_fits_for(const Params& p, const SplitPlan& plan, int device) {
-  return cluster_fits(compress_kernel<kFp8, true>, device, p.num_outputs, plan.ctas_per_output());
+  return cluster_fits(compress_kernel<kFp8, true>, device, p.num_outputs, plan.num_splits);
 }
 
 }  // namespace latentkv::compress::cuda

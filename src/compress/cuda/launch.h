@@ -38,9 +38,8 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
 
 namespace latentkv::compress::cuda {
 // One instantiation per payload kind (instantiations/*.cu).
-// cluster: the CTAs of each output form a thread-block cluster (sm_90): window splits of one slice
-// (2 <= num_splits <= kMaxClusterSplits) merge through distributed shared memory; dimension slices
-// of one split share their sums of squares that way and each writes its own dims.
+// cluster: the splits of each output form a thread-block cluster (sm_90; 2 <= num_splits <=
+// kMaxClusterSplits) and merge through distributed shared memory.
 // trace: null, or kTracePhases globaltimer stamps per CTA (see set_compress_trace).
 template <bool kFp8>
 void launch_compress_kernel(const Params& p, const SplitPlan& plan, float* partials, int* counters,
@@ -57,18 +56,8 @@ bool cluster_launch_fits(const Params& p, const SplitPlan& plan, int device);
 // and such clusters fit.
 bool compress_clusters();
 void set_compress_clusters(bool on);
-// Whether a one-split plan's dimension slices form one cluster per output, which shares the
-// RMSNorm's sums of squares through distributed shared memory so that every CTA finishes its own
-// dims (no partials, ticket or final merge; the same bytes). Modes (LKV_COMPRESS_SLICE_CLUSTER or
-// set_compress_slice_clusters), each only where the device runs the sm_90 code: off (0, the
-// default until measured); on (1: the planner prices such plans by the cluster exchange and they
-// run as clusters); plan only (2: the same plans, finished by the global merge, which tells the
-// plan's share of a difference from the finishing path's, and gives the tests the same plan both ways).
-inline constexpr int kSliceClustersOff = 0, kSliceClustersOn = 1, kSliceClustersPlanOnly = 2;
-int compress_slice_clusters();
-void set_compress_slice_clusters(int mode);
-// Whether compress() on `device` runs these parameters' CTAs as clusters, either kind (what the
-// tests ask to know that they exercised that path).
+// Whether compress() on `device` merges these parameters' splits inside clusters (what the tests
+// ask to know that they exercised that path).
 bool merges_in_clusters(const Params& p, int device);
 
 // The plan compress() uses for these parameters on `device`.

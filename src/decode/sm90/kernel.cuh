@@ -323,7 +323,9 @@ __device__ __forceinline__ void write_row_lse(const cuda::OutRef& o, int64_t r1,
 // The end of a CTA: warpgroup `wg` normalises its rows r0 and r0 + 8 (O fragment `o`, row maxima
 // and sums in shared memory) and writes its 256 dims of out (or the split partials), and warpgroup
 // 0 writes lse and max_logits (row_end's rules).
-template <class Args, bool kPacks>
+// kWidePartials (the LKV_SM90_WIDE_PARTIALS experiment; the single-role kernel only, the
+// warp-specialised one would spill): split partials by 16-byte stores, below.
+template <class Args, bool kPacks, bool kWidePartials = false>
 __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const float (&o)[128],
                                            const float* sRowMax, const float* sRowSum, int r0, int t4,
                                            int wg, const CtaWork<kPacks>& w) {
@@ -333,6 +335,8 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int hr = r0 + 8 * r;
+    // The lanes whose row exists (a quad shares its row, so a lane and its xor-1 partner agree).
+    const unsigned live = kWidePartials ? __ballot_sync(0xffffffffu, hr < w.rows_here) : 0u;
     if (hr >= w.rows_here) continue;
     const int64_t h = w.head(hr), r2 = w.r2(hr);
     const RowEnd e = row_end(sRowMax, sRowSum, hr, h, g.num_splits == 1, out_ref.sink);
@@ -348,10 +352,29 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
     } else {
       const int64_t prow = (w.pr.row(g, hr, w.heads_here) * g.h_q + h) * g.num_splits + split;
       float* out = g.partial_out + prow * kDimV + 256 * wg;
+      if constexpr (kWidePartials) {
+      // 16-byte stores: for columns 16 jj .. 16 jj + 15 the quad holds A = columns 2 t4, 2 t4 + 1
+      // (fragment j = 2 jj) and B = the same 8 further on (j = 2 jj + 1). Lanes t4 and t4 ^ 1
+      // swap one pair (even lanes send B, odd ones A), so that even lanes hold columns 2 t4 .. 2 t4
+      // + 3 (A, then the partner's A) and odd lanes 2 t4 + 6 .. 2 t4 + 9 (the partner's B, then B):
+      // each warp store writes 64 contiguous bytes of each of its 8 rows instead of 32, in half the
+      // instructions. Same values at the same addresses.
+      const bool odd = t4 & 1;
+#pragma unroll
+      for (int jj = 0; jj < 16; ++jj) {
+        const float ax = o[8 * jj + 2 * r] * factor, ay = o[8 * jj + 2 * r + 1] * factor;
+        const float bx = o[8 * jj + 4 + 2 * r] * factor, by = o[8 * jj + 4 + 2 * r + 1] * factor;
+        const float rx = __shfl_xor_sync(live, odd ? ax : bx, 1);
+        const float ry = __shfl_xor_sync(live, odd ? ay : by, 1);
+        const float4 v = odd ? make_float4(rx, ry, bx, by) : make_float4(ax, ay, rx, ry);
+        *reinterpret_cast<float4*>(out + 16 * jj + 2 * t4 + (odd ? 6 : 0)) = v;
+      }
+      } else {
 #pragma unroll
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<float2*>(out + 8 * j + 2 * t4) =
             make_float2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
+      }
       if (wg == 0 && t4 == 0) {
         g.partial_lse[prow] = e.lse;
         if (g.partial_max) g.partial_max[prow] = e.max_logit;
@@ -864,7 +887,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   __syncthreads();
   static_assert(2 * L::k_stage >= kThreads / 32 * 8192, "the epilogue's windows must fit the key stages");
   if (p.g.num_splits == 1) write_rows_staged(p, o, sRowMax, sRowSum, r0, t4, wg, w, sK + warp * 8192);
+#if defined(LKV_SM90_WIDE_PARTIALS)
+  else write_rows<typename Source::Args, Source::kPacksRows, true>(p, o, sRowMax, sRowSum, r0, t4, wg, w);
+#else
   else write_rows(p, o, sRowMax, sRowSum, r0, t4, wg, w);
+#endif
   stamp(8);
 #else
   (void)p;
