@@ -323,8 +323,10 @@ __device__ __forceinline__ void write_row_lse(const cuda::OutRef& o, int64_t r1,
 // The end of a CTA: warpgroup `wg` normalises its rows r0 and r0 + 8 (O fragment `o`, row maxima
 // and sums in shared memory) and writes its 256 dims of out (or the split partials), and warpgroup
 // 0 writes lse and max_logits (row_end's rules).
-// kWidePartials (the LKV_SM90_WIDE_PARTIALS experiment; the single-role kernel only, the
-// warp-specialised one would spill): split partials by 16-byte stores, below.
+// kWidePartials: split partials by 16-byte stores (below). Against the 8-byte stores, two
+// alternations in one run: V4 / V4.1 b 2 with one-block splits 4.8-6.8% faster, V3.2 b 2 level to
+// 2.8% faster, b 64 / b 74 level (bench/NOTES.md v29). The single-role kernel only: the opt-in
+// warp-specialised one spills with it and keeps the 8-byte stores.
 template <class Args, bool kPacks, bool kWidePartials = false>
 __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const float (&o)[128],
                                            const float* sRowMax, const float* sRowSum, int r0, int t4,
@@ -358,7 +360,8 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
       // swap one pair (even lanes send B, odd ones A), so that even lanes hold columns 2 t4 .. 2 t4
       // + 3 (A, then the partner's A) and odd lanes 2 t4 + 6 .. 2 t4 + 9 (the partner's B, then B):
       // each warp store writes 64 contiguous bytes of each of its 8 rows instead of 32, in half the
-      // instructions. Same values at the same addresses.
+      // instructions. Same values at the same addresses. (The epilogue of a b 2 split CTA, 128 KB
+      // of f32 partials, took ~3.6 µs with the 8-byte stores: the v28/v29 traces.)
       const bool odd = t4 & 1;
 #pragma unroll
       for (int jj = 0; jj < 16; ++jj) {
@@ -887,11 +890,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   __syncthreads();
   static_assert(2 * L::k_stage >= kThreads / 32 * 8192, "the epilogue's windows must fit the key stages");
   if (p.g.num_splits == 1) write_rows_staged(p, o, sRowMax, sRowSum, r0, t4, wg, w, sK + warp * 8192);
-#if defined(LKV_SM90_WIDE_PARTIALS)
   else write_rows<typename Source::Args, Source::kPacksRows, true>(p, o, sRowMax, sRowSum, r0, t4, wg, w);
-#else
-  else write_rows(p, o, sRowMax, sRowSum, r0, t4, wg, w);
-#endif
   stamp(8);
 #else
   (void)p;
