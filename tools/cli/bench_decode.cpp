@@ -235,7 +235,8 @@ int cmd_bench_decode(const Args& args) {
   const std::string splits_arg = args.get("splits", "");
   const bool trace_warm = args.flag("trace-warm");  // --trace after an unflushed call
   const bool trace_code = args.flag("trace-code");  // --trace after the flush and a code warmer
-  const bool trace = args.flag("trace") || trace_warm || trace_code;
+  const bool trace_flushed = args.flag("trace");
+  const bool trace = trace_flushed || trace_warm || trace_code;
   // --code-warm: each case also timed with a code warmer between the flush and the call
   // (code_warm_time_us), and right after an untimed call of itself with no flush (warm_time_us:
   // its code and data in the L2 as that call left them; the untimed call keeps the GPU busy while
@@ -266,7 +267,7 @@ int cmd_bench_decode(const Args& args) {
   LKV_CHECK(forced_splits.empty() || cuda, "--splits needs --device cuda (the CPU paths do not split)");
   LKV_CHECK(!trace || cuda, "--trace needs --device cuda");
   LKV_CHECK(!code_warm || cuda, "--code-warm needs --device cuda");
-  LKV_CHECK(int(args.flag("trace")) + int(trace_warm) + int(trace_code) <= 1,
+  LKV_CHECK(int(trace_flushed) + int(trace_warm) + int(trace_code) <= 1,
             "--trace, --trace-warm and --trace-code exclude each other");
 #ifdef LKV_WITH_CUDA
   LKV_CHECK(!trace || decode::sm90::trace_built(),
@@ -384,9 +385,9 @@ int cmd_bench_decode(const Args& args) {
           plan.unsplit_b = 0;  // every request split so
         }
         a.plan = &plan;
+        warmer.plan = &plan;
         bc.time_us = bench_cuda::time_us([&] { sparse_decode(a); }, reps);
         if (code_warm) {
-          warmer.plan = &plan;
           bc.numbers["code_warm_time_us"] =
               bench_cuda::time_us([&] { sparse_decode(a); }, reps, 3, true, [&] { sparse_decode(warmer); });
           bc.numbers["warm_time_us"] =
@@ -410,7 +411,6 @@ int cmd_bench_decode(const Args& args) {
       if (code_warm)
         std::printf("  %s: %.1f us with its code in the L2, %.1f us with code and data\n", bc.name.c_str(),
                     bc.numbers["code_warm_time_us"], bc.numbers["warm_time_us"]);
-      warmer.plan = &plan;
       if (trace)
         trace_case(bc.name, a, warmer, bc,
                    trace_warm ? TraceMode::kWarm : trace_code ? TraceMode::kCode : TraceMode::kFlushed);

@@ -355,28 +355,28 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
       const int64_t prow = (w.pr.row(g, hr, w.heads_here) * g.h_q + h) * g.num_splits + split;
       float* out = g.partial_out + prow * kDimV + 256 * wg;
       if constexpr (kWidePartials) {
-      // 16-byte stores: for columns 16 jj .. 16 jj + 15 the quad holds A = columns 2 t4, 2 t4 + 1
-      // (fragment j = 2 jj) and B = the same 8 further on (j = 2 jj + 1). Lanes t4 and t4 ^ 1
-      // swap one pair (even lanes send B, odd ones A), so that even lanes hold columns 2 t4 .. 2 t4
-      // + 3 (A, then the partner's A) and odd lanes 2 t4 + 6 .. 2 t4 + 9 (the partner's B, then B):
-      // each warp store writes 64 contiguous bytes of each of its 8 rows instead of 32, in half the
-      // instructions. Same values at the same addresses. (The epilogue of a b 2 split CTA, 128 KB
-      // of f32 partials, took ~3.6 µs with the 8-byte stores: the v28/v29 traces.)
-      const bool odd = t4 & 1;
+        // 16-byte stores: for columns 16 jj .. 16 jj + 15 the quad holds A = columns 2 t4, 2 t4 + 1
+        // (fragment j = 2 jj) and B = the same 8 further on (j = 2 jj + 1). Lanes t4 and t4 ^ 1
+        // swap one pair (even lanes send B, odd ones A), so that even lanes hold columns 2 t4 .. 2 t4
+        // + 3 (A, then the partner's A) and odd lanes 2 t4 + 6 .. 2 t4 + 9 (the partner's B, then B):
+        // each warp store writes 64 contiguous bytes of each of its 8 rows instead of 32, in half the
+        // instructions. Same values at the same addresses. (The epilogue of a b 2 split CTA, 128 KB
+        // of f32 partials, took ~3.6 µs with the 8-byte stores: the v28/v29 traces.)
+        const bool odd = t4 & 1;
 #pragma unroll
-      for (int jj = 0; jj < 16; ++jj) {
-        const float ax = o[8 * jj + 2 * r] * factor, ay = o[8 * jj + 2 * r + 1] * factor;
-        const float bx = o[8 * jj + 4 + 2 * r] * factor, by = o[8 * jj + 4 + 2 * r + 1] * factor;
-        const float rx = __shfl_xor_sync(live, odd ? ax : bx, 1);
-        const float ry = __shfl_xor_sync(live, odd ? ay : by, 1);
-        const float4 v = odd ? make_float4(rx, ry, bx, by) : make_float4(ax, ay, rx, ry);
-        *reinterpret_cast<float4*>(out + 16 * jj + 2 * t4 + (odd ? 6 : 0)) = v;
-      }
+        for (int jj = 0; jj < 16; ++jj) {
+          const float ax = o[8 * jj + 2 * r] * factor, ay = o[8 * jj + 2 * r + 1] * factor;
+          const float bx = o[8 * jj + 4 + 2 * r] * factor, by = o[8 * jj + 4 + 2 * r + 1] * factor;
+          const float rx = __shfl_xor_sync(live, odd ? ax : bx, 1);
+          const float ry = __shfl_xor_sync(live, odd ? ay : by, 1);
+          const float4 v = odd ? make_float4(rx, ry, bx, by) : make_float4(ax, ay, rx, ry);
+          *reinterpret_cast<float4*>(out + 16 * jj + 2 * t4 + (odd ? 6 : 0)) = v;
+        }
       } else {
 #pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(out + 8 * j + 2 * t4) =
-            make_float2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
+        for (int j = 0; j < 32; ++j)
+          *reinterpret_cast<float2*>(out + 8 * j + 2 * t4) =
+              make_float2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
       }
       if (wg == 0 && t4 == 0) {
         g.partial_lse[prow] = e.lse;
