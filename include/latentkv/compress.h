@@ -40,6 +40,14 @@ struct CompressArgs {
   // GPU only: run the index checks (default). A caller that guarantees valid input may turn them
   // off; kernels still never access memory out of bounds (a bad index is skipped).
   bool check_indices = true;
+  // GPU only (sm_90 and newer, which launch the kernel with programmatic dependent launch): let the
+  // kernel read boundary_token_indices, kv_slot_mapping, token_to_req, positions, block_table,
+  // rms_norm_weight and cos_sin_cache while the kernel queued ahead of it in the stream is still
+  // running, and wait for that kernel only before reading state_cache and writing anything. Set it
+  // only when the kernel launched immediately before this call writes none of those seven tensors
+  // (in a model step they are written once per step, before the layers; the state is what the
+  // layer's projection has just written). Off: every access waits, as after an ordinary launch.
+  bool overlap_prologue = false;
   // GPU only: scratch memory for the split merge and the index checks. Null: latentkv uses memory
   // it allocates once per (device, stream) and grows only when a larger problem arrives. Given: at
   // least compress_workspace_bytes(args) bytes on the tensors' device, and latentkv allocates

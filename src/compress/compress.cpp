@@ -121,6 +121,7 @@ Params make_params(const CompressArgs& a, const CacheGeometry& g) {
   p.compress_ratio = a.compress_ratio;
   p.eps = a.rms_norm_eps;
   p.fp8 = a.format == CacheFormat::v4_fp8;
+  p.overlap_prologue = a.overlap_prologue;
   return p;
 }
 

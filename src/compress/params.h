@@ -46,6 +46,9 @@ struct Params {
   int64_t compress_ratio;        // C
   float eps;
   bool fp8;                      // e4m3 payload (v4_fp8) instead of int8 (v4_int8)
+  // CUDA, launched with PDL: the index, weight and cos/sin reads may precede the wait for the kernel
+  // ahead (CompressArgs::overlap_prologue); otherwise every global access follows it.
+  bool overlap_prologue = false;
 };
 
 // Why an output is invalid; 0 means valid. The order is the order of the checks.

@@ -2,10 +2,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <vector>
 
 #include "cuda_common/bench.h"
 #include "cuda_common/cuda_check.h"
+#include "cuda_common/pdl.cuh"
 
 namespace latentkv::bench_cuda {
 namespace {
@@ -32,6 +35,21 @@ __global__ void flush_kernel(const float4* __restrict__ src, size_t n, float* __
     acc += (v.x + v.y) + (v.z + v.w);
   }
   if (acc == 1.2345f) sink[blockIdx.x] = acc;  // never true (see read_kernel); keeps the loads
+}
+
+// One CTA per SM (all resident at once): each lets the next kernel in at once, waits `delay_ns`
+// by the global timer, then copies its share of the bytes.
+__global__ void delayed_copy_kernel(uint8_t* __restrict__ dst, const uint8_t* __restrict__ src,
+                                    size_t bytes, unsigned long long delay_ns) {
+  cuda_common::pdl_launch_dependents();
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < delay_ns);
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < bytes;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
 }
 
 void* g_flush = nullptr;
@@ -75,6 +93,15 @@ void to_host(void* dst, const void* src, size_t bytes) {
 }
 void synchronize() { LKV_CUDA_CHECK(cudaDeviceSynchronize()); }
 
+void delayed_copy(void* dst, const void* src, size_t bytes, double delay_us, void* stream) {
+  int device = 0;
+  LKV_CUDA_CHECK(cudaGetDevice(&device));
+  delayed_copy_kernel<<<sm_count(device), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes,
+      static_cast<unsigned long long>(delay_us * 1000.0));
+  LKV_CUDA_CHECK_LAUNCH();
+}
+
 // Reads (not writes) the flush buffer with normal loads: the L2 ends up full of clean lines of the
 // flush buffer, so the timed call neither finds its inputs cached nor pays for writing back dirty
 // lines of the flush.
@@ -111,6 +138,32 @@ double time_us(const std::function<void()>& fn, int reps, int warmup, bool flush
   LKV_CUDA_CHECK(cudaEventDestroy(stop));
   std::sort(ms.begin(), ms.end());
   return 1000.0 * ms[ms.size() / 2];
+}
+
+double stream_time_us(const std::function<void(int)>& call, int calls, int reps, double lead_us,
+                      double* host_us_per_call) {
+  for (int i = 0; i < calls; ++i) call(i);  // warm-up
+  cudaEvent_t start, stop;
+  LKV_CUDA_CHECK(cudaEventCreate(&start));
+  LKV_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms(static_cast<size_t>(reps));
+  std::vector<double> host(static_cast<size_t>(reps));
+  for (int r = 0; r < reps; ++r) {
+    delayed_copy(nullptr, nullptr, 0, lead_us);
+    LKV_CUDA_CHECK(cudaEventRecord(start));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) call(i);
+    host[r] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / calls;
+    LKV_CUDA_CHECK(cudaEventRecord(stop));
+    LKV_CUDA_CHECK(cudaEventSynchronize(stop));
+    LKV_CUDA_CHECK(cudaEventElapsedTime(&ms[r], start, stop));
+  }
+  LKV_CUDA_CHECK(cudaEventDestroy(start));
+  LKV_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  std::sort(host.begin(), host.end());
+  if (host_us_per_call) *host_us_per_call = host[host.size() / 2];
+  return 1000.0 * ms[ms.size() / 2] / calls;
 }
 
 double measure_hbm_read_GBps() {

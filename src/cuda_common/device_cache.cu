@@ -28,7 +28,28 @@ int cached_attribute(cudaDeviceAttr attr, int device) {
   return n;
 }
 
+// Built with the same -gencode flags as every kernel of the library: the code the driver picks for
+// it on a device is the code it picks for them.
+__global__ void probe_kernel() {}
+
 }  // namespace
+
+int ptx_version(int device) {
+  static std::mutex mu;
+  static std::map<int, int> versions;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = versions.find(device);
+  if (it != versions.end()) return it->second;
+  int current = 0;
+  LKV_CUDA_CHECK(cudaGetDevice(&current));
+  LKV_CUDA_CHECK(cudaSetDevice(device));
+  cudaFuncAttributes attr{};
+  const cudaError_t err = cudaFuncGetAttributes(&attr, probe_kernel);
+  LKV_CUDA_CHECK(cudaSetDevice(current));
+  LKV_CUDA_CHECK(err);
+  versions[device] = attr.ptxVersion;
+  return attr.ptxVersion;
+}
 
 int sm_count(int device) { return cached_attribute(cudaDevAttrMultiProcessorCount, device); }
 

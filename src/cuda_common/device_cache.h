@@ -18,6 +18,13 @@ int max_smem_per_block(int device);
 // 10 * major + minor (90 for H100/H200), queried once per device.
 int compute_capability(int device);
 
+// The PTX architecture of the code the driver runs on `device` for kernels built with the library's
+// -gencode flags (90 for the sm_90a machine code; 80 when it compiles the compute_80 PTX instead, as
+// under CUDA_FORCE_PTX_JIT=1, on GPUs newer than Hopper, or with a build whose LKV_CUDA_GENCODE has
+// no sm_90a), queried once per device. Code that needs sm_90 instructions (griddepcontrol, wgmma)
+// asks this, not the compute capability.
+int ptx_version(int device);
+
 // What a cached buffer is for; each purpose has its own buffer per (device, stream).
 enum class BufferPurpose { kCompressScratch, kCompressCounters, kDecodeScratch };
 

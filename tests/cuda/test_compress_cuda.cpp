@@ -15,6 +15,7 @@
 #include "compress/params.h"
 #include "cuda/device_buffer.h"
 #include "cuda/switches.h"
+#include "cuda_common/bench.h"
 #include "latentkv/compress.h"
 #include "latentkv/error.h"
 #include "testing/compress_workload.h"
@@ -300,6 +301,75 @@ TEST(CompressCuda, CallerWorkspaceOnAStreamCapturedInAGraph) {
     cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
   }
+}
+
+// Programmatic dependent launch: a kernel queued just ahead of the call, which lets its dependents in
+// at once and writes an input only after 200 us, must still be waited for before that input is
+// read, so the bytes equal an ordinary launch's on the written input. The state is written ahead of
+// both forms (with overlap_prologue it is the one input the kernel ahead may write), the block table
+// ahead of the default form only. On a device that runs the sm_90 code the compressor's CTAs do
+// start during the delay, so a wait in the wrong place reads the stale input and fails here.
+TEST(CompressCuda, ProgrammaticLaunchWaitsForTheKernelAhead) {
+  REQUIRE_GPU();
+  namespace cc = compress::cuda;
+  latentkv::testing::RestoreSwitch<bool> restore(cc::compress_pdl, cc::set_compress_pdl);
+  int major = 0, minor = 0;
+  LKV_TEST_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  LKV_TEST_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  cc::set_compress_pdl(true);
+  const bool pdl = cc::compress_pdl_on(0);
+  std::printf("[pdl] compute capability %d.%d: the compressor launches with PDL %s\n", major, minor,
+              pdl ? "on" : "off");
+  if (major == 9 && minor == 0) {
+    EXPECT_TRUE(pdl);  // the build carries sm_90a code
+  }
+  cudaStream_t stream;
+  LKV_TEST_CUDA(cudaStreamCreate(&stream));
+  for (int64_t C : {128, 512}) {
+    WorkloadOptions o;
+    o.num_reqs = 2;
+    o.tokens_per_req = 4096;
+    o.compress_ratio = C;
+    o.shuffle_blocks = true;
+    CompressWorkload w = make_workload(o);
+    DeviceWorkload d(w);
+    CompressArgs a = d.args();
+    a.check_indices = false;
+    cc::set_compress_pdl(false);
+    compress_kv(a, stream, CompressImpl::kCuda);  // also sizes the stream's cached buffers
+    LKV_TEST_CUDA(cudaStreamSynchronize(stream));
+    const std::vector<uint8_t> expected = d.kv.download();
+    EXPECT_TRUE(compress::check_records(w.params(), expected.data()).ok());
+    cc::set_compress_pdl(true);
+
+    const DeviceBuffer<float> state_truth(w.state);
+    const DeviceBuffer<int32_t> table_truth(w.block_table);
+    const std::vector<float> stale_state(w.state.size(), 0.0f);
+    std::vector<int32_t> stale_table(w.block_table.size(), 0);  // block 0 everywhere: valid, wrong
+    for (int form = 0; form < 3; ++form) {
+      const bool overlap = form == 1;
+      const bool table = form == 2;
+      const std::string label = "C " + std::to_string(C) + (overlap ? ", overlap_prologue" : "") +
+                                (table ? ", block table written ahead" : ", state written ahead");
+      d.kv.upload(w.kv);
+      if (table) {
+        d.block_table.upload(stale_table);
+        latentkv::bench_cuda::delayed_copy(d.block_table.get(), table_truth.get(),
+                                           w.block_table.size() * sizeof(int32_t), 200.0, stream);
+      } else {
+        d.state.upload(stale_state);
+        latentkv::bench_cuda::delayed_copy(d.state.get(), state_truth.get(), w.state.size() * sizeof(float),
+                                           200.0, stream);
+      }
+      a.overlap_prologue = overlap;
+      compress_kv(a, stream, CompressImpl::kCuda);
+      LKV_TEST_CUDA(cudaStreamSynchronize(stream));
+      EXPECT_EQ(d.kv.download(), expected) << label;
+      d.state.upload(w.state);
+      d.block_table.upload(w.block_table);
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 TEST(CompressCuda, MoreOutputsThanAGridDimensionOf65535) {

@@ -181,6 +181,20 @@ bool clusters_for(const Params& p, const SplitPlan& plan, int device) {
 bool merges_in_clusters(const Params& p, int device) { return clusters_for(p, plan_for(p, device), device); }
 void set_compress_clusters(bool on) { clusters_flag().store(on, std::memory_order_relaxed); }
 
+namespace {
+std::atomic<bool>& pdl_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LKV_COMPRESS_PDL");
+    return !(e && std::strcmp(e, "0") == 0);
+  }()};
+  return flag;
+}
+}  // namespace
+
+bool compress_pdl() { return pdl_flag().load(std::memory_order_relaxed); }
+void set_compress_pdl(bool on) { pdl_flag().store(on, std::memory_order_relaxed); }
+bool compress_pdl_on(int device) { return compress_pdl() && cuda_common::ptx_version(device) >= 90; }
+
 size_t workspace_bytes(const Params& p, int device) { return layout_for(p, plan_for(p, device)).total; }
 
 ValidationFailure validate(const Params& p, void* workspace, Stream stream) {
@@ -251,8 +265,9 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
     t.last.stamps.assign(n, 0);
     trace = t.buf;
   }
-  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, trace, stream);
-  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, trace, stream);
+  const bool pdl = trace == nullptr && compress_pdl_on(device);
+  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, pdl, trace, stream);
+  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, pdl, trace, stream);
 }
 
 }  // namespace latentkv::compress::cuda

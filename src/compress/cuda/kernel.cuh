@@ -14,6 +14,12 @@
 //      result is merged into group 0's), so results are bitwise deterministic whichever CTA
 //      finishes last,
 //   6. normalises, quantizes, rotates and writes the 584-byte record (128 lanes x 4 dims).
+// Launched with programmatic dependent launch (on sm_90 code, launch_compress), every CTA lets the
+// next kernel of the stream in at once, so that the next grid takes SMs as this one's CTAs finish,
+// and waits for the kernel ahead before its first global access, or, with p.overlap_prologue, after
+// steps 1 and 2 (reads of inputs the caller vouches the kernel ahead does not write) and before the
+// first state row; every CTA waits before it exits, whichever return ends it, so that this grid's
+// completion implies that kernel's (stream order for whatever follows).
 // Invalid indices are never followed: a bad block skips its rows (a window whose blocks are all bad
 // still writes a record, of NaN or zero payload: only possible with the index checks off), and an
 // output whose own indices are bad writes nothing.
@@ -29,6 +35,7 @@
 
 #include "compress/cuda/config.h"
 #include "cuda_common/cuda_check.h"
+#include "cuda_common/pdl.cuh"
 #include "compress/params.h"
 
 namespace latentkv::compress::cuda {
@@ -130,6 +137,9 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     }
   };
   stamp(0);
+  cuda_common::pdl_launch_dependents();
+  const cuda_common::PdlWaitAtExit wait_at_exit;
+  if (!p.overlap_prologue) cuda_common::pdl_wait();
 
   // ---- 1. The output. Every CTA of an output reaches the same verdict, so none waits in vain.
   const int64_t b = p.boundary[out];
@@ -173,6 +183,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     }
   }
   __syncthreads();
+  if (p.overlap_prologue) cuda_common::pdl_wait();  // before the first state byte
   stamp(2);
 
   // ---- 3. Stream the rows: group g takes rows g, g + 2S, ... in steps of kUnroll.
@@ -391,8 +402,8 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
 }
 
 // A launch of (num_outputs, splits) CTAs in which each output's splits form one cluster; `attr` is
-// the storage the returned config points to.
-inline cudaLaunchConfig_t cluster_config(cudaLaunchAttribute (&attr)[1], int64_t num_outputs, int64_t splits,
+// the storage the returned config points to (its first entry; the second is free for PDL).
+inline cudaLaunchConfig_t cluster_config(cudaLaunchAttribute (&attr)[2], int64_t num_outputs, int64_t splits,
                                          cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(num_outputs), static_cast<unsigned>(splits));
@@ -420,7 +431,7 @@ inline bool cluster_fits(Kernel kernel, int device, int64_t num_outputs, int64_t
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   int clusters = 0;
   if (err == cudaSuccess) {
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t config = cluster_config(attr, num_outputs, splits, nullptr);
     err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
   }
@@ -431,19 +442,24 @@ inline bool cluster_fits(Kernel kernel, int device, int64_t num_outputs, int64_t
 }
 
 // The body of launch_compress_kernel<kFp8> (launch.h) and of cluster_launch_fits<kFp8>, which each
-// instantiation file specialises with its payload kind.
+// instantiation file specialises with its payload kind. pdl: launched with programmatic dependent
+// launch (only where the device runs the sm_90 code, whose waits are not compiled out).
 template <bool kFp8>
 inline void launch_compress(const Params& p, const SplitPlan& plan, float* partials, int* counters,
-                            bool cluster, unsigned long long* trace, cudaStream_t stream) {
+                            bool cluster, bool pdl, unsigned long long* trace, cudaStream_t stream) {
+  cudaLaunchAttribute attr[2];
+  cudaLaunchConfig_t config = {};
   if (cluster) {
-    cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t config = cluster_config(attr, p.num_outputs, plan.num_splits, stream);
-    LKV_CUDA_CHECK(
-        cudaLaunchKernelEx(&config, compress_kernel<kFp8, true>, p, plan, partials, counters, trace));
+    config = cluster_config(attr, p.num_outputs, plan.num_splits, stream);
   } else {
-    const dim3 grid(static_cast<unsigned>(p.num_outputs), static_cast<unsigned>(plan.ctas_per_output()));
-    compress_kernel<kFp8><<<grid, kThreads, 0, stream>>>(p, plan, partials, counters, trace);
+    config.gridDim = dim3(static_cast<unsigned>(p.num_outputs), static_cast<unsigned>(plan.ctas_per_output()));
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    config.attrs = attr;
   }
+  if (pdl) attr[config.numAttrs++] = cuda_common::pdl_attribute();
+  LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, cluster ? compress_kernel<kFp8, true> : compress_kernel<kFp8, false>,
+                                    p, plan, partials, counters, trace));
   LKV_CUDA_CHECK_LAUNCH();
 }
 

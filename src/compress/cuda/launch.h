@@ -40,10 +40,11 @@ namespace latentkv::compress::cuda {
 // One instantiation per payload kind (instantiations/*.cu).
 // cluster: the splits of each output form a thread-block cluster (sm_90; 2 <= num_splits <=
 // kMaxClusterSplits) and merge through distributed shared memory.
+// pdl: with programmatic dependent launch (the device must run the sm_90 code: compress_pdl_on).
 // trace: null, or kTracePhases globaltimer stamps per CTA (see set_compress_trace).
 template <bool kFp8>
 void launch_compress_kernel(const Params& p, const SplitPlan& plan, float* partials, int* counters,
-                            bool cluster, unsigned long long* trace, Stream stream);
+                            bool cluster, bool pdl, unsigned long long* trace, Stream stream);
 
 // Whether clusters of the plan's size fit on `device` for this payload kind (asked once).
 template <bool kFp8>
@@ -59,6 +60,15 @@ void set_compress_clusters(bool on);
 // Whether compress() on `device` merges these parameters' splits inside clusters (what the tests
 // ask to know that they exercised that path).
 bool merges_in_clusters(const Params& p, int device);
+
+// Programmatic dependent launch of the compressor kernel (kernel.cuh says what it overlaps): on by
+// default; LKV_COMPRESS_PDL=0 (read once per process) or set_compress_pdl(false) turns it off, for
+// measuring it. compress_pdl_on(device): whether compress() on `device` launches with it now (also
+// needs the device to run the sm_90 code, whose griddepcontrol instructions older targets lack).
+// Traced launches never use it (their stamp buffer is cleared by a memset just before them).
+bool compress_pdl();
+void set_compress_pdl(bool on);
+bool compress_pdl_on(int device);
 
 // The plan compress() uses for these parameters on `device`.
 SplitPlan plan_for(const Params& p, int device);

@@ -15,10 +15,6 @@
 namespace latentkv::decode::sm90 {
 namespace {
 
-// Built with the same -gencode flags as the attention kernels: the code the driver picks for it on
-// a device is the code it picks for them.
-__global__ void probe_kernel() {}
-
 std::atomic<bool>& pairs_flag() {
   static std::atomic<bool> flag{[] {
     const char* e = std::getenv("LKV_SM90_PAIR");
@@ -29,23 +25,7 @@ std::atomic<bool>& pairs_flag() {
 
 }  // namespace
 
-int ptx_version(int device) {
-  static std::mutex mu;
-  static std::map<int, int> versions;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = versions.find(device);
-  if (it != versions.end()) return it->second;
-  int current = 0;
-  LKV_CUDA_CHECK(cudaGetDevice(&current));
-  LKV_CUDA_CHECK(cudaSetDevice(device));
-  cudaFuncAttributes attr{};
-  const cudaError_t err = cudaFuncGetAttributes(&attr, probe_kernel);
-  LKV_CUDA_CHECK(cudaSetDevice(current));
-  LKV_CUDA_CHECK(err);
-  versions[device] = attr.ptxVersion;
-  return attr.ptxVersion;
-}
-
+int ptx_version(int device) { return cuda_common::ptx_version(device); }
 
 bool warp_specialised() {
   static const bool ws = [] {

@@ -7,10 +7,7 @@
 
 namespace latentkv::decode::sm90 {
 
-// The PTX architecture of the code the driver runs on `device` for kernels built with the library's
-// -gencode flags (90 for the sm_90a machine code; 80 when it compiles the compute_80 PTX instead, as
-// under CUDA_FORCE_PTX_JIT=1, on GPUs newer than Hopper, or with a build whose LKV_CUDA_GENCODE has
-// no sm_90a), queried once per device.
+// cuda_common::ptx_version (device_cache.h): 90 where the driver runs the library's sm_90a code.
 int ptx_version(int device);
 
 // Whether `device` can run the kernel: compute capability 9.0, room for its shared memory, and the
