@@ -386,6 +386,46 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
   }
 }
 
+// write_partials_wide: write_rows' 16-byte partial stores for a split launch (num_splits > 1) in a
+// form whose shuffles every lane of the warp executes (a constant full mask), rows that do not exist
+// included, with only the stores and the lse guarded by the row. write_rows' shuffles take the live
+// rows' mask, which ptxas compiles to a convergence check, a converged path and an out-of-line
+// divergent copy of all 32 stores (bench/NOTES.md v29). Same values at the same addresses.
+template <class Args, bool kPacks>
+__device__ __forceinline__ void write_partials_wide(const KernelParams<Args>& p, const float (&o)[128],
+                                                    const float* sRowMax, const float* sRowSum, int r0,
+                                                    int t4, int wg, const CtaWork<kPacks>& w) {
+  const cuda::Geometry& g = p.g;
+  const bool odd = t4 & 1;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int hr = r0 + 8 * r;
+    const bool here = hr < w.rows_here;  // a quad shares its row
+    float factor = 0.0f;
+    float* out = g.partial_out;
+    if (here) {
+      const int64_t h = w.head(hr);
+      const RowEnd e = row_end(sRowMax, sRowSum, hr, h, false, p.o.sink);
+      factor = e.factor;
+      const int64_t prow = (w.pr.row(g, hr, w.heads_here) * g.h_q + h) * g.num_splits + w.split;
+      out = g.partial_out + prow * kDimV + 256 * wg;
+      if (wg == 0 && t4 == 0) {
+        g.partial_lse[prow] = e.lse;
+        if (g.partial_max) g.partial_max[prow] = e.max_logit;
+      }
+    }
+#pragma unroll
+    for (int jj = 0; jj < 16; ++jj) {
+      const float ax = o[8 * jj + 2 * r] * factor, ay = o[8 * jj + 2 * r + 1] * factor;
+      const float bx = o[8 * jj + 4 + 2 * r] * factor, by = o[8 * jj + 4 + 2 * r + 1] * factor;
+      const float rx = __shfl_xor_sync(0xffffffffu, odd ? ax : bx, 1);
+      const float ry = __shfl_xor_sync(0xffffffffu, odd ? ay : by, 1);
+      const float4 v = odd ? make_float4(rx, ry, bx, by) : make_float4(ax, ay, rx, ry);
+      if (here) *reinterpret_cast<float4*>(out + 16 * jj + 2 * t4 + (odd ? 6 : 0)) = v;
+    }
+  }
+}
+
 // write_rows_staged does the same for an unsplit launch's bf16 rows through `stage`, this warp's
 // 8 KB window of shared memory that nothing else reads or writes any more. The fragment holds each
 // row's values in 4-byte pieces, so a direct store instruction touches 8 rows with 16 bytes each;
@@ -890,7 +930,11 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   __syncthreads();
   static_assert(2 * L::k_stage >= kThreads / 32 * 8192, "the epilogue's windows must fit the key stages");
   if (p.g.num_splits == 1) write_rows_staged(p, o, sRowMax, sRowSum, r0, t4, wg, w, sK + warp * 8192);
+#ifdef LKV_SM90_FULLMASK_PARTIALS
+  else write_partials_wide(p, o, sRowMax, sRowSum, r0, t4, wg, w);
+#else
   else write_rows<typename Source::Args, Source::kPacksRows, true>(p, o, sRowMax, sRowSum, r0, t4, wg, w);
+#endif
   stamp(8);
 #else
   (void)p;
