@@ -142,7 +142,7 @@ def compress_kv(state_cache: Any, token_to_req: Any, positions: Any, boundary_to
                 kv_slot_mapping: Any, kv_cache: Any, block_size: int, compress_ratio: int,
                 rms_norm_eps: float = 1.0e-6, *, page_size: int = 64, format: str = "v4_int8",
                 mode: str = "inplace", check_indices: bool = True, impl: str = "auto",
-                workspace: Any = None) -> Any:
+                workspace: Any = None, overlap_prologue: bool = False) -> Any:
     """The KV compressor (DeepSeek V4): one 584-byte record per boundary token.
 
     state_cache:            f32 [num_blocks, block_size, 1024] (512 values, then 512 scores)
@@ -163,6 +163,11 @@ def compress_kv(state_cache: Any, token_to_req: Any, positions: Any, boundary_to
     check_indices=False skips the GPU's index checks (and their stream synchronisation).
     workspace: optional u8 scratch on the tensors' device of at least compress_workspace_bytes(...)
     bytes; with it a GPU call allocates nothing (CUDA-graph capturable).
+    overlap_prologue=True (GPU, sm_90 code): the kernel reads every argument except state_cache and
+    kv_cache while the kernel queued just before it is still running (programmatic dependent
+    launch) and waits for that kernel only before reading the state. Set it only when that kernel
+    writes none of those arguments (in a model step: the indices, tables, weight and cos/sin are
+    written once per step, the state by the layer's projection just before).
     """
     if mode not in ("inplace", "functional"):
         raise ValueError(f"unknown compress mode '{mode}'; valid: inplace, functional")
@@ -173,11 +178,11 @@ def compress_kv(state_cache: Any, token_to_req: Any, positions: Any, boundary_to
         rest = (block_size, compress_ratio, page_size, float(rms_norm_eps), format,
                 check_indices, impl)
         if mode == "inplace":
-            ops.compress_kv_(*args, kv_cache, *rest, workspace)
+            ops.compress_kv_(*args, kv_cache, *rest, workspace, overlap_prologue)
             return kv_cache
         if workspace is None:
-            return ops.compress_kv(*args, kv_cache, *rest)
-        return ops.compress_kv_ws(*args, kv_cache, *rest, workspace)
+            return ops.compress_kv(*args, kv_cache, *rest, overlap_prologue)
+        return ops.compress_kv_ws(*args, kv_cache, *rest, workspace, overlap_prologue)
     target = kv_cache
     if mode == "functional":
         # The core zeroes the target first, so a fresh array of the same shape is enough.
@@ -188,7 +193,7 @@ def compress_kv(state_cache: Any, token_to_req: Any, positions: Any, boundary_to
         _arrays.native(rms_norm_weight, bf16=True), _arrays.native(cos_sin_cache),
         _arrays.native(kv_slot_mapping), _arrays.native_bytes(target), block_size,
         compress_ratio, page_size, float(rms_norm_eps), format, mode, check_indices, impl,
-        _arrays.native_bytes(workspace), _arrays.stream_of(state_cache))
+        _arrays.native_bytes(workspace), _arrays.stream_of(state_cache), overlap_prologue)
     if mode == "inplace":
         _arrays.mark_written(kv_cache)
     return target

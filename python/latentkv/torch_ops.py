@@ -74,14 +74,15 @@ def _positions_to_slots_fake(block_table, positions, page_size):
 
 def _compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
               rms_norm_weight, cos_sin_cache, kv_slot_mapping, target, block_size, compress_ratio,
-              page_size, rms_norm_eps, format, mode, check_indices, impl, workspace):
+              page_size, rms_norm_eps, format, mode, check_indices, impl, workspace,
+              overlap_prologue=False):
     _native.compress_kv(
         _arrays.native(state_cache), _arrays.native(token_to_req), _arrays.native(positions),
         _arrays.native(boundary_token_indices), _arrays.native(block_table),
         _arrays.native(rms_norm_weight), _arrays.native(cos_sin_cache),
         _arrays.native(kv_slot_mapping), _arrays.native_bytes(target), block_size,
         compress_ratio, page_size, rms_norm_eps, format, mode, check_indices, impl,
-        _arrays.native_bytes(workspace), _arrays.stream_of(state_cache))
+        _arrays.native_bytes(workspace), _arrays.stream_of(state_cache), overlap_prologue)
 
 
 @torch.library.custom_op("latentkv::compress_kv_", mutates_args=("kv_cache", "workspace"))
@@ -90,11 +91,11 @@ def compress_kv_(state_cache: Tensor, token_to_req: Tensor, positions: Tensor,
                  cos_sin_cache: Tensor, kv_slot_mapping: Tensor, kv_cache: Tensor,
                  block_size: int, compress_ratio: int, page_size: int, rms_norm_eps: float,
                  format: str, check_indices: bool, impl: str,
-                 workspace: Optional[Tensor]) -> None:
+                 workspace: Optional[Tensor], overlap_prologue: bool = False) -> None:
     _compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
               rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, block_size,
               compress_ratio, page_size, rms_norm_eps, format, "inplace", check_indices, impl,
-              workspace)
+              workspace, overlap_prologue)
 
 
 @compress_kv_.register_fake
@@ -110,12 +111,14 @@ def compress_kv(state_cache: Tensor, token_to_req: Tensor, positions: Tensor,
                 boundary_token_indices: Tensor, block_table: Tensor, rms_norm_weight: Tensor,
                 cos_sin_cache: Tensor, kv_slot_mapping: Tensor, kv_cache: Tensor,
                 block_size: int, compress_ratio: int, page_size: int, rms_norm_eps: float,
-                format: str, check_indices: bool, impl: str) -> Tensor:
+                format: str, check_indices: bool, impl: str,
+                overlap_prologue: bool = False) -> Tensor:
     # The core zeroes the new cache before writing (functional mode), so empty is enough.
     out = torch.empty(kv_cache.shape, dtype=torch.uint8, device=kv_cache.device)
     _compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
               rms_norm_weight, cos_sin_cache, kv_slot_mapping, out, block_size, compress_ratio,
-              page_size, rms_norm_eps, format, "functional", check_indices, impl, None)
+              page_size, rms_norm_eps, format, "functional", check_indices, impl, None,
+              overlap_prologue)
     return out
 
 
@@ -130,11 +133,13 @@ def compress_kv_ws(state_cache: Tensor, token_to_req: Tensor, positions: Tensor,
                    boundary_token_indices: Tensor, block_table: Tensor, rms_norm_weight: Tensor,
                    cos_sin_cache: Tensor, kv_slot_mapping: Tensor, kv_cache: Tensor,
                    block_size: int, compress_ratio: int, page_size: int, rms_norm_eps: float,
-                   format: str, check_indices: bool, impl: str, workspace: Tensor) -> Tensor:
+                   format: str, check_indices: bool, impl: str, workspace: Tensor,
+                   overlap_prologue: bool = False) -> Tensor:
     out = torch.empty(kv_cache.shape, dtype=torch.uint8, device=kv_cache.device)
     _compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
               rms_norm_weight, cos_sin_cache, kv_slot_mapping, out, block_size, compress_ratio,
-              page_size, rms_norm_eps, format, "functional", check_indices, impl, workspace)
+              page_size, rms_norm_eps, format, "functional", check_indices, impl, workspace,
+              overlap_prologue)
     return out
 
 

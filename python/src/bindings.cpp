@@ -276,7 +276,8 @@ CompressArgs compress_args(nb::handle state_cache, nb::handle token_to_req, nb::
                            nb::handle kv_slot_mapping, nb::handle kv_cache, int64_t block_size,
                            int64_t compress_ratio, int64_t page_size, float rms_norm_eps,
                            const std::string& format, const std::string& mode,
-                           bool check_indices, nb::handle workspace, Keep& keep) {
+                           bool check_indices, bool overlap_prologue, nb::handle workspace,
+                           Keep& keep) {
   CompressArgs a{
       .state_cache = to_view(state_cache, "state_cache", keep),
       .token_to_req = to_view(token_to_req, "token_to_req", keep),
@@ -294,6 +295,7 @@ CompressArgs compress_args(nb::handle state_cache, nb::handle token_to_req, nb::
       .format = parse_format(format),
       .mode = parse_mode(mode),
       .check_indices = check_indices,
+      .overlap_prologue = overlap_prologue,
   };
   set_workspace(workspace, keep, a.workspace, a.workspace_bytes);
   return a;
@@ -415,12 +417,13 @@ NB_MODULE(_native, m) {
                           nb::handle kv_slot_mapping, nb::handle kv_cache, int64_t block_size,
                           int64_t compress_ratio, int64_t page_size, float rms_norm_eps,
                           const std::string& format, const std::string& mode, bool check_indices,
-                          const std::string& impl, nb::handle workspace, uintptr_t stream) {
+                          const std::string& impl, nb::handle workspace, uintptr_t stream,
+                          bool overlap_prologue) {
     Keep keep;
     const CompressArgs a = compress_args(
         state_cache, token_to_req, positions, boundary_token_indices, block_table,
         rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio,
-        page_size, rms_norm_eps, format, mode, check_indices, workspace, keep);
+        page_size, rms_norm_eps, format, mode, check_indices, overlap_prologue, workspace, keep);
     const CompressImpl i = parse_compress_impl(impl);
     nb::gil_scoped_release release;
     compress_kv(a, to_stream(stream), i);
@@ -430,7 +433,8 @@ NB_MODULE(_native, m) {
      nb::arg("block_size"), nb::arg("compress_ratio"), nb::arg("page_size") = 64,
      nb::arg("rms_norm_eps") = 1.0e-6f, nb::arg("format") = "v4_int8",
      nb::arg("mode") = "inplace", nb::arg("check_indices") = true, nb::arg("impl") = "auto",
-     nb::arg("workspace").none() = nb::none(), nb::arg("stream") = 0);
+     nb::arg("workspace").none() = nb::none(), nb::arg("stream") = 0,
+     nb::arg("overlap_prologue") = false);
 
   m.def("compress_workspace_bytes", [](nb::handle state_cache, nb::handle token_to_req,
                                        nb::handle positions, nb::handle boundary_token_indices,
@@ -443,7 +447,7 @@ NB_MODULE(_native, m) {
     const CompressArgs a = compress_args(
         state_cache, token_to_req, positions, boundary_token_indices, block_table,
         rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio,
-        page_size, 1.0e-6f, format, "inplace", true, nb::none(), keep);
+        page_size, 1.0e-6f, format, "inplace", true, false, nb::none(), keep);
     return compress_workspace_bytes(a);
   }, nb::arg("state_cache"), nb::arg("token_to_req"), nb::arg("positions"),
      nb::arg("boundary_token_indices"), nb::arg("block_table"), nb::arg("rms_norm_weight"),

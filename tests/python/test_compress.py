@@ -97,6 +97,14 @@ def test_inplace_writes_only_records_functional_returns_new_cache():
     np.testing.assert_array_equal(inp["kv_cache"][written], functional[written])
 
 
+def test_overlap_prologue_is_accepted_and_changes_no_byte():
+    # A GPU launch option (programmatic dependent launch); on the CPU it changes nothing.
+    inp = compress_inputs(C=16, seed=5)
+    plain = call(inp, mode="functional")
+    overlapped = call(inp, mode="functional", overlap_prologue=True)
+    np.testing.assert_array_equal(plain, overlapped)
+
+
 def test_negative_slot_skips_output():
     inp = compress_inputs(C=16, seed=4)
     inp["kv_slot_mapping"][inp["boundary_token_indices"][0]] = -1

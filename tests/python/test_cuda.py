@@ -168,6 +168,18 @@ def test_compress_runs_on_current_stream(mode, check_indices):
     assert torch.equal(got, expected)
 
 
+@pytest.mark.parametrize("mode", ["inplace", "functional"])
+def test_compress_overlap_prologue_same_bytes(mode):
+    # overlap_prologue only moves the kernel's wait for the kernel ahead (programmatic dependent
+    # launch); with nothing ahead writing the inputs the bytes are the same.
+    inp = on_dev(compress_inputs(num_reqs=2, tokens_per_req=1024, C=128, seed=43, cache_fill=0x11))
+    expected = compress_call(dict(inp, kv_cache=inp["kv_cache"].clone()), mode=mode, check_indices=False)
+    got = compress_call(dict(inp, kv_cache=inp["kv_cache"].clone()), mode=mode, check_indices=False,
+                        overlap_prologue=True)
+    torch.cuda.synchronize()
+    assert torch.equal(got, expected)
+
+
 def test_compress_errors_on_cuda_write_nothing():
     inp = on_dev(compress_inputs(C=16, seed=5, cache_fill=0x22))
     before = inp["kv_cache"].clone()
