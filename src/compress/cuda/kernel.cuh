@@ -323,12 +323,24 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     }
     __syncthreads();
     if (tid == 0) {
-      __threadfence();
-      const int ticket = atomicAdd(&counters[out], 1);
-      s_last = ticket == plan.ctas_per_output() - 1;
-      if (s_last) {
-        counters[out] = 0;  // every CTA has arrived: ready for the next call
+      if (p.ticket_acq_rel) {
+        // One acquire-release atomic instead of two sequentially consistent fences: the release
+        // half publishes what the CTA barrier ordered before it (cumulativity), the acquire half
+        // (the release sequence of the counter's additions) makes every other CTA's partials
+        // visible to this CTA's threads after the barrier below. The reset needs no ordering: the
+        // next call's CTAs start after this grid completes (or, with PDL, after their wait).
+        int ticket;
+        asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;" : "=r"(ticket) : "l"(counters + out) : "memory");
+        s_last = ticket == plan.ctas_per_output() - 1;
+        if (s_last) counters[out] = 0;
+      } else {
         __threadfence();
+        const int ticket = atomicAdd(&counters[out], 1);
+        s_last = ticket == plan.ctas_per_output() - 1;
+        if (s_last) {
+          counters[out] = 0;  // every CTA has arrived: ready for the next call
+          __threadfence();
+        }
       }
     }
     __syncthreads();
