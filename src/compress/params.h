@@ -49,8 +49,6 @@ struct Params {
   // CUDA, launched with PDL: the index, weight and cos/sin reads may precede the wait for the kernel
   // ahead (CompressArgs::overlap_prologue); otherwise every global access follows it.
   bool overlap_prologue = false;
-  // CUDA, experiment (LKV_COMPRESS_ACQREL=1): the split ticket as one acq_rel atomic (kernel.cuh).
-  bool ticket_acq_rel = false;
 };
 
 // Why an output is invalid; 0 means valid. The order is the order of the checks.

@@ -37,8 +37,10 @@ __global__ void flush_kernel(const float4* __restrict__ src, size_t n, float* __
   if (acc == 1.2345f) sink[blockIdx.x] = acc;  // never true (see read_kernel); keeps the loads
 }
 
-// One CTA per SM (all resident at once): each lets the next kernel in at once, waits `delay_ns`
-// by the global timer, then copies its share of the bytes.
+// A few CTAs (all resident at once, most SMs left idle: the dependent grid's CTAs were seen to start
+// only on SMs without one of these, bench/NOTES.md v30): each lets the next kernel in at once,
+// waits `delay_ns` by the global timer, then copies its share of the bytes (16 bytes at a time
+// where src and dst allow it).
 __global__ void delayed_copy_kernel(uint8_t* __restrict__ dst, const uint8_t* __restrict__ src,
                                     size_t bytes, unsigned long long delay_ns) {
   cuda_common::pdl_launch_dependents();
@@ -47,9 +49,15 @@ __global__ void delayed_copy_kernel(uint8_t* __restrict__ dst, const uint8_t* __
   do {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   } while (t - t0 < delay_ns);
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < bytes;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    dst[i] = src[i];
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  size_t done = 0;
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) % 16 == 0) {
+    done = bytes / 16 * 16;
+    for (size_t i = first; i < bytes / 16; i += stride)
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+  }
+  for (size_t i = done + first; i < bytes; i += stride) dst[i] = src[i];
 }
 
 void* g_flush = nullptr;
@@ -96,7 +104,7 @@ void synchronize() { LKV_CUDA_CHECK(cudaDeviceSynchronize()); }
 void delayed_copy(void* dst, const void* src, size_t bytes, double delay_us, void* stream) {
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
-  delayed_copy_kernel<<<sm_count(device), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+  delayed_copy_kernel<<<std::min(8, sm_count(device)), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes,
       static_cast<unsigned long long>(delay_us * 1000.0));
   LKV_CUDA_CHECK_LAUNCH();

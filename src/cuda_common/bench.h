@@ -18,10 +18,10 @@ void to_device(void* dst, const void* src, size_t bytes);
 void to_host(void* dst, const void* src, size_t bytes);
 void synchronize();
 
-// A kernel on `stream` (null: the legacy default stream) that lets the next kernel of the stream
-// start at once (programmatic dependent launch, sm_90 code), spins for delay_us, then copies `bytes`
-// from src to dst: for tests that a kernel launched behind it with PDL waits before it reads what
-// this one writes.
+// A kernel of 8 CTAs on `stream` (null: the legacy default stream) that lets the next kernel of the
+// stream start at once (programmatic dependent launch, sm_90 code) on the SMs it leaves idle, spins
+// for delay_us, then copies `bytes` from src to dst: for tests that a kernel launched behind it with
+// PDL waits before it reads what this one writes.
 void delayed_copy(void* dst, const void* src, size_t bytes, double delay_us, void* stream = nullptr);
 
 // Reads a 256 MiB buffer (over 4x the L2) with normal loads so the next kernel starts with a cold
@@ -38,7 +38,8 @@ double time_us(const std::function<void()>& fn, int reps, int warmup = 3, bool f
 // Per-call device time of `calls` calls queued back to back, as a model step issues them: the median
 // over reps of (event span / calls), where call(i) queues call i on the legacy default stream. A
 // kernel that spins for lead_us is queued before the start event, so that the host has queued
-// every call before the first one may start (the span then holds no host latency);
+// every call before the first one may start (the span then holds no host latency; call(0) must not
+// be a programmatically dependent launch, which could start under that kernel);
 // *host_us_per_call (if given) receives the median host time to queue one call, which must stay
 // below the per-call device time for the figure to be the device's. No flush between calls.
 double stream_time_us(const std::function<void(int)>& call, int calls, int reps, double lead_us,

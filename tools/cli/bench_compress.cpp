@@ -121,7 +121,11 @@ void stream_times(const CompressWorkload& w, CompressArgs a, BenchCase& bc) {
     bench_cuda::to_device(states.back(), w.state.data(), bytes);
   }
   const int calls = std::max(16, copies);
+  bool pdl = true;
   auto call = [&](int i) {
+    // The first call of a timed batch is an ordinary launch, so that none of its work can start
+    // before the start event (PDL would let it in under the lead kernel).
+    cc::set_compress_pdl(pdl && i > 0);
     a.state_cache.data = states[static_cast<size_t>(i % copies)];
     compress_kv(a);
   };
@@ -131,7 +135,7 @@ void stream_times(const CompressWorkload& w, CompressArgs a, BenchCase& bc) {
   double host_us = 0;
   const char* keys[3] = {"stream_time_us", "stream_overlap_time_us", "stream_ordinary_time_us"};
   for (int form = 0; form < 3; ++form) {
-    cc::set_compress_pdl(form < 2);
+    pdl = form < 2;
     a.overlap_prologue = form == 1;
     double h = 0;
     bc.numbers[keys[form]] = bench_cuda::stream_time_us(call, calls, 15, lead_us, &h);

@@ -266,14 +266,8 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
     trace = t.buf;
   }
   const bool pdl = trace == nullptr && compress_pdl_on(device);
-  static const bool acq_rel = [] {
-    const char* e = std::getenv("LKV_COMPRESS_ACQREL");
-    return e && std::strcmp(e, "1") == 0;
-  }();
-  Params q = p;
-  q.ticket_acq_rel = acq_rel;
-  if (p.fp8) launch_compress_kernel<true>(q, plan, partials, counters, cluster, pdl, trace, stream);
-  else launch_compress_kernel<false>(q, plan, partials, counters, cluster, pdl, trace, stream);
+  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, pdl, trace, stream);
+  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, pdl, trace, stream);
 }
 
 }  // namespace latentkv::compress::cuda
