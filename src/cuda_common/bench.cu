@@ -126,52 +126,71 @@ void flush_l2() {
   LKV_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+// Two events on the legacy default stream: the device time from start() to span_ms().
+class EventSpan {
+ public:
+  EventSpan() {
+    LKV_CUDA_CHECK(cudaEventCreate(&start_));
+    LKV_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~EventSpan() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  EventSpan(const EventSpan&) = delete;
+  EventSpan& operator=(const EventSpan&) = delete;
+  void start() { LKV_CUDA_CHECK(cudaEventRecord(start_)); }
+  float span_ms() {
+    LKV_CUDA_CHECK(cudaEventRecord(stop_));
+    LKV_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    LKV_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms;
+  }
+
+ private:
+  cudaEvent_t start_, stop_;
+};
+
+template <typename T>
+T median(std::vector<T> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
 double time_us(const std::function<void()>& fn, int reps, int warmup, bool flush,
                const std::function<void()>& before_each) {
   for (int i = 0; i < warmup; ++i) fn();
-  cudaEvent_t start, stop;
-  LKV_CUDA_CHECK(cudaEventCreate(&start));
-  LKV_CUDA_CHECK(cudaEventCreate(&stop));
+  EventSpan span;
   std::vector<float> ms(static_cast<size_t>(reps));
   for (int r = 0; r < reps; ++r) {
     if (flush) flush_l2();
     if (before_each) before_each();
-    LKV_CUDA_CHECK(cudaEventRecord(start));
+    span.start();
     fn();
-    LKV_CUDA_CHECK(cudaEventRecord(stop));
-    LKV_CUDA_CHECK(cudaEventSynchronize(stop));
-    LKV_CUDA_CHECK(cudaEventElapsedTime(&ms[r], start, stop));
+    ms[r] = span.span_ms();
   }
-  LKV_CUDA_CHECK(cudaEventDestroy(start));
-  LKV_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  return 1000.0 * ms[ms.size() / 2];
+  return 1000.0 * median(ms);
 }
 
 double stream_time_us(const std::function<void(int)>& call, int calls, int reps, double lead_us,
                       double* host_us_per_call) {
   for (int i = 0; i < calls; ++i) call(i);  // warm-up
-  cudaEvent_t start, stop;
-  LKV_CUDA_CHECK(cudaEventCreate(&start));
-  LKV_CUDA_CHECK(cudaEventCreate(&stop));
+  EventSpan span;
   std::vector<float> ms(static_cast<size_t>(reps));
   std::vector<double> host(static_cast<size_t>(reps));
   for (int r = 0; r < reps; ++r) {
     delayed_copy(nullptr, nullptr, 0, lead_us);
-    LKV_CUDA_CHECK(cudaEventRecord(start));
+    span.start();
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < calls; ++i) call(i);
     host[r] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / calls;
-    LKV_CUDA_CHECK(cudaEventRecord(stop));
-    LKV_CUDA_CHECK(cudaEventSynchronize(stop));
-    LKV_CUDA_CHECK(cudaEventElapsedTime(&ms[r], start, stop));
+    ms[r] = span.span_ms();
   }
-  LKV_CUDA_CHECK(cudaEventDestroy(start));
-  LKV_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  std::sort(host.begin(), host.end());
-  if (host_us_per_call) *host_us_per_call = host[host.size() / 2];
-  return 1000.0 * ms[ms.size() / 2] / calls;
+  if (host_us_per_call) *host_us_per_call = median(host);
+  return 1000.0 * median(ms) / calls;
 }
 
 double measure_hbm_read_GBps() {

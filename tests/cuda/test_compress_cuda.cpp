@@ -109,6 +109,16 @@ compress::CheckReport gpu_run_and_check(CompressWorkload& w, const std::string& 
   return rep;
 }
 
+// Equal-length requests over a shuffled block table (the rest of the options at their defaults).
+WorkloadOptions shuffled(int64_t num_reqs, int64_t tokens_per_req, int64_t C) {
+  WorkloadOptions o;
+  o.num_reqs = num_reqs;
+  o.tokens_per_req = tokens_per_req;
+  o.compress_ratio = C;
+  o.shuffle_blocks = true;
+  return o;
+}
+
 #define REQUIRE_GPU() \
   if (!latentkv::testing::has_cuda_device()) GTEST_SKIP() << "no CUDA device"
 
@@ -261,12 +271,7 @@ TEST(CompressCuda, CallerWorkspaceOnAStreamCapturedInAGraph) {
   for (int64_t C : {512, 128}) {
     compress::cuda::set_compress_clusters(clusters);
     SCOPED_TRACE("C " + std::to_string(C) + (clusters ? ", clusters on" : ", clusters off"));
-    WorkloadOptions o;
-    o.num_reqs = 1;
-    o.tokens_per_req = 8192;
-    o.compress_ratio = C;
-    o.shuffle_blocks = true;
-    CompressWorkload w = make_workload(o);
+    CompressWorkload w = make_workload(shuffled(1, 8192, C));
     DeviceWorkload d(w);
     compress_kv(d.args(CompressMode::kFunctional), nullptr, CompressImpl::kCuda);
     const std::vector<uint8_t> expected = d.kv.download();
@@ -326,12 +331,7 @@ TEST(CompressCuda, ProgrammaticLaunchWaitsForTheKernelAhead) {
   cudaStream_t stream;
   LKV_TEST_CUDA(cudaStreamCreate(&stream));
   for (int64_t C : {128, 512}) {
-    WorkloadOptions o;
-    o.num_reqs = 2;
-    o.tokens_per_req = 4096;
-    o.compress_ratio = C;
-    o.shuffle_blocks = true;
-    CompressWorkload w = make_workload(o);
+    CompressWorkload w = make_workload(shuffled(2, 4096, C));
     DeviceWorkload d(w);
     CompressArgs a = d.args();
     a.check_indices = false;
