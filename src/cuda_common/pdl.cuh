@@ -6,7 +6,10 @@
 // its memory operations are visible (PTX ISA, griddepcontrol); in a kernel launched without the
 // attribute there is nothing to wait for. Both are compiled out below sm_90 (the instructions do not
 // exist there): a kernel built that way must never be launched with the attribute, which is why the
-// host asks which code the device runs (decode::cuda::pdl_launches), not what the device is.
+// host asks which code the device runs (cuda_common::ptx_version), not what the device is.
+// Observed on the H200 (bench/NOTES.md v30, not a documented rule): the dependent grid's CTAs started
+// only on SMs where no CTA of the grid ahead was resident, so an early trigger from a grid that
+// occupies every SM lets nothing start before its CTAs exit.
 #pragma once
 
 #include <cuda_runtime.h>
