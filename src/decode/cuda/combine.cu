@@ -9,9 +9,9 @@
 #include <cstring>
 #include <string>
 
+#include "cuda_common/device_cache.h"
 #include "cuda_common/pdl.cuh"
 #include "decode/cuda/attend_launch.cuh"
-#include "decode/sm90/launch.h"
 
 namespace latentkv::decode::cuda {
 namespace {
@@ -198,7 +198,7 @@ void set_pdl_mode(int mode) {
 bool pdl_launches(int device) {
   // The sm_90 code's griddepcontrol instructions are compiled out of older targets, so the code the
   // device runs decides, not its compute capability.
-  return pdl_mode() != 0 && sm90::ptx_version(device) >= 90;
+  return pdl_mode() != 0 && cuda_common::ptx_version(device) >= 90;
 }
 
 void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream) {

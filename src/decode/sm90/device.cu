@@ -4,8 +4,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "cuda_common/cuda_check.h"
 #include "cuda_common/device_cache.h"
@@ -25,8 +23,6 @@ std::atomic<bool>& pairs_flag() {
 
 }  // namespace
 
-int ptx_version(int device) { return cuda_common::ptx_version(device); }
-
 bool warp_specialised() {
   static const bool ws = [] {
     const char* e = std::getenv("LKV_SM90_WS");
@@ -42,7 +38,7 @@ bool usable(int device) {
   // Compute capability 9.0 exactly (sm_90a code runs nowhere else), room for the shared memory, and
   // the sm_90a code itself in use: the kernel body compiled for other targets is a trap.
   return cuda_common::compute_capability(device) == 90 &&
-         cuda_common::max_smem_per_block(device) >= Layout<576>::total && ptx_version(device) >= 90;
+         cuda_common::max_smem_per_block(device) >= Layout<576>::total && cuda_common::ptx_version(device) >= 90;
 }
 
 }  // namespace latentkv::decode::sm90

@@ -7,9 +7,6 @@
 
 namespace latentkv::decode::sm90 {
 
-// cuda_common::ptx_version (device_cache.h): 90 where the driver runs the library's sm_90a code.
-int ptx_version(int device);
-
 // Whether `device` can run the kernel: compute capability 9.0, room for its shared memory, and the
 // driver running its sm_90a code (not the compute_80 PTX, as under CUDA_FORCE_PTX_JIT=1).
 bool usable(int device);
