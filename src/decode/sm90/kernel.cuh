@@ -323,11 +323,9 @@ __device__ __forceinline__ void write_row_lse(const cuda::OutRef& o, int64_t r1,
 // The end of a CTA: warpgroup `wg` normalises its rows r0 and r0 + 8 (O fragment `o`, row maxima
 // and sums in shared memory) and writes its 256 dims of out (or the split partials), and warpgroup
 // 0 writes lse and max_logits (row_end's rules).
-// kWidePartials: split partials by 16-byte stores (below). Against the 8-byte stores, two
-// alternations in one run: V4 / V4.1 b 2 with one-block splits 4.8-6.8% faster, V3.2 b 2 level to
-// 2.8% faster, b 64 / b 74 level (bench/NOTES.md v29). The single-role kernel only: the opt-in
-// warp-specialised one spills with it and keeps the 8-byte stores.
-template <class Args, bool kPacks, bool kWidePartials = false>
+// Split launches of the single-role kernel use write_partials_wide instead (below); the opt-in
+// warp-specialised kernel keeps these 8-byte partial stores (it spills with the wide ones).
+template <class Args, bool kPacks>
 __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const float (&o)[128],
                                            const float* sRowMax, const float* sRowSum, int r0, int t4,
                                            int wg, const CtaWork<kPacks>& w) {
@@ -337,8 +335,6 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int hr = r0 + 8 * r;
-    // The lanes whose row exists (a quad shares its row, so a lane and its xor-1 partner agree).
-    const unsigned live = kWidePartials ? __ballot_sync(0xffffffffu, hr < w.rows_here) : 0u;
     if (hr >= w.rows_here) continue;
     const int64_t h = w.head(hr), r2 = w.r2(hr);
     const RowEnd e = row_end(sRowMax, sRowSum, hr, h, g.num_splits == 1, out_ref.sink);
@@ -354,30 +350,10 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
     } else {
       const int64_t prow = (w.pr.row(g, hr, w.heads_here) * g.h_q + h) * g.num_splits + split;
       float* out = g.partial_out + prow * kDimV + 256 * wg;
-      if constexpr (kWidePartials) {
-        // 16-byte stores: for columns 16 jj .. 16 jj + 15 the quad holds A = columns 2 t4, 2 t4 + 1
-        // (fragment j = 2 jj) and B = the same 8 further on (j = 2 jj + 1). Lanes t4 and t4 ^ 1
-        // swap one pair (even lanes send B, odd ones A), so that even lanes hold columns 2 t4 .. 2 t4
-        // + 3 (A, then the partner's A) and odd lanes 2 t4 + 6 .. 2 t4 + 9 (the partner's B, then B):
-        // each warp store writes 64 contiguous bytes of each of its 8 rows instead of 32, in half the
-        // instructions. Same values at the same addresses. (The epilogue of a b 2 split CTA, 128 KB
-        // of f32 partials, took ~3.6 µs with the 8-byte stores: the v28/v29 traces.)
-        const bool odd = t4 & 1;
 #pragma unroll
-        for (int jj = 0; jj < 16; ++jj) {
-          const float ax = o[8 * jj + 2 * r] * factor, ay = o[8 * jj + 2 * r + 1] * factor;
-          const float bx = o[8 * jj + 4 + 2 * r] * factor, by = o[8 * jj + 4 + 2 * r + 1] * factor;
-          const float rx = __shfl_xor_sync(live, odd ? ax : bx, 1);
-          const float ry = __shfl_xor_sync(live, odd ? ay : by, 1);
-          const float4 v = odd ? make_float4(rx, ry, bx, by) : make_float4(ax, ay, rx, ry);
-          *reinterpret_cast<float4*>(out + 16 * jj + 2 * t4 + (odd ? 6 : 0)) = v;
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-          *reinterpret_cast<float2*>(out + 8 * j + 2 * t4) =
-              make_float2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
-      }
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(out + 8 * j + 2 * t4) =
+            make_float2(o[4 * j + 2 * r] * factor, o[4 * j + 2 * r + 1] * factor);
       if (wg == 0 && t4 == 0) {
         g.partial_lse[prow] = e.lse;
         if (g.partial_max) g.partial_max[prow] = e.max_logit;
@@ -386,11 +362,20 @@ __device__ __forceinline__ void write_rows(const KernelParams<Args>& p, const fl
   }
 }
 
-// write_partials_wide: write_rows' 16-byte partial stores for a split launch (num_splits > 1) in a
-// form whose shuffles every lane of the warp executes (a constant full mask), rows that do not exist
-// included, with only the stores and the lse guarded by the row. write_rows' shuffles take the live
-// rows' mask, which ptxas compiles to a convergence check, a converged path and an out-of-line
-// divergent copy of all 32 stores (bench/NOTES.md v29). Same values at the same addresses.
+// write_partials_wide: a split launch's (num_splits > 1) f32 partials by 16-byte stores. For columns
+// 16 jj .. 16 jj + 15 the quad holds A = columns 2 t4, 2 t4 + 1 (fragment j = 2 jj) and B = the same
+// 8 further on (j = 2 jj + 1). Lanes t4 and t4 ^ 1 swap one pair (even lanes send B, odd ones A), so
+// that even lanes hold columns 2 t4 .. 2 t4 + 3 (A, then the partner's A) and odd lanes 2 t4 + 6 ..
+// 2 t4 + 9 (the partner's B, then B): each warp store writes 64 contiguous bytes of each of its 8
+// rows instead of 32, in half the instructions of write_rows' 8-byte stores. Against those, two
+// alternations in one run: V4 / V4.1 b 2 with one-block splits 4.8-6.8% faster, V3.2 b 2 level to
+// 2.8% faster, b 64 / b 74 level (bench/NOTES.md v29; the epilogue of a b 2 split CTA, 128 KB of
+// f32 partials, took ~3.6 µs with the 8-byte stores).
+// Every lane of the warp shuffles (a constant full mask), rows that do not exist included, and only
+// the stores and the lse are guarded by the row: shuffles over the live rows' mask compiled to a
+// convergence check, a converged path and an out-of-line divergent copy of all 32 stores (v29 Next
+// item 2); this form is 10% less machine code (the v32 object's two kernels 16,440 -> 14,704
+// instructions) in the same time (geomean 0.999 over 28 cases x 2 alternations, v31).
 template <class Args, bool kPacks>
 __device__ __forceinline__ void write_partials_wide(const KernelParams<Args>& p, const float (&o)[128],
                                                     const float* sRowMax, const float* sRowSum, int r0,
@@ -930,11 +915,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   __syncthreads();
   static_assert(2 * L::k_stage >= kThreads / 32 * 8192, "the epilogue's windows must fit the key stages");
   if (p.g.num_splits == 1) write_rows_staged(p, o, sRowMax, sRowSum, r0, t4, wg, w, sK + warp * 8192);
-#ifdef LKV_SM90_FULLMASK_PARTIALS
   else write_partials_wide(p, o, sRowMax, sRowSum, r0, t4, wg, w);
-#else
-  else write_rows<typename Source::Args, Source::kPacksRows, true>(p, o, sRowMax, sRowSum, r0, t4, wg, w);
-#endif
   stamp(8);
 #else
   (void)p;
