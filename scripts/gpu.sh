@@ -5,7 +5,7 @@
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
 #   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [env_ab] [variant_ab] [racecheck_variant] [variant_trace]
-#   [flashmla]
+#   [flashmla] [decode_stream]
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -197,6 +197,20 @@ fi
 if has decode; then
   ./build-gpu/latentkv bench decode --device cuda --json "$OUT/decode-h200.json" 2>&1 | tee "$OUT/bench-decode.log"
   note "bench decode: $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode.log" | tr -s ' ' | tr '\n' ';')"
+fi
+
+# decode_stream: the decode bench with --stream (each case also timed as calls back to back, the
+# first launch of each call with PDL and without; docs/benchmarks.md) for the filters in
+# LKV_STREAM_FILTERS (';'-separated; default: every case, one JSON).
+if has decode_stream; then
+  IFS=';' read -r -a sfilters <<<"${LKV_STREAM_FILTERS:-all}"
+  for f in "${sfilters[@]}"; do
+    tag=$(echo "$f" | tr -c 'A-Za-z0-9_\n' '_')
+    fl=(); [ "$f" = all ] || fl=(--filter "$f")
+    ./build-gpu/latentkv bench decode --device cuda --stream "${fl[@]}" --json "$OUT/decode-stream-$tag-h200.json" 2>&1 \
+      | tee "$OUT/bench-decode-stream-$tag.log"
+    note "bench decode --stream $f: $(grep -E 'back to back' "$OUT/bench-decode-stream-$tag.log" | sed 's/ back to back://' | tr -s ' ' | tr '\n' ';' | cut -c1-900)"
+  done
 fi
 
 # decode_pairs: the decode bench with the two-warpgroup kernel's CTA pairs where h_q allows.

@@ -15,6 +15,7 @@
 
 #include "cuda/device_buffer.h"
 #include "cuda/switches.h"
+#include "cuda_common/bench.h"
 #include "latentkv/decode.h"
 #include "latentkv/error.h"
 #include "decode/cuda/launch.h"
@@ -494,6 +495,8 @@ TEST(DecodeCuda, DependentLaunchesAndGraphsAgreeBitwise) {
   REQUIRE_GPU();
   namespace dc = latentkv::decode::cuda;
   latentkv::testing::RestoreSwitch<int> restore(dc::pdl_mode, dc::set_pdl_mode);
+  latentkv::testing::RestoreSwitch<bool> restore_first(dc::first_launch_pdl, dc::set_first_launch_pdl);
+  dc::set_first_launch_pdl(false);
   latentkv::testing::RestoreSwitch<bool> restore_pairs(latentkv::decode::sm90::cta_pairs,
                                                         latentkv::decode::sm90::set_cta_pairs);
   int cc_major = 0, cc_minor = 0;
@@ -532,9 +535,116 @@ TEST(DecodeCuda, DependentLaunchesAndGraphsAgreeBitwise) {
             if (plan == &two) check_case(o, "PDL on: " + label, plan);
             expect_same(plain, rerun_gpu(w, plan, true), label + ", PDL on against off");
             expect_same(plain, rerun_gpu(w, plan, true, 3), label + ", graph replays");
+            dc::set_first_launch_pdl(true);
+            expect_same(plain, rerun_gpu(w, plan, true), label + ", first launches with PDL");
+            expect_same(plain, rerun_gpu(w, plan, true, 3), label + ", first launches with PDL, graph replays");
+            dc::set_first_launch_pdl(false);
           }
         }
   }
+}
+
+// A call's first launch with PDL (decode::cuda::first_launch_pdl): a kernel queued just ahead of the
+// call, which lets its dependents in at once and writes one input (q, the indices or the cache) only
+// after 200 us, must be waited for before that input is read, so out and lse equal an ordinary
+// launch's. Plans of one split (no combine), of several splits in one launch, and of two launches
+// (the second of which waits only at exit, so it must not start before the first has waited). On a
+// device that runs the sm_90 code the attention CTAs do start during the delay (the kernel ahead
+// holds 8 SMs), so a wait in the wrong place reads the stale input and fails here.
+TEST(DecodeCuda, FirstLaunchWaitsForTheKernelAhead) {
+  REQUIRE_GPU();
+  namespace dc = latentkv::decode::cuda;
+  latentkv::testing::RestoreSwitch<int> restore(dc::pdl_mode, dc::set_pdl_mode);
+  latentkv::testing::RestoreSwitch<bool> restore_first(dc::first_launch_pdl, dc::set_first_launch_pdl);
+  dc::set_pdl_mode(1);
+  dc::set_first_launch_pdl(true);
+  int cc_major = 0, cc_minor = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+  std::printf("[pdl] compute capability %d.%d: first launches with PDL %s\n", cc_major, cc_minor,
+              dc::first_launch_pdl_on(0) ? "on" : "off");
+  if (cc_major * 10 + cc_minor == 90) {
+    EXPECT_TRUE(dc::first_launch_pdl_on(0));
+  }
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  int n = 0;
+  for (KernelChoice kernel : kernels()) {
+    UseKernel use(kernel);
+    for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+      const DecodeWorkloadOptions o = variant_case(f, 9, 64, 600, false, 1700 + n++);
+      DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+      DecodePlan split = splits_of_256(o), two = split, whole = split;
+      two.unsplit_b = 5;
+      whole.num_splits = 1;
+      whole.keys_per_split = (o.topk + o.extra_topk + 63) / 64 * 64;
+      for (const DecodePlan* plan : {&whole, &split, &two}) {
+        dc::set_first_launch_pdl(false);
+        const GpuResult plain = rerun_gpu(w, plan, true);
+        dc::set_first_launch_pdl(true);
+        SparseDecodeArgs a = w.args();
+        DeviceBuffer<uint16_t> q(w.q), out(w.out);
+        DeviceBuffer<uint8_t> kv(w.kv), extra_kv(w.extra_kv.empty() ? std::vector<uint8_t>(16) : w.extra_kv);
+        DeviceBuffer<int32_t> idx(w.indices), eidx(w.extra_indices.empty() ? std::vector<int32_t>(1) : w.extra_indices);
+        DeviceBuffer<int32_t> len(w.topk_length.empty() ? std::vector<int32_t>(1) : w.topk_length);
+        DeviceBuffer<int32_t> elen(w.extra_topk_length.empty() ? std::vector<int32_t>(1) : w.extra_topk_length);
+        DeviceBuffer<float> sink(w.sink.empty() ? std::vector<float>(1) : w.sink), lse(w.lse);
+        const DeviceBuffer<uint16_t> q_truth(w.q);
+        const DeviceBuffer<int32_t> idx_truth(w.indices);
+        const DeviceBuffer<uint8_t> kv_truth(w.kv);
+        auto move = [](TensorView& t, void* ptr) {
+          if (t.data) {
+            t.data = ptr;
+            t.device = Device::cuda(0);
+          }
+        };
+        move(a.q, q.get());
+        move(a.k_cache, kv.get());
+        move(a.indices, idx.get());
+        move(a.topk_length, len.get());
+        move(a.attn_sink, sink.get());
+        move(a.extra_k_cache, extra_kv.get());
+        move(a.extra_indices, eidx.get());
+        move(a.extra_topk_length, elen.get());
+        move(a.out, out.get());
+        move(a.lse, lse.get());
+        a.plan = plan;
+        const size_t ws_bytes = sparse_decode_workspace_bytes(*plan);
+        DeviceBuffer<uint8_t> ws(std::vector<uint8_t>(std::max<size_t>(16, ws_bytes), 0xff));
+        if (ws_bytes > 0) {
+          a.workspace = ws.get();
+          a.workspace_bytes = ws_bytes;
+        }
+        const char* names[3] = {"q", "indices", "cache"};
+        for (int input = 0; input < 3; ++input) {
+          const std::string label = std::string(kernel_name(kernel)) + " " + format_info(f).name + ", " +
+                                    (plan == &whole ? "one split" : plan == &split ? "splits" : "two launches") +
+                                    ", " + names[input] + " written ahead";
+          w.poison_outputs();
+          out.upload(w.out);
+          lse.upload(w.lse);
+          // Stale but valid: zero queries, index 0 everywhere, a zero cache (zero scales).
+          if (input == 0) {
+            q.upload(std::vector<uint16_t>(w.q.size(), 0));
+            latentkv::bench_cuda::delayed_copy(q.get(), q_truth.get(), w.q.size() * 2, 200.0, stream);
+          } else if (input == 1) {
+            idx.upload(std::vector<int32_t>(w.indices.size(), 0));
+            latentkv::bench_cuda::delayed_copy(idx.get(), idx_truth.get(), w.indices.size() * 4, 200.0, stream);
+          } else {
+            kv.upload(std::vector<uint8_t>(w.kv.size(), 0));
+            latentkv::bench_cuda::delayed_copy(kv.get(), kv_truth.get(), w.kv.size(), 200.0, stream);
+          }
+          sparse_decode(a, stream, DecodeImpl::kCuda);
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << label;
+          expect_same(plain, GpuResult{out.download(), lse.download()}, label);
+          q.upload(w.q);
+          idx.upload(w.indices);
+          kv.upload(w.kv);
+        }
+      }
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 // CTAs of at most 16 rows (h_q <= 16 here) run two token groups in the portable kernel

@@ -150,6 +150,61 @@ int64_t unique_count(const std::vector<int32_t>& idx, int64_t num_slots) {
 // 0 measured several microseconds longer than any later one's (bench/NOTES.md v23, v27 item 4).
 enum class TraceMode { kFlushed, kWarm, kCode };
 
+// --stream: the case's calls queued back to back as a model step's layers issue them
+// (bench_cuda::stream_time_us), each on the next of R device copies of its caches, R x the caches
+// >= 256 MiB (over 4x the L2), so that no call finds its records in the L2 from an earlier one; the
+// query and the indices are shared (a layer's are written by the kernels just ahead of it, so they
+// are in the L2 then too). Per-call time with the first launch of each call programmatically
+// dependent on the call ahead (decode::cuda::first_launch_pdl; the first call of a timed batch
+// launches ordinarily, so that none of its work starts under the lead kernel), and with every first
+// launch ordinary. The second launches and the combine use PDL as in the flushed time (LKV_PDL).
+void stream_times(const SparseDecodeArgs& a, const std::vector<uint8_t>& kv_host,
+                  const std::vector<uint8_t>& extra_host, BenchCase& bc) {
+  namespace dc = decode::cuda;
+  const size_t kv_bytes = kv_host.size(), extra_bytes = extra_host.size();
+  const size_t bytes = kv_bytes + extra_bytes;
+  const int copies = static_cast<int>(std::max<size_t>(2, ((size_t{256} << 20) + bytes - 1) / bytes));
+  std::vector<void*> kv{a.k_cache.data}, ekv{a.extra_k_cache.data};
+  for (int r = 1; r < copies; ++r) {
+    kv.push_back(bench_cuda::alloc(kv_bytes));
+    bench_cuda::to_device(kv.back(), kv_host.data(), kv_bytes);
+    ekv.push_back(nullptr);
+    if (extra_bytes) {
+      ekv.back() = bench_cuda::alloc(extra_bytes);
+      bench_cuda::to_device(ekv.back(), extra_host.data(), extra_bytes);
+    }
+  }
+  const int calls = std::max(16, copies);
+  SparseDecodeArgs b = a;
+  bool first_pdl = true;
+  auto call = [&](int i) {
+    dc::set_first_launch_pdl(first_pdl && i > 0);
+    b.k_cache.data = kv[static_cast<size_t>(i % copies)];
+    if (extra_bytes) b.extra_k_cache.data = ekv[static_cast<size_t>(i % copies)];
+    sparse_decode(b);
+  };
+  const bool was = dc::first_launch_pdl();
+  const double lead_us = 40.0 * calls;
+  double host_us = 0;
+  const char* keys[2] = {"stream_time_us", "stream_ordinary_first_time_us"};
+  for (int form = 0; form < 2; ++form) {
+    first_pdl = form == 0;
+    double h = 0;
+    bc.numbers[keys[form]] = bench_cuda::stream_time_us(call, calls, 15, lead_us, &h);
+    host_us = std::max(host_us, h);
+  }
+  dc::set_first_launch_pdl(was);
+  bc.numbers["stream_host_us_per_call"] = host_us;
+  bc.numbers["stream_calls"] = calls;
+  bc.numbers["stream_pdl_first"] = dc::pdl_launches(0) ? 1.0 : 0.0;
+  std::printf("  %s back to back: %.1f us per call (first launch with PDL), %.1f (ordinary), host %.1f us per call\n",
+              bc.name.c_str(), bc.numbers[keys[0]], bc.numbers[keys[1]], host_us);
+  for (int r = 1; r < copies; ++r) {
+    bench_cuda::free(kv[static_cast<size_t>(r)]);
+    if (extra_bytes) bench_cuda::free(ekv[static_cast<size_t>(r)]);
+  }
+}
+
 void trace_case(const std::string& name, const SparseDecodeArgs& a, const SparseDecodeArgs& code_warmer,
                 BenchCase& bc, TraceMode mode) {
   namespace s9 = decode::sm90;
@@ -243,6 +298,7 @@ int cmd_bench_decode(const Args& args) {
   // the timed one is queued, so neither time carries the host's launch latency). Flushed minus
   // code-warm is what fetching cold code costs; code-warm minus warm what cold data costs.
   const bool code_warm = args.flag("code-warm");
+  const bool stream = args.flag("stream");  // --stream: also per-call times back to back (stream_times)
   args.check_all_used();
   std::vector<int64_t> forced_splits;
   for (size_t at = 0; at < splits_arg.size();) {
@@ -267,6 +323,7 @@ int cmd_bench_decode(const Args& args) {
   LKV_CHECK(forced_splits.empty() || cuda, "--splits needs --device cuda (the CPU paths do not split)");
   LKV_CHECK(!trace || cuda, "--trace needs --device cuda");
   LKV_CHECK(!code_warm || cuda, "--code-warm needs --device cuda");
+  LKV_CHECK(!stream || cuda, "--stream needs --device cuda");
   LKV_CHECK(int(trace_flushed) + int(trace_warm) + int(trace_code) <= 1,
             "--trace, --trace-warm and --trace-code exclude each other");
 #ifdef LKV_WITH_CUDA
@@ -411,6 +468,7 @@ int cmd_bench_decode(const Args& args) {
       if (code_warm)
         std::printf("  %s: %.1f us with its code in the L2, %.1f us with code and data\n", bc.name.c_str(),
                     bc.numbers["code_warm_time_us"], bc.numbers["warm_time_us"]);
+      if (stream) stream_times(a, kv, ekv, bc);
       if (trace)
         trace_case(bc.name, a, warmer, bc,
                    trace_warm ? TraceMode::kWarm : trace_code ? TraceMode::kCode : TraceMode::kFlushed);

@@ -52,7 +52,7 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
   config.dynamicSmemBytes = kSmem;
   config.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attr[1];
-  if (second_launch_pdl(p.g, device)) {
+  if (second_launch_pdl(p.g, device) || waits_at_entry(p.g)) {
     attr[0] = cuda_common::pdl_attribute();
     config.attrs = attr;
     config.numAttrs = 1;
@@ -126,8 +126,18 @@ void launch_attend_once(const KernelParams<typename Source::Args>& p, Stream str
 // r1 in [0, unsplit_r1) run unsplit in one launch, each CTA over all candidates and writing out and
 // lse itself, and the other r1 split in a second launch, which alone has partials and a combine.
 // Each r1 gets the same bytes as from a single launch with its split count.
+// With first_launch_pdl_on, the call's first launch waits at entry for the kernel ahead of the call
+// (Geometry::pdl_first) and the call's last kernel lets the next call's first launch in: an unsplit
+// launch as its CTAs start, the combine once its CTAs have passed their wait.
 template <class Source, class PortableSource = Source>
-void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) {
+void launch_attend(const KernelParams<typename Source::Args>& call, Stream stream) {
+  KernelParams<typename Source::Args> p = call;
+  {
+    int device = 0;
+    LKV_CUDA_CHECK(cudaGetDevice(&device));
+    p.g.pdl_first = first_launch_pdl_on(device) ? 1 : 0;
+    if (p.g.pdl_first && p.g.num_splits <= 1) p.g.early_dependents = 1;  // the call's only kernel
+  }
   if (p.g.num_splits <= 1 || p.g.unsplit_r1 <= 0) return launch_attend_once<Source, PortableSource>(p, stream);
   LKV_CHECK(p.g.unsplit_r1 < p.g.n1 && p.g.r1_begin == 0, "the attention launch's unsplit rows (",
             p.g.unsplit_r1, ") must leave some of its ", p.g.n1, " split");

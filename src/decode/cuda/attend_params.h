@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "latentkv/numerics.h"  // LKV_HD
+
 namespace latentkv::decode::cuda {
 
 // Rows are query tokens, indexed row = r1 * n2 + r2 (decode: r1 = request, r2 = query token;
@@ -45,7 +47,16 @@ struct Geometry {
   // of its CTAs have exited: a combine let in early piles its CTAs onto the few idle SMs and runs
   // slower there (bench/NOTES.md, v16).
   int32_t early_dependents = 0;
+  // The call's first launch is programmatically dependent on whatever kernel the caller queued
+  // ahead of the call (launch.h, first_launch_pdl): that launch (r1_begin == 0) waits for it before
+  // anything else (waits_at_entry), and the call's last kernel lets the next call's first launch in
+  // early (an unsplit launch as its CTAs start, the combine once its CTAs have passed their wait).
+  int32_t pdl_first = 0;
 };
+
+// Whether a launch of geometry g is a call's first with PDL, which waits at entry (launch.h,
+// first_launch_pdl).
+LKV_HD bool waits_at_entry(const Geometry& g) { return g.pdl_first != 0 && g.r1_begin == 0; }
 
 // Where the results go. out's element type (bf16 or f16) is the Source's.
 struct OutRef {

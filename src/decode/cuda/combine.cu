@@ -33,6 +33,9 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
   constexpr int kBatch = 16 / kVecsPerLane;
   // Launched with PDL (pdl_launches): the attention launch ahead may still be running.
   cuda_common::pdl_wait();
+  // The call's last kernel: the next call's first launch may be scheduled once every CTA of this
+  // grid has got here, i.e. on SMs this grid leaves free (it waits for this grid to complete).
+  if (g.pdl_first) cuda_common::pdl_launch_dependents();
   // The launch's (row, head) pairs, r1 from r1_begin; prow numbers them as the attention kernel
   // numbered its partials (from the absolute query row). prow is the same for a whole warp, so the
   // return below and the shuffles after it are warp-uniform.
@@ -170,6 +173,13 @@ std::atomic<int>& pdl_flag() {
   }()};
   return flag;
 }
+std::atomic<bool>& first_pdl_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LKV_PDL_FIRST");
+    return e && std::strcmp(e, "1") == 0;
+  }()};
+  return flag;
+}
 std::atomic<int>& copy_warps_flag() {
   static std::atomic<int> n{copy_warps_from_env()};
   return n;
@@ -194,6 +204,9 @@ void set_pdl_mode(int mode) {
   LKV_CHECK(mode >= 0 && mode <= 2, "the PDL mode must be 0, 1 or 2, got ", mode);
   pdl_flag().store(mode, std::memory_order_relaxed);
 }
+
+bool first_launch_pdl() { return first_pdl_flag().load(std::memory_order_relaxed); }
+void set_first_launch_pdl(bool on) { first_pdl_flag().store(on, std::memory_order_relaxed); }
 
 bool pdl_launches(int device) {
   // The sm_90 code's griddepcontrol instructions are compiled out of older targets, so the code the

@@ -632,7 +632,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // Programmatic dependent launch (cuda_common/pdl.cuh): a plan's second launch may be scheduled
   // once every CTA of the first has started (Geometry::early_dependents), the combine once every CTA
   // has exited. A second launch (r1_begin > 0) reads nothing the first one writes, but completes
-  // only after it, so stream order holds after both.
+  // only after it, so stream order holds after both. A call's first launch with PDL
+  // (Geometry::pdl_first) waits for the kernel ahead of the call before anything else, and lets its
+  // dependents in only after that wait, so that a second launch, which does not wait at entry,
+  // starts only once that kernel has completed.
+  if (waits_at_entry(p.g)) cuda_common::pdl_wait();
   if (p.g.early_dependents) cuda_common::pdl_launch_dependents();
   const cuda_common::PdlWaitAtExit pdl_wait_at_exit;
   constexpr int kDqk = Source::kDqk;

@@ -124,6 +124,16 @@ void set_pdl_mode(int mode);
 bool pdl_launches(int device);
 // A plan's second attention launch (r1_begin > 0) goes out with PDL where pdl_launches allows it.
 inline bool second_launch_pdl(const Geometry& g, int device) { return g.r1_begin > 0 && pdl_launches(device); }
+// The first attention launch of a call with PDL as well (Geometry::pdl_first): its CTAs may be
+// scheduled while the kernel the caller queued ahead of the call is still running, and wait for it
+// to complete before their first global access (ordinary semantics: what the caller queued before
+// the call is complete and visible before any of it is read); the call's last kernel lets the next
+// call's first launch in early. What it saves is the launch gap between calls (layers back to back,
+// a model step in a CUDA graph), which a flushed single call never shows. LKV_PDL_FIRST=1 (read
+// once per process) or set_first_launch_pdl(true) turns it on; it applies where pdl_launches does.
+bool first_launch_pdl();
+void set_first_launch_pdl(bool on);
+inline bool first_launch_pdl_on(int device) { return first_launch_pdl() && pdl_launches(device); }
 
 // One instantiation per format and score-product shape (instantiations/*.cu).
 template <CacheFormat F>

@@ -96,6 +96,7 @@ template <class Source, bool kPair = false>
 __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelParams<typename Source::Args> p) {
 #if defined(LKV_SM90_WGMMA)
   // Programmatic dependent launch, as in the portable kernel (decode/cuda/kernel.cuh).
+  if (cuda::waits_at_entry(p.g)) cuda_common::pdl_wait();
   if (p.g.early_dependents) cuda_common::pdl_launch_dependents();
   const cuda_common::PdlWaitAtExit pdl_wait_at_exit;
   static_assert(!Source::kF16, "the sm90 kernel multiplies bf16; f16 queries run the portable kernel");
