@@ -176,7 +176,7 @@ std::atomic<int>& pdl_flag() {
 std::atomic<bool>& first_pdl_flag() {
   static std::atomic<bool> flag{[] {
     const char* e = std::getenv("LKV_PDL_FIRST");
-    return e && std::strcmp(e, "1") == 0;
+    return !(e && std::strcmp(e, "0") == 0);
   }()};
   return flag;
 }
