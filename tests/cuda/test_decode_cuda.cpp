@@ -35,6 +35,39 @@ struct GpuResult {
   std::vector<float> lse;
 };
 
+// A workload's tensors copied to the device, and its arguments pointing at them.
+struct OnDevice {
+  DeviceBuffer<uint16_t> q, out;
+  DeviceBuffer<uint8_t> kv, extra_kv;
+  DeviceBuffer<int32_t> idx, eidx, len, elen;
+  DeviceBuffer<float> sink, lse;
+  SparseDecodeArgs args;
+
+  explicit OnDevice(DecodeWorkload& w)
+      : q(w.q), out(w.out), kv(w.kv), extra_kv(w.extra_kv.empty() ? std::vector<uint8_t>(16) : w.extra_kv),
+        idx(w.indices), eidx(w.extra_indices.empty() ? std::vector<int32_t>(1) : w.extra_indices),
+        len(w.topk_length.empty() ? std::vector<int32_t>(1) : w.topk_length),
+        elen(w.extra_topk_length.empty() ? std::vector<int32_t>(1) : w.extra_topk_length),
+        sink(w.sink.empty() ? std::vector<float>(1) : w.sink), lse(w.lse), args(w.args()) {
+    auto move = [](TensorView& t, void* p) {
+      if (t.data) {
+        t.data = p;
+        t.device = Device::cuda(0);
+      }
+    };
+    move(args.q, q.get());
+    move(args.k_cache, kv.get());
+    move(args.indices, idx.get());
+    move(args.topk_length, len.get());
+    move(args.attn_sink, sink.get());
+    move(args.extra_k_cache, extra_kv.get());
+    move(args.extra_indices, eidx.get());
+    move(args.extra_topk_length, elen.get());
+    move(args.out, out.get());
+    move(args.lse, lse.get());
+  }
+};
+
 // Copies the workload to the device, runs sparse_decode there, returns out and lse. Right behind the
 // call, on its stream, out and lse are also copied aside: a kernel queued after the call must see
 // what the call left (with PDL, the call's last kernel may complete only after all of its others),
@@ -47,29 +80,12 @@ struct GpuResult {
 // is returned.
 GpuResult run_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr, bool exact_workspace = false,
                   int graph_replays = 0) {
-  SparseDecodeArgs a = w.args();
-  DeviceBuffer<uint16_t> q(w.q), out(w.out), out_after(w.out);
-  DeviceBuffer<uint8_t> kv(w.kv), extra_kv(w.extra_kv.empty() ? std::vector<uint8_t>(16) : w.extra_kv);
-  DeviceBuffer<int32_t> idx(w.indices), eidx(w.extra_indices.empty() ? std::vector<int32_t>(1) : w.extra_indices);
-  DeviceBuffer<int32_t> len(w.topk_length.empty() ? std::vector<int32_t>(1) : w.topk_length);
-  DeviceBuffer<int32_t> elen(w.extra_topk_length.empty() ? std::vector<int32_t>(1) : w.extra_topk_length);
-  DeviceBuffer<float> sink(w.sink.empty() ? std::vector<float>(1) : w.sink), lse(w.lse), lse_after(w.lse);
-  auto move = [](TensorView& t, void* p) {
-    if (t.data) {
-      t.data = p;
-      t.device = Device::cuda(0);
-    }
-  };
-  move(a.q, q.get());
-  move(a.k_cache, kv.get());
-  move(a.indices, idx.get());
-  move(a.topk_length, len.get());
-  move(a.attn_sink, sink.get());
-  move(a.extra_k_cache, extra_kv.get());
-  move(a.extra_indices, eidx.get());
-  move(a.extra_topk_length, elen.get());
-  move(a.out, out.get());
-  move(a.lse, lse.get());
+  OnDevice d(w);
+  SparseDecodeArgs a = d.args;
+  DeviceBuffer<uint16_t>& out = d.out;
+  DeviceBuffer<float>& lse = d.lse;
+  DeviceBuffer<uint16_t> out_after(w.out);
+  DeviceBuffer<float> lse_after(w.lse);
   a.plan = plan;
   DeviceBuffer<uint8_t> ws;
   std::vector<uint8_t> ws_poison;
@@ -582,32 +598,16 @@ TEST(DecodeCuda, FirstLaunchWaitsForTheKernelAhead) {
         dc::set_first_launch_pdl(false);
         const GpuResult plain = rerun_gpu(w, plan, true);
         dc::set_first_launch_pdl(true);
-        SparseDecodeArgs a = w.args();
-        DeviceBuffer<uint16_t> q(w.q), out(w.out);
-        DeviceBuffer<uint8_t> kv(w.kv), extra_kv(w.extra_kv.empty() ? std::vector<uint8_t>(16) : w.extra_kv);
-        DeviceBuffer<int32_t> idx(w.indices), eidx(w.extra_indices.empty() ? std::vector<int32_t>(1) : w.extra_indices);
-        DeviceBuffer<int32_t> len(w.topk_length.empty() ? std::vector<int32_t>(1) : w.topk_length);
-        DeviceBuffer<int32_t> elen(w.extra_topk_length.empty() ? std::vector<int32_t>(1) : w.extra_topk_length);
-        DeviceBuffer<float> sink(w.sink.empty() ? std::vector<float>(1) : w.sink), lse(w.lse);
+        OnDevice d(w);
+        SparseDecodeArgs a = d.args;
+        DeviceBuffer<uint16_t>& q = d.q;
+        DeviceBuffer<uint16_t>& out = d.out;
+        DeviceBuffer<int32_t>& idx = d.idx;
+        DeviceBuffer<uint8_t>& kv = d.kv;
+        DeviceBuffer<float>& lse = d.lse;
         const DeviceBuffer<uint16_t> q_truth(w.q);
         const DeviceBuffer<int32_t> idx_truth(w.indices);
         const DeviceBuffer<uint8_t> kv_truth(w.kv);
-        auto move = [](TensorView& t, void* ptr) {
-          if (t.data) {
-            t.data = ptr;
-            t.device = Device::cuda(0);
-          }
-        };
-        move(a.q, q.get());
-        move(a.k_cache, kv.get());
-        move(a.indices, idx.get());
-        move(a.topk_length, len.get());
-        move(a.attn_sink, sink.get());
-        move(a.extra_k_cache, extra_kv.get());
-        move(a.extra_indices, eidx.get());
-        move(a.extra_topk_length, elen.get());
-        move(a.out, out.get());
-        move(a.lse, lse.get());
         a.plan = plan;
         const size_t ws_bytes = sparse_decode_workspace_bytes(*plan);
         DeviceBuffer<uint8_t> ws(std::vector<uint8_t>(std::max<size_t>(16, ws_bytes), 0xff));

@@ -130,20 +130,13 @@ void stream_times(const CompressWorkload& w, CompressArgs a, BenchCase& bc) {
     compress_kv(a);
   };
   const bool pdl_was = cc::compress_pdl();
-  // Lead: ~40 us of host time per call queued (measured host times are printed beside).
-  const double lead_us = 40.0 * calls;
-  double host_us = 0;
-  const char* keys[3] = {"stream_time_us", "stream_overlap_time_us", "stream_ordinary_time_us"};
-  for (int form = 0; form < 3; ++form) {
-    pdl = form < 2;
-    a.overlap_prologue = form == 1;
-    double h = 0;
-    bc.numbers[keys[form]] = bench_cuda::stream_time_us(call, calls, 15, lead_us, &h);
-    host_us = std::max(host_us, h);
-  }
+  time_stream_forms(call, calls, {"stream_time_us", "stream_overlap_time_us", "stream_ordinary_time_us"},
+                    [&](int form) {
+                      pdl = form < 2;
+                      a.overlap_prologue = form == 1;
+                    },
+                    bc);
   cc::set_compress_pdl(pdl_was);
-  bc.numbers["stream_host_us_per_call"] = host_us;
-  bc.numbers["stream_calls"] = calls;
   bc.numbers["stream_pdl"] = cc::compress_pdl_on(0) ? 1.0 : 0.0;
   for (size_t r = 1; r < states.size(); ++r) bench_cuda::free(states[r]);
 }

@@ -184,21 +184,13 @@ void stream_times(const SparseDecodeArgs& a, const std::vector<uint8_t>& kv_host
     sparse_decode(b);
   };
   const bool was = dc::first_launch_pdl();
-  const double lead_us = 40.0 * calls;
-  double host_us = 0;
-  const char* keys[2] = {"stream_time_us", "stream_ordinary_first_time_us"};
-  for (int form = 0; form < 2; ++form) {
-    first_pdl = form == 0;
-    double h = 0;
-    bc.numbers[keys[form]] = bench_cuda::stream_time_us(call, calls, 15, lead_us, &h);
-    host_us = std::max(host_us, h);
-  }
+  time_stream_forms(call, calls, {"stream_time_us", "stream_ordinary_first_time_us"},
+                    [&](int form) { first_pdl = form == 0; }, bc);
   dc::set_first_launch_pdl(was);
-  bc.numbers["stream_host_us_per_call"] = host_us;
-  bc.numbers["stream_calls"] = calls;
   bc.numbers["stream_pdl_first"] = dc::pdl_launches(0) ? 1.0 : 0.0;
   std::printf("  %s back to back: %.1f us per call (first launch with PDL), %.1f (ordinary), host %.1f us per call\n",
-              bc.name.c_str(), bc.numbers[keys[0]], bc.numbers[keys[1]], host_us);
+              bc.name.c_str(), bc.numbers["stream_time_us"], bc.numbers["stream_ordinary_first_time_us"],
+              bc.numbers["stream_host_us_per_call"]);
   for (int r = 1; r < copies; ++r) {
     bench_cuda::free(kv[static_cast<size_t>(r)]);
     if (extra_bytes) bench_cuda::free(ekv[static_cast<size_t>(r)]);

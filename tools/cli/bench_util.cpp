@@ -13,6 +13,9 @@
 #include <sstream>
 
 #include "latentkv/error.h"
+#ifdef LKV_WITH_CUDA
+#include "cuda_common/bench.h"
+#endif
 
 namespace latentkv::cli {
 
@@ -115,6 +118,22 @@ double measure_cpu_read_GBps() {
       5);
   return static_cast<double>(kCeilingBytes) / (us * 1e-6) / 1e9;
 }
+
+#ifdef LKV_WITH_CUDA
+void time_stream_forms(const std::function<void(int)>& call, int calls, const std::vector<std::string>& keys,
+                       const std::function<void(int)>& set_form, BenchCase& bc) {
+  const double lead_us = 40.0 * calls;
+  double host_us = 0;
+  for (size_t f = 0; f < keys.size(); ++f) {
+    set_form(static_cast<int>(f));
+    double h = 0;
+    bc.numbers[keys[f]] = bench_cuda::stream_time_us(call, calls, 15, lead_us, &h);
+    host_us = std::max(host_us, h);
+  }
+  bc.numbers["stream_host_us_per_call"] = host_us;
+  bc.numbers["stream_calls"] = calls;
+}
+#endif
 
 void add_phase_stats(BenchCase& bc, const std::vector<unsigned long long>& stamps, int64_t ctas, int phases,
                      const char* const* names, unsigned long long t0) {
