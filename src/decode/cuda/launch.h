@@ -130,8 +130,8 @@ inline bool second_launch_pdl(const Geometry& g, int device) { return g.r1_begin
 // the call is complete and visible before any of it is read); the call's last kernel lets the next
 // call's first launch in early. What it saves is the launch gap between calls (layers back to back,
 // a model step in a CUDA graph), which a flushed single call never shows: calls back to back
-// (`bench decode --stream`) measured 0.4-1.2 µs shorter per call on V4 b 2 h_q 64 (-7%) and b 64
-// (-1 to -3%), level to -2% elsewhere (bench/NOTES.md v31). On by default; LKV_PDL_FIRST=0 (read
+// (`bench decode --stream`) measured 0.5-1.3 µs shorter per call on V4 b 2 h_q 64 (-3 to -8%), 0.5-3%
+// on b 64 and b 128, level to -1% elsewhere, none slower (bench/NOTES.md v31). On by default; LKV_PDL_FIRST=0 (read
 // once per process) or set_first_launch_pdl(false) turns it off; it applies where pdl_launches does.
 bool first_launch_pdl();
 void set_first_launch_pdl(bool on);
