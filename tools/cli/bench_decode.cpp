@@ -151,19 +151,24 @@ int64_t unique_count(const std::vector<int32_t>& idx, int64_t num_slots) {
 enum class TraceMode { kFlushed, kWarm, kCode };
 
 // --stream: the case's calls queued back to back as a model step's layers issue them
-// (bench_cuda::stream_time_us), each on the next of R device copies of its caches, R x the caches
-// >= 256 MiB (over 4x the L2), so that no call finds its records in the L2 from an earlier one; the
-// query and the indices are shared (a layer's are written by the kernels just ahead of it, so they
-// are in the L2 then too). Per-call time with the first launch of each call programmatically
-// dependent on the call ahead (decode::cuda::first_launch_pdl; the first call of a timed batch
-// launches ordinarily, so that none of its work starts under the lead kernel), and with every first
+// (time_stream_forms), each on the next of R device copies of its caches, R x the bytes a call reads
+// (`read_bytes`, SPEC section 8's count) >= 256 MiB (over 4x the L2), so that no call finds its
+// records in the L2 from an earlier one (R at most what 16 GiB of copies allow); the query and the
+// indices are shared (a layer's are written by the kernels just ahead of it, so they are in the L2
+// then too). Per-call time with the first launch of each call programmatically dependent on the
+// call ahead (decode::cuda::first_launch_pdl; the first call of a timed batch launches ordinarily,
+// so that none of its work starts under the lead kernel, which also keeps its last kernel from
+// letting the second call in early: the batch's first gap is an ordinary one), and with every first
 // launch ordinary. The second launches and the combine use PDL as in the flushed time (LKV_PDL).
 void stream_times(const SparseDecodeArgs& a, const std::vector<uint8_t>& kv_host,
-                  const std::vector<uint8_t>& extra_host, BenchCase& bc) {
+                  const std::vector<uint8_t>& extra_host, double read_bytes, BenchCase& bc) {
   namespace dc = decode::cuda;
   const size_t kv_bytes = kv_host.size(), extra_bytes = extra_host.size();
   const size_t bytes = kv_bytes + extra_bytes;
-  const int copies = static_cast<int>(std::max<size_t>(2, ((size_t{256} << 20) + bytes - 1) / bytes));
+  const size_t per_call = std::max<size_t>(1, static_cast<size_t>(read_bytes));
+  const size_t fit = std::max<size_t>(2, (size_t{16} << 30) / bytes);
+  const int copies = static_cast<int>(
+      std::min(fit, std::max<size_t>(2, ((size_t{256} << 20) + per_call - 1) / per_call)));
   std::vector<void*> kv{a.k_cache.data}, ekv{a.extra_k_cache.data};
   for (int r = 1; r < copies; ++r) {
     kv.push_back(bench_cuda::alloc(kv_bytes));
@@ -188,6 +193,7 @@ void stream_times(const SparseDecodeArgs& a, const std::vector<uint8_t>& kv_host
                     [&](int form) { first_pdl = form == 0; }, bc);
   dc::set_first_launch_pdl(was);
   bc.numbers["stream_pdl_first"] = dc::pdl_launches(0) ? 1.0 : 0.0;
+  bc.numbers["stream_cache_copies"] = copies;
   std::printf("  %s back to back: %.1f us per call (first launch with PDL), %.1f (ordinary), host %.1f us per call\n",
               bc.name.c_str(), bc.numbers["stream_time_us"], bc.numbers["stream_ordinary_first_time_us"],
               bc.numbers["stream_host_us_per_call"]);
@@ -460,7 +466,7 @@ int cmd_bench_decode(const Args& args) {
       if (code_warm)
         std::printf("  %s: %.1f us with its code in the L2, %.1f us with code and data\n", bc.name.c_str(),
                     bc.numbers["code_warm_time_us"], bc.numbers["warm_time_us"]);
-      if (stream) stream_times(a, kv, ekv, bc);
+      if (stream) stream_times(a, kv, ekv, bytes, bc);
       if (trace)
         trace_case(bc.name, a, warmer, bc,
                    trace_warm ? TraceMode::kWarm : trace_code ? TraceMode::kCode : TraceMode::kFlushed);

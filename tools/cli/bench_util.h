@@ -73,10 +73,12 @@ void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, do
 void add_phase_stats(BenchCase& bc, const std::vector<unsigned long long>& stamps, int64_t ctas, int phases,
                      const char* const* names, unsigned long long t0);
 #ifdef LKV_WITH_CUDA
-// Calls queued back to back in several forms (bench_cuda::stream_time_us: 15 repeats, behind a lead
-// kernel of 40 us per call, enough for the host to queue them all first): before form f is timed,
-// set_form(f) selects it; its per-call time goes to bc.numbers[keys[f]], the largest host time to
-// queue one call over the forms to stream_host_us_per_call, `calls` to stream_calls.
+// Calls queued back to back in several forms (bench_cuda::stream_time_us, each batch behind a lead
+// kernel of 40 us per call, so that the host has queued them all before the first may start): 15
+// batches per form, the forms alternating batch by batch; before a batch of form f, set_form(f)
+// selects it. Form f's median per-call time goes to bc.numbers[keys[f]], the largest host time to
+// queue one call to stream_host_us_per_call (the figures are the device's while it stays below the
+// lead's 40 us per call), `calls` to stream_calls.
 void time_stream_forms(const std::function<void(int)>& call, int calls, const std::vector<std::string>& keys,
                        const std::function<void(int)>& set_form, BenchCase& bc);
 #endif

@@ -149,6 +149,12 @@ void launch_attend(const KernelParams<typename Source::Args>& call, Stream strea
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
   whole.g.early_dependents = pdl_launches(device) ? 1 : 0;
+  // `rest` reads the call's inputs without a wait at entry. With pdl_first, `whole` waits for the
+  // kernel ahead of the call before it lets `rest` in, so `rest` is scheduled only after that kernel
+  // has completed (PTX promises visibility of its writes to the grid that waited, `whole`; that a
+  // grid scheduled after the completion sees them too is the ordering this relies on, tested by
+  // DecodeCuda.FirstLaunchWaitsForTheKernelAhead's two-launch plans). Without pdl_first `whole` is
+  // an ordinary launch and stream order covers both.
   launch_attend_once<Source, PortableSource>(whole, stream);
   KernelParams<typename Source::Args> rest = p;
   rest.g.r1_begin = p.g.unsplit_r1;

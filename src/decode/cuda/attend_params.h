@@ -41,11 +41,12 @@ struct Geometry {
   // Portable kernel on sm_90: how many warps (the last ones) issue a key tile's bulk copies,
   // 32 / copy_warps tokens each: 1, 2, 4 or 8 (launch.h, copy_warps_for).
   int32_t copy_warps = 1;
-  // The first launch of a two-launch plan (unsplit, a second attention launch behind it): its CTAs
-  // let that launch be scheduled as soon as they start (cuda_common/pdl.cuh), so that its CTAs fill
-  // SMs as this launch's last wave drains. Every other launch lets its dependents in only once all
-  // of its CTAs have exited: a combine let in early piles its CTAs onto the few idle SMs and runs
-  // slower there (bench/NOTES.md, v16).
+  // The first launch of a two-launch plan (unsplit, a second attention launch behind it), and with
+  // pdl_first a call's only launch (unsplit, no combine): its CTAs let the next launch be scheduled
+  // as soon as they start (after the entry wait, with pdl_first; cuda_common/pdl.cuh), so that its
+  // CTAs fill SMs as this launch's last wave drains. A launch with a combine behind it lets the
+  // combine in only once all of its CTAs have exited: a combine let in early piles its CTAs onto
+  // the few idle SMs and runs slower there (bench/NOTES.md, v16).
   int32_t early_dependents = 0;
   // The call's first launch is programmatically dependent on whatever kernel the caller queued
   // ahead of the call (launch.h, first_launch_pdl): that launch (r1_begin == 0) waits for it before

@@ -161,8 +161,8 @@ int copy_warps_from_env() {
             "LKV_COPY_WARPS must be 0, 1, 2, 4 or 8, got '", v, "'");
   return std::stoi(v);
 }
-// LKV_PDL: 0 off, 1 on (default), 2 only for second launches (the combine an ordinary launch), for
-// measuring the two apart.
+// LKV_PDL: 0 off, 1 on (default), 2 the combine an ordinary launch (launch.h), for measuring them
+// apart.
 std::atomic<int>& pdl_flag() {
   static std::atomic<int> flag{[] {
     const char* e = std::getenv("LKV_PDL");

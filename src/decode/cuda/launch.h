@@ -113,10 +113,11 @@ inline int copy_warps_for(const Geometry& g, bool roles, bool groups) {
 // launch lets the combine in only once all of its CTAs have exited (an earlier combine piled its
 // CTAs onto the few idle SMs: bench/NOTES.md, v16), and the combine waits for it to complete before
 // reading partials; what PDL saves there is the gap between the two grids. The first attention
-// launch of a call is always an ordinary launch, so everything the caller queued before the call
-// is complete before any of it reads its inputs.
-// Mode: 0 off, 1 on (the default), 2 second launches only (the combine an ordinary launch), for
-// measuring the two apart; LKV_PDL=0|1|2 sets the initial mode (read once per process). Used only
+// launch of a call is programmatically dependent as well, with a wait at entry (first_launch_pdl,
+// below), so everything the caller queued before the call is complete before any of it reads its
+// inputs.
+// Mode: 0 off, 1 on (the default), 2 the combine an ordinary launch (second and first launches with
+// PDL), for measuring them apart; LKV_PDL=0|1|2 sets the initial mode (read once per process). Used only
 // where the code the device runs was built for sm_90 or newer (pdl_launches), since older targets
 // compile the waits out.
 int pdl_mode();
@@ -127,12 +128,14 @@ inline bool second_launch_pdl(const Geometry& g, int device) { return g.r1_begin
 // The first attention launch of a call with PDL as well (Geometry::pdl_first): its CTAs may be
 // scheduled while the kernel the caller queued ahead of the call is still running, and wait for it
 // to complete before their first global access (ordinary semantics: what the caller queued before
-// the call is complete and visible before any of it is read); the call's last kernel lets the next
-// call's first launch in early. What it saves is the launch gap between calls (layers back to back,
-// a model step in a CUDA graph), which a flushed single call never shows: calls back to back
-// (`bench decode --stream`) measured 0.5-1.3 µs shorter per call on V4 b 2 h_q 64 (-3 to -8%), 0.5-3%
-// on b 64 and b 128, level to -1% elsewhere, none slower (bench/NOTES.md v31). On by default; LKV_PDL_FIRST=0 (read
-// once per process) or set_first_launch_pdl(false) turns it off; it applies where pdl_launches does.
+// the call is complete and visible before any of it is read); the call's last kernel lets whatever
+// PDL kernel follows (the next call's first launch, in a model step) be scheduled early, onto the
+// SMs this call leaves free, where it waits. What it saves is the launch gap between calls (layers
+// back to back, a model step in a CUDA graph), which a flushed single call never shows: calls back
+// to back (`bench decode --stream`) measured 1.1-1.3 µs (7-8%) shorter per call on V4 b 2 h_q 64 with
+// a 512-token extra cache, in two runs; the other cases moved by less than that method resolves
+// (bench/NOTES.md v31). On by default; LKV_PDL_FIRST=0 (read once per process) or
+// set_first_launch_pdl(false) turns it off; it applies where pdl_launches does.
 bool first_launch_pdl();
 void set_first_launch_pdl(bool on);
 inline bool first_launch_pdl_on(int device) { return first_launch_pdl() && pdl_launches(device); }
