@@ -582,8 +582,14 @@ TEST(DecodeCuda, FirstLaunchWaitsForTheKernelAhead) {
   if (cc_major * 10 + cc_minor == 90) {
     EXPECT_TRUE(dc::first_launch_pdl_on(0));
   }
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  struct OwnStream {  // destroyed however the test ends
+    cudaStream_t s = nullptr;
+    ~OwnStream() {
+      if (s) cudaStreamDestroy(s);
+    }
+  } own;
+  ASSERT_EQ(cudaStreamCreate(&own.s), cudaSuccess);
+  const cudaStream_t stream = own.s;
   int n = 0;
   for (KernelChoice kernel : kernels()) {
     UseKernel use(kernel);
@@ -644,7 +650,6 @@ TEST(DecodeCuda, FirstLaunchWaitsForTheKernelAhead) {
       }
     }
   }
-  cudaStreamDestroy(stream);
 }
 
 // CTAs of at most 16 rows (h_q <= 16 here) run two token groups in the portable kernel
