@@ -132,8 +132,8 @@ inline bool second_launch_pdl(const Geometry& g, int device) { return g.r1_begin
 // PDL kernel follows (the next call's first launch, in a model step) be scheduled early, onto the
 // SMs this call leaves free, where it waits. What it saves is the launch gap between calls (layers
 // back to back, a model step in a CUDA graph), which a flushed single call never shows: calls back
-// to back (`bench decode --stream`) measured 1.1-1.3 µs (7-8%) shorter per call on V4 b 2 h_q 64 with
-// a 512-token extra cache, in two runs; the other cases moved by less than that method resolves
+// to back (`bench decode --stream`) measured 1.0-1.3 µs (6-8%) shorter per call on V4 b 2 h_q 64 with
+// a 512-token extra cache, in three runs; the other cases moved by less than the first two resolved
 // (bench/NOTES.md v31). On by default; LKV_PDL_FIRST=0 (read once per process) or
 // set_first_launch_pdl(false) turns it off; it applies where pdl_launches does.
 bool first_launch_pdl();
