@@ -41,7 +41,8 @@ double time_us(const std::function<void()>& fn, int reps, int warmup = 3, bool f
 // every call before the first one may start (the span then holds no host latency; call(0) must not
 // be a programmatically dependent launch, which could start under that kernel);
 // *host_us_per_call (if given) receives the median host time to queue one call, which must stay
-// below the per-call device time for the figure to be the device's. No flush between calls.
+// below lead_us / calls for the figure to be the device's (every call is then queued before the
+// first starts). No flush between calls.
 double stream_time_us(const std::function<void(int)>& call, int calls, int reps, double lead_us,
                       double* host_us_per_call = nullptr);
 

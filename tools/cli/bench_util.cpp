@@ -123,7 +123,8 @@ double measure_cpu_read_GBps() {
 void time_stream_forms(const std::function<void(int)>& call, int calls, const std::vector<std::string>& keys,
                        const std::function<void(int)>& set_form, BenchCase& bc) {
   constexpr int kReps = 15;
-  const double lead_us = 40.0 * calls;
+  constexpr double kLeadUsPerCall = 40.0;
+  const double lead_us = kLeadUsPerCall * calls;
   double host_us = 0;
   // The forms alternate batch by batch, so that a drift over the case's runs (clocks, heat) falls on
   // every form alike; each form's figure is the median of its batches.
@@ -142,7 +143,7 @@ void time_stream_forms(const std::function<void(int)>& call, int calls, const st
   }
   bc.numbers["stream_host_us_per_call"] = host_us;
   bc.numbers["stream_calls"] = calls;
-  bc.numbers["stream_lead_us_per_call"] = 40.0;
+  bc.numbers["stream_lead_us_per_call"] = kLeadUsPerCall;
 }
 #endif
 

@@ -52,7 +52,7 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
   config.dynamicSmemBytes = kSmem;
   config.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attr[1];
-  if (second_launch_pdl(p.g, device) || waits_at_entry(p.g)) {
+  if (attend_launch_pdl(p.g, device)) {
     attr[0] = cuda_common::pdl_attribute();
     config.attrs = attr;
     config.numAttrs = 1;
@@ -132,12 +132,10 @@ void launch_attend_once(const KernelParams<typename Source::Args>& p, Stream str
 template <class Source, class PortableSource = Source>
 void launch_attend(const KernelParams<typename Source::Args>& call, Stream stream) {
   KernelParams<typename Source::Args> p = call;
-  {
-    int device = 0;
-    LKV_CUDA_CHECK(cudaGetDevice(&device));
-    p.g.pdl_first = first_launch_pdl_on(device) ? 1 : 0;
-    if (p.g.pdl_first && p.g.num_splits <= 1) p.g.early_dependents = 1;  // the call's only kernel
-  }
+  int device = 0;
+  LKV_CUDA_CHECK(cudaGetDevice(&device));
+  p.g.pdl_first = first_launch_pdl_on(device) ? 1 : 0;
+  if (p.g.pdl_first && p.g.num_splits <= 1) p.g.early_dependents = 1;  // the call's only kernel
   if (p.g.num_splits <= 1 || p.g.unsplit_r1 <= 0) return launch_attend_once<Source, PortableSource>(p, stream);
   LKV_CHECK(p.g.unsplit_r1 < p.g.n1 && p.g.r1_begin == 0, "the attention launch's unsplit rows (",
             p.g.unsplit_r1, ") must leave some of its ", p.g.n1, " split");
@@ -146,8 +144,6 @@ void launch_attend(const KernelParams<typename Source::Args>& call, Stream strea
   whole.g.keys_per_split = p.g.num_splits * p.g.keys_per_split;  // every candidate
   whole.g.num_splits = 1;
   whole.g.unsplit_r1 = 0;
-  int device = 0;
-  LKV_CUDA_CHECK(cudaGetDevice(&device));
   whole.g.early_dependents = pdl_launches(device) ? 1 : 0;
   // `rest` reads the call's inputs without a wait at entry. With pdl_first, `whole` waits for the
   // kernel ahead of the call before it lets `rest` in, so `rest` is scheduled only after that kernel

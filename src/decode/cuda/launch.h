@@ -139,6 +139,11 @@ inline bool second_launch_pdl(const Geometry& g, int device) { return g.r1_begin
 bool first_launch_pdl();
 void set_first_launch_pdl(bool on);
 inline bool first_launch_pdl_on(int device) { return first_launch_pdl() && pdl_launches(device); }
+// Whether an attention launch of geometry g goes out with PDL: a plan's second launch, or a call's
+// first one that waits at entry. Both kernels' launch code asks this.
+inline bool attend_launch_pdl(const Geometry& g, int device) {
+  return second_launch_pdl(g, device) || waits_at_entry(g);
+}
 
 // One instantiation per format and score-product shape (instantiations/*.cu).
 template <CacheFormat F>

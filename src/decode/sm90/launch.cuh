@@ -43,7 +43,7 @@ void launch_kernel(Kernel kernel, const Params& p, dim3 grid, int threads, int s
   }
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
-  if (cuda::second_launch_pdl(p.g, device) || cuda::waits_at_entry(p.g)) attr[n++] = cuda_common::pdl_attribute();
+  if (cuda::attend_launch_pdl(p.g, device)) attr[n++] = cuda_common::pdl_attribute();
   config.attrs = n ? attr : nullptr;
   config.numAttrs = n;
   LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
