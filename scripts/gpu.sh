@@ -29,6 +29,7 @@ summary=()
 note() { summary+=("$1"); echo "== $1"; echo "$1" >>"$OUT/summary.log"; }
 # At most 8 files come back from the device machine: the logs travel as one archive.
 finish() {
+  [ -n "${clock_pid:-}" ] && kill "$clock_pid" 2>/dev/null
   (cd "$OUT" && tar czf logs.tgz ./*.log ./*.txt && rm -f ./*.log)
   echo
   echo "==================== summary ===================="
@@ -37,6 +38,19 @@ finish() {
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
   | tee "$OUT/gpu.txt"
+# LKV_CLOCK_LOG=1: sample the SM clock, power and the active clock-event reasons every 100 ms for
+# the whole call (a read-only query; nothing about the GPU is changed), into clocks.txt, so that a
+# slow case can be checked against the clocks it ran at (stages that time cases stamp their start).
+clock_pid=
+if [ "${LKV_CLOCK_LOG:-0}" = 1 ]; then
+  q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active
+  nvidia-smi --query-gpu=$q --format=csv,noheader >/dev/null 2>&1 ||
+    q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active
+  echo "# $q" >"$OUT/clocks.txt"
+  nvidia-smi --query-gpu=$q --format=csv,noheader -lms 100 >>"$OUT/clocks.txt" 2>&1 &
+  clock_pid=$!
+fi
+stamp() { echo "# $(date '+%Y/%m/%d %H:%M:%S.%3N') $1" >>"$OUT/clocks.txt"; }
 
 # LKV_BUILD_TARGETS: build only these targets (e.g. "latentkv lkv_cuda_tests"), default all.
 # With variant_ab, racecheck_variant or variant_trace the LKV_VARIANT_CMAKE build (build-gpu-variant) runs beside the default one, each
@@ -169,7 +183,8 @@ fi
 if has bench; then
   ref=()
   [ -f "$OUT/reference.json" ] && ref=(--reference "$OUT/reference.json")
-  for fmt in v4_int8 v4_fp8; do
+  for fmt in ${LKV_COMPRESS_FORMATS:-v4_int8 v4_fp8}; do
+    stamp "bench compress $fmt"
     ./build-gpu/latentkv bench compress --device cuda --format $fmt --shuffled "${ref[@]}" \
       --json "$OUT/compress-$fmt-h200.json" 2>&1 | tee "$OUT/bench-$fmt.log"
     note "bench $fmt: $(tail -1 "$OUT/bench-$fmt.log")"
@@ -207,6 +222,7 @@ if has decode_stream; then
   for f in "${sfilters[@]}"; do
     tag=$(echo "$f" | tr -c 'A-Za-z0-9_\n' '_')
     fl=(); [ "$f" = all ] || fl=(--filter "$f")
+    stamp "decode_stream $f"
     ./build-gpu/latentkv bench decode --device cuda --stream "${fl[@]}" --json "$OUT/decode-stream-$tag-h200.json" 2>&1 \
       | tee "$OUT/bench-decode-stream-$tag.log"
     note "bench decode --stream $f: $(grep -E 'back to back' "$OUT/bench-decode-stream-$tag.log" | sed 's/ back to back://' | tr -s ' ' | tr '\n' ';' | cut -c1-900)"
