@@ -30,7 +30,7 @@ note() { summary+=("$1"); echo "== $1"; echo "$1" >>"$OUT/summary.log"; }
 # At most 8 files come back from the device machine: the logs travel as one archive.
 finish() {
   [ -n "${clock_pid:-}" ] && kill "$clock_pid" 2>/dev/null
-  (cd "$OUT" && tar czf logs.tgz ./*.log ./*.txt && rm -f ./*.log)
+  (cd "$OUT" && tar czf logs.tgz ./*.log ./*.txt && rm -f ./*.log ./gpu.txt ./clocks.txt)
   echo
   echo "==================== summary ===================="
   printf '%s\n' "${summary[@]}"
