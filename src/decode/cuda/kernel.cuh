@@ -801,11 +801,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     if (pf_candidate(tile, k)) pf_index = src.raw_index(p.src, k);
   };
   auto pf_prefetch = [&](int tile) {
-    int64_t k;
-    if (!pf_candidate(tile, k)) return;
-    const uint8_t* scale = nullptr;
-    const uint8_t* data = src.locate_index(p.src, k, pf_index, &scale);
-    if (data != nullptr) prefetch_record_l2<kStorage>(data, scale);
+    if constexpr (kPrefetch) {  // (StorageTraits exist for quantized storage only)
+      int64_t k;
+      if (!pf_candidate(tile, k)) return;
+      const uint8_t* scale = nullptr;
+      const uint8_t* data = src.locate_index(p.src, k, pf_index, &scale);
+      if (data != nullptr) prefetch_record_l2<kStorage>(data, scale);
+    }
   };
   // Tiles 2 .. kPrefetchAhead - 1 at once (the loop's first iterations issue their copies), then
   // tile kPrefetchAhead's index for iteration 0.
