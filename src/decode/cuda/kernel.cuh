@@ -302,25 +302,6 @@ struct StorageTraits<KeyStorage::kV41Fp8> {
   static constexpr bool kScaleRow = false;
 };
 
-// LKV_PORTABLE_PREFETCH (CMake option, off; an experiment): the first warp asks L2 for the records
-// of tile t + kPrefetchAhead while tile t is computed, so that their copies, issued one or two
-// iterations later, read L2 instead of HBM. For quantized storage only (16-bit keys on sm_90 already
-// have two tiles of bulk copies in flight).
-#ifndef LKV_PORTABLE_PREFETCH
-#define LKV_PORTABLE_PREFETCH 0
-#endif
-inline constexpr int kPrefetchAhead = 4;
-// Every 128-byte line of a record (its data bytes and, for v4_fp8, its scale row's 8 bytes).
-template <KeyStorage S>
-__device__ __forceinline__ void prefetch_record_l2(const uint8_t* data, const uint8_t* scale) {
-  using T = StorageTraits<S>;
-  constexpr int kBytes = T::kDataChunks * 16;
-#pragma unroll
-  for (int off = 0; off < kBytes; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(data + off));
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(data + kBytes - 1));
-  if constexpr (T::kScaleRow) asm volatile("prefetch.global.L2 [%0];" ::"l"(scale));
-}
-
 // Issues the cp.async copies of a tile's quantized records into `raw` (unattended tokens copy
 // nothing; their keys are zeroed at dequantization).
 template <KeyStorage S, int kRawRecord>
@@ -788,40 +769,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     *scale = nullptr;
     if (pending_k >= 0) *data = src.locate_index(p.src, pending_k, pending_index, scale);
   };
-  // LKV_PORTABLE_PREFETCH: a second, longer pipeline of the same two steps for the first warp, whose
-  // only product is an L2 prefetch of tile `tile`'s records (pf_fetch a tile before pf_prefetch).
-  constexpr bool kPrefetch = LKV_PORTABLE_PREFETCH && !kDirect;
-  int32_t pf_index = -1;
-  auto pf_candidate = [&](int tile, int64_t& k) {
-    k = k_begin + static_cast<int64_t>(tile) * kTileTokens + tid;
-    return tile < num_tiles && k < k_end;
-  };
-  auto pf_fetch = [&](int tile) {
-    int64_t k;
-    if (pf_candidate(tile, k)) pf_index = src.raw_index(p.src, k);
-  };
-  auto pf_prefetch = [&](int tile) {
-    if constexpr (kPrefetch) {  // (StorageTraits exist for quantized storage only)
-      int64_t k;
-      if (!pf_candidate(tile, k)) return;
-      const uint8_t* scale = nullptr;
-      const uint8_t* data = src.locate_index(p.src, k, pf_index, &scale);
-      if (data != nullptr) prefetch_record_l2<kStorage>(data, scale);
-    }
-  };
-  // Tiles 2 .. kPrefetchAhead - 1 at once (the loop's first iterations issue their copies), then
-  // tile kPrefetchAhead's index for iteration 0.
-  auto pf_start = [&] {
-    if constexpr (kPrefetch) {
-      if (tid < kTileTokens) {
-        for (int t = 2; t < kPrefetchAhead; ++t) {
-          pf_fetch(t);
-          pf_prefetch(t);
-        }
-        pf_fetch(kPrefetchAhead);
-      }
-    }
-  };
   // Starts the copies of the keys listed in pointer buffer `pbuf` into key / staging buffer `buf`
   // (with kBulk: bulk copies completing on sBar[buf], issued by the last g.copy_warps warps,
   // kTileTokens / copy_warps tokens each, one arrival each on the tile's mbarrier.)
@@ -1008,7 +955,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         fetch(t);
         resolve(&sData[t * kTileTokens + tid], &sScale[t * kTileTokens + tid]);
       }
-    pf_start();
     if constexpr (kBulk) {
       if (tid == 0) {
         mbar_init(&sBar[0], g.copy_warps);
@@ -1033,7 +979,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       resolve(&sData[tid], &sScale[tid]);
       fetch(1);
     }
-    pf_start();
     if constexpr (kBulk) {
       if (tid == 0) {
         mbar_init(&sBar[0], g.copy_warps);
@@ -1052,12 +997,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     const int pcur = tile % kPtrBufs;
     const uint8_t* const* tile_data = sData + pcur * kTileTokens;
     const uint16_t* keys = sK;
-    if constexpr (kPrefetch) {
-      if (tid < kTileTokens) {
-        pf_prefetch(tile + kPrefetchAhead);
-        pf_fetch(tile + kPrefetchAhead + 1);
-      }
-    }
     if constexpr (kOverlap) {
       // ---- 2. Tile t + 1's records have landed (and tile t was dequantized during the previous
       // iteration); start tile t + 2's copies into the staging buffer tile t used, and issue tile
