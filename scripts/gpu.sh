@@ -29,7 +29,6 @@ summary=()
 note() { summary+=("$1"); echo "== $1"; echo "$1" >>"$OUT/summary.log"; }
 # At most 8 files come back from the device machine: the logs travel as one archive.
 finish() {
-  [ -n "${clock_pid:-}" ] && kill "$clock_pid" 2>/dev/null
   (cd "$OUT" && tar czf logs.tgz ./*.log ./*.txt && rm -f ./*.log ./gpu.txt ./clocks.txt)
   echo
   echo "==================== summary ===================="
@@ -49,8 +48,9 @@ if [ "${LKV_CLOCK_LOG:-0}" = 1 ]; then
   echo "# $q" >"$OUT/clocks.txt"
   nvidia-smi --query-gpu=$q --format=csv,noheader -lms 100 >>"$OUT/clocks.txt" 2>&1 &
   clock_pid=$!
+  trap 'kill "$clock_pid" 2>/dev/null' EXIT  # however the call ends, early exits included
 fi
-stamp() { echo "# $(date '+%Y/%m/%d %H:%M:%S.%3N') $1" >>"$OUT/clocks.txt"; }
+stamp() { [ -z "$clock_pid" ] || echo "# $(date '+%Y/%m/%d %H:%M:%S.%3N') $1" >>"$OUT/clocks.txt"; }
 
 # LKV_BUILD_TARGETS: build only these targets (e.g. "latentkv lkv_cuda_tests"), default all.
 # With variant_ab, racecheck_variant or variant_trace the LKV_VARIANT_CMAKE build (build-gpu-variant) runs beside the default one, each
