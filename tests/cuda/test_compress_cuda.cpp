@@ -448,52 +448,6 @@ TEST(CompressCuda, ClusterMergeMatchesGlobalMergeBitwise) {
   }
 }
 
-// The staged kernel (kernel.cuh, kStaged: each thread's last step by cp.async into shared memory)
-// against the register path: the same bytes on plans of two steps per thread (the 8192-token
-// contest shapes), of many (long windows), and with partial steps (odd C, small blocks), both
-// payload kinds, and right by the oracle.
-TEST(CompressCuda, StagedLastStepMatchesRegisterPathBitwise) {
-  REQUIRE_GPU();
-  struct S { int64_t reqs, tokens, C, bs; };
-  const S cases[] = {{1, 8192, 128, 64}, {1, 8192, 256, 64}, {1, 8192, 512, 64}, {4, 4096, 128, 64},
-                     {1, 8192, 4096, 16}, {2, 300, 37, 3}, {1, 2048, 1000, 8}, {3, 64, 4, 1}};
-  latentkv::testing::RestoreSwitch<bool> restore(compress::cuda::compress_staged, compress::cuda::set_compress_staged);
-  int n = 0;
-  for (const S& c : cases)
-    for (CacheFormat f : {CacheFormat::v4_int8, CacheFormat::v4_fp8}) {
-      WorkloadOptions o;
-      o.num_reqs = c.reqs;
-      o.tokens_per_req = c.tokens;
-      o.compress_ratio = c.C;
-      o.block_size = c.bs;
-      o.shuffle_blocks = true;
-      o.random_slots = true;
-      o.random_initial_cache = true;
-      o.format = f;
-      o.seed = 6100 + n++;
-      CompressWorkload w = make_workload(o);
-      const compress::SplitPlan plan = compress::cuda::plan_for(w.params(), 0);
-      char buf[96];
-      std::snprintf(buf, sizeof(buf), "C%lld_t%lld_bs%lld(%lldx%lld)/%s", static_cast<long long>(c.C),
-                    static_cast<long long>(c.tokens), static_cast<long long>(c.bs),
-                    static_cast<long long>(plan.num_splits), static_cast<long long>(plan.dim_slices),
-                    f == CacheFormat::v4_fp8 ? "fp8" : "int8");
-      std::vector<uint8_t> got[2];
-      for (int st = 0; st < 2; ++st) {
-        compress::cuda::set_compress_staged(st == 1);
-        DeviceWorkload d(w);
-        compress_kv(d.args(), nullptr, CompressImpl::kCuda);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << buf;
-        got[st] = d.kv.download();
-      }
-      EXPECT_EQ(got[0], got[1]) << buf << ": staged and register paths differ";
-      const compress::CheckReport rep = compress::check_records(w.params(), got[1].data());
-      EXPECT_TRUE(rep.ok()) << buf << ": " << rep.first_failure;
-      std::printf("[check] staged %-34s records %lld, same bytes as the register path: %s\n", buf,
-                  static_cast<long long>(rep.records), got[0] == got[1] ? "yes" : "NO");
-    }
-}
-
 // Dimension slices (plan.h): each slicing the planner can choose (1, 2, 4, 8 CTAs per split, each
 // streaming 512 / S dims) on shapes with few outputs and long windows, against the oracle, with
 // every byte outside the records checked, and bitwise equal across repeated runs.

@@ -213,9 +213,6 @@ int cmd_bench_compress(const Args& args) {
                                    ? "in thread-block clusters where a plan has 2-16 splits (LKV_COMPRESS_CLUSTER=1, sm_90)"
                                    : "global";
     res.notes["max_dim_slices"] = std::to_string(compress::cuda::compress_max_slices());
-    res.notes["last_step"] = compress::cuda::compress_staged()
-                                 ? "staged in shared memory by cp.async (LKV_COMPRESS_STAGED=1)"
-                                 : "registers";
   }
 #endif
   // On the CPU the ceiling is a memcpy with as many threads, timed in the same run (the issue's

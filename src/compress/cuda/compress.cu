@@ -191,19 +191,6 @@ std::atomic<bool>& pdl_flag() {
 }
 }  // namespace
 
-namespace {
-std::atomic<bool>& staged_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* e = std::getenv("LKV_COMPRESS_STAGED");
-    return e && std::strcmp(e, "1") == 0;
-  }()};
-  return flag;
-}
-}  // namespace
-
-bool compress_staged() { return staged_flag().load(std::memory_order_relaxed); }
-void set_compress_staged(bool on) { staged_flag().store(on, std::memory_order_relaxed); }
-
 bool compress_pdl() { return pdl_flag().load(std::memory_order_relaxed); }
 void set_compress_pdl(bool on) { pdl_flag().store(on, std::memory_order_relaxed); }
 bool compress_pdl_on(int device) { return compress_pdl() && cuda_common::ptx_version(device) >= 90; }
@@ -279,9 +266,8 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
     trace = t.buf;
   }
   const bool pdl = trace == nullptr && compress_pdl_on(device);
-  const bool staged = compress_staged();
-  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, staged, pdl, trace, stream);
-  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, staged, pdl, trace, stream);
+  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, pdl, trace, stream);
+  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, pdl, trace, stream);
 }
 
 }  // namespace latentkv::compress::cuda

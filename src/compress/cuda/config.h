@@ -19,10 +19,6 @@ inline constexpr int kThreads = kLanesPerRow * kRowGroups;  // 256
 // and one rescale of the running sums per 4 rows instead of per row.
 inline constexpr int kUnroll = 4;
 static_assert(kRowGroups * kUnroll == kRowAlign, "the planner's row alignment is one CTA step");
-// kStaged kernels (kernel.cuh): a thread's last step, kUnroll rows of one values and one scores
-// float4, waits in dynamic shared memory: 32 KB per CTA, 128 KB for the 4 resident CTAs of an SM
-// (with the static arrays, ~162 KB of the H100/H200's 227 KB; an A100 has 164).
-inline constexpr int kStagedBytes = kUnroll * 2 * kThreads * 16;
 // Resident CTAs per SM assumed by the planner: 256 threads at 64 registers (ptxas -v) fill the
 // 64K-register file four times.
 inline constexpr int kCtasPerSm = 4;

@@ -99,32 +99,11 @@ __device__ __forceinline__ float4 load_stream(const float* p) {
   return __ldcs(reinterpret_cast<const float4*>(p));
 }
 
-// The last step's rows by cp.async (kStaged): 16 bytes to shared memory, no register held.
-__device__ __forceinline__ void copy_stream(float4* dst, const float* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src)
-               : "memory");
-}
-
-template <int kBytes>  // 4 or 8 bytes by cp.async (through L1: .cg takes 16 only)
-__device__ __forceinline__ void copy_small(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src), "n"(kBytes)
-               : "memory");
-}
-
 // kCluster: launched with cluster dims (1, num_splits), so that the splits of an output are one
 // cluster; on sm_90 code they merge through distributed shared memory (the same merge order and
 // arithmetic as the global path, so the same bytes). Code compiled for older targets (the compute_80
 // PTX run by a newer GPU) takes the global path inside the cluster, which is also correct.
-// kStaged: each thread's last streaming step (kUnroll rows) is copied into shared memory by
-// cp.async at the start, beside the first step's register loads, so that a CTA of two steps (every
-// 8192-token plan) has all its rows in flight at once instead of in two rounds; the rows are
-// consumed in the same order with the same arithmetic, so the bytes are the register path's.
-// Dynamic shared memory: kStagedBytes.
-template <bool kFp8, bool kCluster = false, bool kStaged = false>
+template <bool kFp8, bool kCluster = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
                 int* __restrict__ counters, unsigned long long* __restrict__ trace) {
@@ -132,11 +111,6 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   __shared__ float s_merge[3][kDim];           // (m, s, acc) of the row groups being merged in
   __shared__ float s_red[kLanesPerRow / 32];
   __shared__ int s_last;
-  extern __shared__ float4 s_stage[];  // kStaged: [kUnroll][2][kThreads], values then scores
-  // kStaged: the finishing lanes' RMSNorm weights (4 bf16 each) and RoPE cos / sin (the RoPE lanes:
-  // cos of pairs j, j + 1, then sin of both).
-  __shared__ uint2 s_w[kStaged ? kLanesPerRow : 1];
-  __shared__ float s_cs[4][kStaged ? kRope / 4 : 1];
 
   const int tid = threadIdx.x;
   // Streaming mapping: this CTA's slice of dims, 128 / S lanes per row, 2S row groups.
@@ -182,32 +156,14 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   stamp(1);
 
   // The finishing CTA needs its lanes' RMSNorm weights and RoPE cos/sin; loading them now keeps
-  // two dependent memory latencies off the end of the kernel. (kStaged: copied into shared memory
-  // by cp.async instead, read back at the end: the six registers they would hold through the
-  // streaming are what its 64-register budget lacks.)
-  uint2 w_bits = make_uint2(0u, 0u);
+  // two dependent memory latencies off the end of the kernel.
+  const uint2 w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + fdim0);
   float2 cs_cos = make_float2(0.f, 0.f), cs_sin = make_float2(0.f, 0.f);
-  const int cs_j = (fdim0 - kNope) / 2;  // this lane's first RoPE pair (fdim0 >= kNope)
-  if constexpr (kStaged) {
-    if (fgroup == 0) {
-      copy_small<8>(&s_w[flane], p.rms_weight + fdim0);
-      if (fdim0 >= kNope) {
-        const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
-        const int l = flane - kNope / 4;
-        copy_small<4>(&s_cs[0][l], cs + cs_j);
-        copy_small<4>(&s_cs[1][l], cs + cs_j + 1);
-        copy_small<4>(&s_cs[2][l], cs + kRope / 2 + cs_j);
-        copy_small<4>(&s_cs[3][l], cs + kRope / 2 + cs_j + 1);
-      }
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  } else {
-    w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + fdim0);
-    if (fdim0 >= kNope && fgroup == 0) {
-      const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
-      cs_cos = make_float2(cs[cs_j], cs[cs_j + 1]);
-      cs_sin = make_float2(cs[kRope / 2 + cs_j], cs[kRope / 2 + cs_j + 1]);
-    }
+  if (fdim0 >= kNope && fgroup == 0) {
+    const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
+    const int j = (fdim0 - kNope) / 2;
+    cs_cos = make_float2(cs[j], cs[j + 1]);
+    cs_sin = make_float2(cs[kRope / 2 + j], cs[kRope / 2 + j + 1]);
   }
 
   // ---- 2. Row addresses, one block-table read per logical block of this split's rows.
@@ -239,30 +195,20 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     t.acc[k] = 0.0f;
   }
   const int n_rows = static_cast<int>(r1 - r0);
-  const int step_rows = groups * kUnroll;
-  // kStaged: this thread's last step (its rows from `loop_end`) goes to shared memory now; the
-  // register loop stops before it. Only where the thread has two steps or more (loop_end < n_rows
-  // then says there is a staged step).
-  int loop_end = n_rows;
-  if constexpr (kStaged) {
-    const int steps = group < n_rows ? (n_rows - group + step_rows - 1) / step_rows : 0;
-    if (steps >= 2) {
-      loop_end = group + (steps - 1) * step_rows;
+  for (int base = group; base < n_rows; base += groups * kUnroll) {
+    float4 v[kUnroll], sc[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int r = loop_end + u * groups;
-        const int64_t off = r < n_rows ? s_row[r] : -1;
-        if (off >= 0) {
-          copy_stream(&s_stage[(2 * u) * kThreads + tid], p.state + off + dim0);
-          copy_stream(&s_stage[(2 * u + 1) * kThreads + tid], p.state + off + kDim + dim0);
-        }
+    for (int u = 0; u < kUnroll; ++u) {
+      const int r = base + u * groups;
+      const int64_t off = r < n_rows ? s_row[r] : -1;
+      if (off >= 0) {
+        v[u] = load_stream(p.state + off + dim0);
+        sc[u] = load_stream(p.state + off + kDim + dim0);
+      } else {
+        v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+        sc[u] = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
       }
-      asm volatile("cp.async.commit_group;\n" ::: "memory");
     }
-  }
-  // One step: kUnroll rows' values and scores (invalid rows: zero values, -inf scores) into the
-  // running triple, one rescale per step.
-  auto consume = [&](const float4 (&v)[kUnroll], const float4 (&sc)[kUnroll]) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       float cm = t.m[k];
@@ -280,44 +226,6 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       t.m[k] = cm;
       t.s[k] = s;
       t.acc[k] = acc;
-    }
-  };
-  for (int base = group; base < loop_end; base += step_rows) {
-    float4 v[kUnroll], sc[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int r = base + u * groups;
-      // (Staged, the loop never holds the last step, so every row of it exists: no bounds test,
-      // and one register fewer, which the 64-register budget needs.)
-      const int64_t off = kStaged || r < n_rows ? s_row[r] : -1;
-      if (off >= 0) {
-        v[u] = load_stream(p.state + off + dim0);
-        sc[u] = load_stream(p.state + off + kDim + dim0);
-      } else {
-        v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-        sc[u] = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-      }
-    }
-    consume(v, sc);
-  }
-  if constexpr (kStaged) {
-    if (loop_end < n_rows) {
-      // Only this thread's own copies are read back: its wait makes them visible to it.
-      asm volatile("cp.async.wait_all;\n" ::: "memory");
-      float4 v[kUnroll], sc[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int r = loop_end + u * groups;
-        const int64_t off = r < n_rows ? s_row[r] : -1;
-        if (off >= 0) {
-          v[u] = s_stage[(2 * u) * kThreads + tid];
-          sc[u] = s_stage[(2 * u + 1) * kThreads + tid];
-        } else {
-          v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-          sc[u] = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-        }
-      }
-      consume(v, sc);
     }
   }
 
@@ -440,15 +348,6 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   if (fgroup == 1) return;  // no barrier below involves row group 1
 
   // ---- 6. Finalise: RMSNorm, NoPE quantization, RoPE, and the record's bytes.
-  if constexpr (kStaged) {  // this thread's own copies (its wait makes them visible to it)
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-    w_bits = s_w[flane];
-    if (fdim0 >= kNope) {
-      const int l = flane - kNope / 4;
-      cs_cos = make_float2(s_cs[0][l], s_cs[1][l]);
-      cs_sin = make_float2(s_cs[2][l], s_cs[3][l]);
-    }
-  }
   float c[4], y[4];
   float sq = 0.0f;
 #pragma unroll
@@ -548,13 +447,11 @@ inline bool cluster_fits(Kernel kernel, int device, int64_t num_outputs, int64_t
 // The body of launch_compress_kernel<kFp8> (launch.h) and of cluster_launch_fits<kFp8>, which each
 // instantiation file specialises with its payload kind. pdl: launched with programmatic dependent
 // launch (only where the device runs the sm_90 code, whose waits are not compiled out).
-// staged: the kStaged kernel (cluster launches keep the register path).
 template <bool kFp8>
 inline void launch_compress(const Params& p, const SplitPlan& plan, float* partials, int* counters,
-                            bool cluster, bool staged, bool pdl, unsigned long long* trace, cudaStream_t stream) {
+                            bool cluster, bool pdl, unsigned long long* trace, cudaStream_t stream) {
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t config = {};
-  staged = staged && !cluster;
   if (cluster) {
     config = cluster_config(attr, p.num_outputs, plan.num_splits, stream);
   } else {
@@ -562,13 +459,9 @@ inline void launch_compress(const Params& p, const SplitPlan& plan, float* parti
     config.blockDim = dim3(kThreads);
     config.stream = stream;
     config.attrs = attr;
-    config.dynamicSmemBytes = staged ? kStagedBytes : 0;
   }
   if (pdl) attr[config.numAttrs++] = cuda_common::pdl_attribute();
-  LKV_CUDA_CHECK(cudaLaunchKernelEx(&config,
-                                    cluster  ? compress_kernel<kFp8, true>
-                                    : staged ? compress_kernel<kFp8, false, true>
-                                             : compress_kernel<kFp8, false>,
+  LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, cluster ? compress_kernel<kFp8, true> : compress_kernel<kFp8, false>,
                                     p, plan, partials, counters, trace));
   LKV_CUDA_CHECK_LAUNCH();
 }

@@ -40,13 +40,11 @@ namespace latentkv::compress::cuda {
 // One instantiation per payload kind (instantiations/*.cu).
 // cluster: the splits of each output form a thread-block cluster (sm_90; 2 <= num_splits <=
 // kMaxClusterSplits) and merge through distributed shared memory.
-// staged: each thread's last streaming step by cp.async into shared memory (kernel.cuh, kStaged;
-// not with cluster).
 // pdl: with programmatic dependent launch (the device must run the sm_90 code: compress_pdl_on).
 // trace: null, or kTracePhases globaltimer stamps per CTA (see set_compress_trace).
 template <bool kFp8>
 void launch_compress_kernel(const Params& p, const SplitPlan& plan, float* partials, int* counters,
-                            bool cluster, bool staged, bool pdl, unsigned long long* trace, Stream stream);
+                            bool cluster, bool pdl, unsigned long long* trace, Stream stream);
 
 // Whether clusters of the plan's size fit on `device` for this payload kind (asked once).
 template <bool kFp8>
@@ -71,12 +69,6 @@ bool merges_in_clusters(const Params& p, int device);
 bool compress_pdl();
 void set_compress_pdl(bool on);
 bool compress_pdl_on(int device);
-
-// Whether the kernel stages each thread's last streaming step in shared memory (kernel.cuh,
-// kStaged; the same bytes either way): LKV_COMPRESS_STAGED=1 (read once per process) or
-// set_compress_staged(true) turns it on.
-bool compress_staged();
-void set_compress_staged(bool on);
 
 // The plan compress() uses for these parameters on `device`.
 SplitPlan plan_for(const Params& p, int device);

@@ -6,8 +6,8 @@ namespace latentkv::compress::cuda {
 
 template <>
 void launch_compress_kernel<false>(const Params& p, const SplitPlan& plan, float* partials, int* counters,
-                                   bool cluster, bool staged, bool pdl, unsigned long long* trace, Stream stream) {
-  launch_compress<false>(p, plan, partials, counters, cluster, staged, pdl, trace, static_cast<cudaStream_t>(stream));
+                                   bool cluster, bool pdl, unsigned long long* trace, Stream stream) {
+  launch_compress<false>(p, plan, partials, counters, cluster, pdl, trace, static_cast<cudaStream_t>(stream));
 }
 
 template <>
