@@ -39,14 +39,8 @@ inline constexpr int kAlignSlack = 1024;
 // dense 0-2.6% faster (bench/NOTES.md v23).
 inline constexpr float kRescaleSlack = 8.0f;
 
-// A persistent CTA's walk over its blocks (kernel.cuh, kPersist): the item it is in (ordinal in
-// the CTA's list; query row, last query of the row group and kv head; candidate range), the block
-// within it and the item's block count; end: past the CTA's last item.
-struct PersistCursor {
-  int64_t r1, r2, kv_head;
-  int32_t k_begin, k_end, blk, nb, ord, end;
-};
-static_assert(sizeof(PersistCursor) == 48, "Layout reserves 48 bytes per cursor");
+// Bytes of shared memory for each of a persistent CTA's two cursors (kernel.cuh, PersistCursor).
+inline constexpr int kCursorBytes = 64;
 
 template <int kDqk>
 struct Layout {
@@ -67,11 +61,12 @@ struct Layout {
   // Persistent CTAs (kernel.cuh, kPersist): i32 [4 blocks], the ring of each block's work item
   // (its ordinal in the CTA's list, times 2, plus 1 on the item's last block; -1: no such block).
   // Then the item count X of one split (i64), and warps 4 and 5's cursors over the CTA's blocks
-  // (PersistCursor, one per warp: kept here, not in registers, which the loop has none to spare for).
+  // (kernel.cuh, PersistCursor, one per warp: kept here, not in registers, which the loop has none
+  // to spare for).
   static constexpr int item_off = stat_off + 2 * kHeads * 4;
   static constexpr int x_off = item_off + 4 * 4;
   static constexpr int cursor_off = x_off + 8;
-  static constexpr int used = cursor_off + 2 * 48;
+  static constexpr int used = cursor_off + 2 * kCursorBytes;
   static constexpr int total = used + kAlignSlack;
 };
 // The epilogue reads a row's true maximum at sRowMax[r - kHeads] (kernel.cuh publish_row_stats).

@@ -463,6 +463,16 @@ __device__ __forceinline__ void write_rows_staged(const KernelParams<Args>& p, c
   }
 }
 
+// A persistent CTA's walk over its blocks (kPersist below): the item it is in (its Source, built
+// once per item: the per-block resolve then loads only the candidate's index, as resolve_compute
+// does; its ordinal in the CTA's list; candidate range), the block within it and the item's block
+// count; end: past the CTA's last item.
+template <class Source>
+struct PersistCursor {
+  Source src;
+  int32_t k_begin, k_end, blk, nb, ord, end;
+};
+
 // kPersist (opt-in, CMake LKV_SM90_PERSIST; quantized keys, single CTAs, one query per row group):
 // a grid of at most one CTA per SM, CTA c taking work items c, c + G, c + 2 G, ... (G CTAs; an item
 // is one grid position of the ordinary launch, (x, y) = (item % X, item / X)). The items' blocks
@@ -754,26 +764,27 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     };
     // Warps 4 and 5 each walk the CTA's blocks in order, one per call of next_block, on a cursor
     // of their own (lane 0 writes it, the warp reads it).
-    PersistCursor* cur = reinterpret_cast<PersistCursor*>(smem + L::cursor_off) + (warp & 1);
+    using Cursor = PersistCursor<Source>;
+    static_assert(sizeof(Cursor) <= kCursorBytes && alignof(Cursor) <= 8, "config.h reserves the cursors");
+    Cursor* cur = reinterpret_cast<Cursor*>(smem + L::cursor_off + (warp & 1) * kCursorBytes);
     auto enter_item = [&](int32_t ord) {  // the cursor to block 0 of item `ord`, or past the end
       const int64_t it = static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(ord) * gridDim.x;
-      PersistCursor c{};
-      c.ord = ord;
-      c.end = it >= *sX * g.num_splits;
-      if (!c.end) {
-        const CtaWork<Source::kPacksRows> cw = work_at(ord);
-        c.r1 = cw.r1;
-        c.r2 = cw.pr.r2_last();
-        c.kv_head = cw.kv_head;
-        const Source cs(p.src, c.r1, c.r2, c.kv_head);
-        const int64_t kb = cw.split * g.keys_per_split, ke = min(cs.candidates(), kb + g.keys_per_split);
-        const int64_t n = ke > kb ? (ke - kb + kBlockTokens - 1) / kBlockTokens : 0;
-        c.k_begin = static_cast<int32_t>(kb);  // candidates < 2^31 (the ops check it)
-        c.k_end = static_cast<int32_t>(ke > kb ? ke : kb);
-        c.nb = n > 1 ? static_cast<int32_t>(n) : 1;  // an item without candidates: one empty block
-      }
+      const bool end = it >= *sX * g.num_splits;
+      // (Past the end: the CTA's item 0 stands in for the Source, which is not read there.)
+      const CtaWork<Source::kPacksRows> cw = work_at(end ? 0 : ord);
+      const Source cs(p.src, cw.r1, cw.pr.r2_last(), cw.kv_head);
+      const int64_t kb = cw.split * g.keys_per_split, ke = min(cs.candidates(), kb + g.keys_per_split);
+      const int64_t n = ke > kb ? (ke - kb + kBlockTokens - 1) / kBlockTokens : 0;
       __syncwarp();
-      if (lane == 0) *cur = c;
+      if (lane == 0) {
+        cur->src = cs;
+        cur->k_begin = static_cast<int32_t>(kb);  // candidates < 2^31 (the ops check it)
+        cur->k_end = static_cast<int32_t>(ke > kb ? ke : kb);
+        cur->blk = 0;
+        cur->nb = n > 1 ? static_cast<int32_t>(n) : 1;  // an item without candidates: one empty block
+        cur->ord = ord;
+        cur->end = end;
+      }
       __syncwarp();
     };
     // The cursor's block into res_data / res_scale (prefetched, as resolve_compute does) and its
@@ -783,19 +794,19 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       if (warp != 4 && warp != 5) return;
       res_data = res_scale = nullptr;
       info = -1;
-      const PersistCursor c = *cur;
-      if (c.end) return;
-      const Source cs(p.src, c.r1, c.r2, c.kv_head);
-      const int64_t k = static_cast<int64_t>(c.k_begin) + static_cast<int64_t>(c.blk) * kBlockTokens + (tid - 128);
-      res_data = k < c.k_end ? cs.locate(p.src, k, &res_scale) : nullptr;
+      const int32_t end = cur->end, blk = cur->blk, nb = cur->nb, ord = cur->ord;
+      if (end) return;
+      const Source cs = cur->src;
+      const int64_t k = static_cast<int64_t>(cur->k_begin) + static_cast<int64_t>(blk) * kBlockTokens + (tid - 128);
+      res_data = k < cur->k_end ? cs.locate(p.src, k, &res_scale) : nullptr;
       if (res_data != nullptr) prefetch_record<kRawStorage>(res_data, res_scale);
-      const bool last = c.blk + 1 == c.nb;
-      info = 2 * c.ord + (last ? 1 : 0);
+      const bool last = blk + 1 == nb;
+      info = 2 * ord + (last ? 1 : 0);
       if (last) {
-        enter_item(c.ord + 1);
+        enter_item(ord + 1);
       } else {
         __syncwarp();
-        if (lane == 0) cur->blk = c.blk + 1;
+        if (lane == 0) cur->blk = blk + 1;
         __syncwarp();
       }
     };
