@@ -76,6 +76,20 @@ struct CtaWork {
     r1 = pr.r1;
     split = y;
   }
+  // Work item (x, y) in 32-bit arithmetic (PackedRows' narrow form; one query per CTA).
+  __device__ __forceinline__ CtaWork(const cuda::Geometry& g, uint32_t x, uint32_t y, bool narrow)
+      : pr(g, x / static_cast<uint32_t>(g.kv_heads * g.head_blocks_per_kv), narrow) {
+    const uint32_t khb = static_cast<uint32_t>(g.kv_heads * g.head_blocks_per_kv),
+                   hbk = static_cast<uint32_t>(g.head_blocks_per_kv);
+    const uint32_t hb = x % khb;
+    kv_head = hb / hbk;
+    const int64_t hb0 = static_cast<int64_t>(hb % hbk) * kHeads;
+    heads_here = min(static_cast<int64_t>(kHeads), g.heads_per_kv - hb0);
+    h0 = kv_head * g.heads_per_kv + hb0;
+    rows_here = pr.count * heads_here;
+    r1 = pr.r1;
+    split = y;
+  }
   __device__ __forceinline__ int64_t r2(int lr) const { return pr.r2(lr, heads_here); }
   __device__ __forceinline__ int64_t head(int lr) const { return h0 + pr.head(lr, heads_here); }
 };
@@ -758,9 +772,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     // the loop, which has none to spare.)
     if (tid == 0) *sX = g.n1 * ((g.n2 + g.pack - 1) / g.pack) * g.kv_heads * g.head_blocks_per_kv;
     __syncthreads();
-    auto work_at = [&](int64_t ord) {
-      const int64_t X = *sX, it = static_cast<int64_t>(blockIdx.x) + ord * gridDim.x;
-      return CtaWork<Source::kPacksRows>(g, it % X, it / X);
+    // (32-bit: the launch takes this form only where items and rows fit, launch.cuh.)
+    auto work_at = [&](int32_t ord) {
+      const uint32_t X = static_cast<uint32_t>(*sX), it = blockIdx.x + static_cast<uint32_t>(ord) * gridDim.x;
+      return CtaWork<Source::kPacksRows>(g, it % X, it / X, true);
     };
     // Warps 4 and 5 each walk the CTA's blocks in order, one per call of next_block, on a cursor
     // of their own (lane 0 writes it, the warp reads it).
@@ -768,7 +783,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     static_assert(sizeof(Cursor) <= kCursorBytes && alignof(Cursor) <= 8, "config.h reserves the cursors");
     Cursor* cur = reinterpret_cast<Cursor*>(smem + L::cursor_off + (warp & 1) * kCursorBytes);
     auto enter_item = [&](int32_t ord) {  // the cursor to block 0 of item `ord`, or past the end
-      const int64_t it = static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(ord) * gridDim.x;
+      const int64_t it = static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(ord) * gridDim.x;  // (no division)
       const bool end = it >= *sX * g.num_splits;
       // (Past the end: the CTA's item 0 stands in for the Source, which is not read there.)
       const CtaWork<Source::kPacksRows> cw = work_at(end ? 0 : ord);

@@ -58,7 +58,9 @@ void launch_two_warpgroups(const cuda::KernelParams<typename Source::Args>& p, d
     int device = 0;
     LKV_CUDA_CHECK(cudaGetDevice(&device));
     const int64_t items = static_cast<int64_t>(grid.x) * grid.y, sms = cuda_common::sm_count(device);
-    if (items > sms && persistent_ctas()) {
+    // (Its item and row arithmetic is 32-bit: kernel.cuh, CtaWork's narrow form.)
+    const bool narrow = items < (int64_t{1} << 31) && (p.g.r1_begin + p.g.n1) * p.g.n2 < (int64_t{1} << 31);
+    if (items > sms && narrow && persistent_ctas()) {
       launch_kernel<false>(attend_kernel<Source, false, true>, p, dim3(static_cast<unsigned>(sms)), kThreads,
                            Layout<Source::kDqk>::total, stream);
       return;
