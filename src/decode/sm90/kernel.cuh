@@ -63,32 +63,28 @@ template <bool kPacks>  // Source::kPacksRows
 struct CtaWork {
   cuda::PackedRows<kPacks> pr;
   int64_t kv_head, heads_here, h0, rows_here, r1, split;
-  __device__ __forceinline__ explicit CtaWork(const cuda::Geometry& g) : CtaWork(g, blockIdx.x, blockIdx.y) {}
-  // Grid position (x, y), or a persistent CTA's work item (kernel.cuh, kPersist).
-  __device__ __forceinline__ CtaWork(const cuda::Geometry& g, int64_t x, int64_t y)
-      : pr(g, x / (g.kv_heads * g.head_blocks_per_kv)) {
-    const int64_t hb = x % (g.kv_heads * g.head_blocks_per_kv);
-    kv_head = hb / g.head_blocks_per_kv;
-    const int64_t hb0 = (hb % g.head_blocks_per_kv) * kHeads;  // first head of the CTA in its group
+  __device__ __forceinline__ explicit CtaWork(const cuda::Geometry& g)
+      : CtaWork(g, static_cast<int64_t>(blockIdx.x), static_cast<int64_t>(blockIdx.y)) {}
+  // Grid position (x, y), or a persistent CTA's work item (kPersist), in the arithmetic of I:
+  // int64_t, or uint32_t where the caller knows every index fits in 31 bits (PackedRows' narrow
+  // form, one query per CTA: a 64-bit division is a call, which the persistent loop cannot have).
+  template <class I>
+  __device__ __forceinline__ CtaWork(const cuda::Geometry& g, I x, I y)
+      : pr(rows(g, x / static_cast<I>(g.kv_heads * g.head_blocks_per_kv))) {
+    const I hb = x % static_cast<I>(g.kv_heads * g.head_blocks_per_kv), per_kv = static_cast<I>(g.head_blocks_per_kv);
+    kv_head = hb / per_kv;
+    const int64_t hb0 = static_cast<int64_t>(hb % per_kv) * kHeads;  // first head of the CTA in its group
     heads_here = min(static_cast<int64_t>(kHeads), g.heads_per_kv - hb0);
     h0 = kv_head * g.heads_per_kv + hb0;  // first query head of the CTA
     rows_here = pr.count * heads_here;
     r1 = pr.r1;
     split = y;
   }
-  // Work item (x, y) in 32-bit arithmetic (PackedRows' narrow form; one query per CTA).
-  __device__ __forceinline__ CtaWork(const cuda::Geometry& g, uint32_t x, uint32_t y, bool narrow)
-      : pr(g, x / static_cast<uint32_t>(g.kv_heads * g.head_blocks_per_kv), narrow) {
-    const uint32_t khb = static_cast<uint32_t>(g.kv_heads * g.head_blocks_per_kv),
-                   hbk = static_cast<uint32_t>(g.head_blocks_per_kv);
-    const uint32_t hb = x % khb;
-    kv_head = hb / hbk;
-    const int64_t hb0 = static_cast<int64_t>(hb % hbk) * kHeads;
-    heads_here = min(static_cast<int64_t>(kHeads), g.heads_per_kv - hb0);
-    h0 = kv_head * g.heads_per_kv + hb0;
-    rows_here = pr.count * heads_here;
-    r1 = pr.r1;
-    split = y;
+  static __device__ __forceinline__ cuda::PackedRows<kPacks> rows(const cuda::Geometry& g, int64_t grp) {
+    return cuda::PackedRows<kPacks>(g, grp);
+  }
+  static __device__ __forceinline__ cuda::PackedRows<kPacks> rows(const cuda::Geometry& g, uint32_t grp) {
+    return cuda::PackedRows<kPacks>(g, grp, true);
   }
   __device__ __forceinline__ int64_t r2(int lr) const { return pr.r2(lr, heads_here); }
   __device__ __forceinline__ int64_t head(int lr) const { return h0 + pr.head(lr, heads_here); }
@@ -775,7 +771,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     // (32-bit: the launch takes this form only where items and rows fit, launch.cuh.)
     auto work_at = [&](int32_t ord) {
       const uint32_t X = static_cast<uint32_t>(*sX), it = blockIdx.x + static_cast<uint32_t>(ord) * gridDim.x;
-      return CtaWork<Source::kPacksRows>(g, it % X, it / X, true);
+      return CtaWork<Source::kPacksRows>(g, it % X, it / X);
     };
     // Warps 4 and 5 each walk the CTA's blocks in order, one per call of next_block, on a cursor
     // of their own (lane 0 writes it, the warp reads it).
