@@ -810,50 +810,6 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
       }
 }
 
-// Persistent CTAs (a build with LKV_SM90_PERSIST; skipped otherwise) against one CTA per work
-// item: the same bytes, and right by the oracle. More work items than SMs, so that CTAs run several;
-// hostile indices, NaN in unused slots, topk_length (items with nothing attended run one empty
-// block), a sink, padded head rows, extra caches, the planner's plans and a one-launch split plan
-// of 256 candidates (empty splits included), a two-launch plan.
-TEST(DecodeCuda, Sm90PersistentAgreesBitwiseWithOrdinary) {
-  namespace s9 = latentkv::decode::sm90;
-  REQUIRE_GPU();
-  if (!s9::persistent_built()) GTEST_SKIP() << "a build with LKV_SM90_PERSIST=ON";
-  if (!s9::usable(0) || s9::warp_specialised()) GTEST_SKIP() << "the two-warpgroup Hopper kernel";
-  UseKernel use(KernelChoice::kSm90);
-  latentkv::testing::RestoreSwitch<bool> restore(s9::persistent_ctas, s9::set_persistent_ctas);
-  int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
-    for (int64_t h_q : {64, 100})
-      for (int plan_kind = 0; plan_kind < 3; ++plan_kind) {
-        DecodeWorkloadOptions o = variant_case(f, 77, h_q, 300, /*hostile=*/true, 3300 + n++);
-        DecodeWorkload w = latentkv::testing::make_decode_workload(o);
-        DecodePlan plan = plan_kind == 1 ? splits_of_256(o) : plan_decode(o.b, o.s_q, o.h_q, o.topk, o.extra ? o.extra_topk : 0, 132);
-        if (plan_kind == 2) {
-          plan = splits_of_256(o);
-          plan.unsplit_b = 70;
-        }
-        const GpuResult ref = run_oracle(w);
-        GpuResult got[2];
-        for (int persist = 0; persist < 2; ++persist) {
-          s9::set_persistent_ctas(persist == 1);
-          got[persist] = rerun_gpu(w, &plan);
-        }
-        const char* kinds[3] = {"planner", "splits of 256", "two launches"};
-        const std::string label = std::string(format_info(f).name) + " h_q " + std::to_string(h_q) + " " +
-                                  kinds[plan_kind] + " (" + std::to_string(plan.num_splits) + " splits)";
-        EXPECT_EQ(got[0].out, got[1].out) << label;
-        EXPECT_EQ(std::memcmp(got[0].lse.data(), got[1].lse.data(), got[0].lse.size() * 4), 0) << label;
-        const auto d = latentkv::testing::compare_decode(w, got[1].out, got[1].lse, ref.out, ref.lse);
-        std::printf("[decode] sm90 persistent %-40s same bytes: %s max_rel %.2e cos %.7f\n", label.c_str(),
-                    got[0].out == got[1].out ? "yes" : "NO", d.max_rel, d.cos_sim);
-        EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label;
-        EXPECT_GE(d.cos_sim, latentkv::testing::kDecodeCosTol) << label;
-        EXPECT_EQ(d.mask_mismatch, 0) << label;
-        EXPECT_EQ(d.nan_out, 0) << label;
-      }
-}
-
 // The phase stamps of a build with LKV_SM90_TRACE (bench decode --trace): every CTA of every
 // launch of the traced call stamps entry and exit, the phases it reaches come in order, the stream
 // marks bracket the CTAs, and stamping changes no output byte. A one-launch split plan, the

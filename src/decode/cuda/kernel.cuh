@@ -548,17 +548,6 @@ struct PackedRows {
       count = 1;
     }
   }
-  // The same for one query per CTA (kPacks false) in 32-bit arithmetic, where the caller knows that
-  // every row index (r1_begin + n1) * n2 fits: a 64-bit division is a call, which in a loop keeps
-  // the Hopper kernel's shared-memory base off the uniform registers (sm90/kernel.cuh, kPersist).
-  __device__ PackedRows(const Geometry& g, uint32_t grp, bool /*narrow*/) {
-    static_assert(!kPacks, "32-bit row arithmetic: one query per CTA");
-    const uint32_t n2 = static_cast<uint32_t>(g.n2), gr = grp + static_cast<uint32_t>(g.r1_begin) * n2;
-    group = gr;
-    r1 = gr / n2;
-    r2_0 = gr % n2;
-    count = 1;
-  }
   __device__ int64_t r2_last() const { return r2_0 + count - 1; }
   // (32-bit: lr < 64 and 1 <= heads <= 64.)
   __device__ int64_t r2(int lr, int64_t heads) const { return r2_0 + query(lr, heads); }

@@ -39,9 +39,6 @@ inline constexpr int kAlignSlack = 1024;
 // dense 0-2.6% faster (bench/NOTES.md v23).
 inline constexpr float kRescaleSlack = 8.0f;
 
-// Bytes of shared memory for each of a persistent CTA's two cursors (kernel.cuh, PersistCursor).
-inline constexpr int kCursorBytes = 64;
-
 template <int kDqk>
 struct Layout {
   static constexpr int chunks = kDqk / 64;                // 9 (v32_fp8) or 8 (v4_fp8)
@@ -58,15 +55,7 @@ struct Layout {
   static constexpr int alpha_off = valid_off + 32;        // f32 [64]: per-row rescale of a block
                                                           // (at the end: the true row maxima)
   static constexpr int stat_off = alpha_off + kHeads * 4;  // f32 [2][64]: final exponent base, sum
-  // Persistent CTAs (kernel.cuh, kPersist): i32 [4 blocks], the ring of each block's work item
-  // (its ordinal in the CTA's list, times 2, plus 1 on the item's last block; -1: no such block).
-  // Then the item count X of one split (i64), and warps 4 and 5's cursors over the CTA's blocks
-  // (kernel.cuh, PersistCursor, one per warp: kept here, not in registers, which the loop has none
-  // to spare for).
-  static constexpr int item_off = stat_off + 2 * kHeads * 4;
-  static constexpr int x_off = item_off + 4 * 4;
-  static constexpr int cursor_off = x_off + 8;
-  static constexpr int used = cursor_off + 2 * kCursorBytes;
+  static constexpr int used = stat_off + 2 * kHeads * 4;
   static constexpr int total = used + kAlignSlack;
 };
 // The epilogue reads a row's true maximum at sRowMax[r - kHeads] (kernel.cuh publish_row_stats).

@@ -21,25 +21,7 @@ std::atomic<bool>& pairs_flag() {
   return flag;
 }
 
-std::atomic<bool>& persist_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* e = std::getenv("LKV_SM90_PERSIST_OFF");
-    return !(e && std::strcmp(e, "1") == 0);
-  }()};
-  return flag;
-}
-
 }  // namespace
-
-bool persistent_built() {
-#if defined(LKV_SM90_PERSIST)
-  return true;
-#else
-  return false;
-#endif
-}
-bool persistent_ctas() { return persistent_built() && persist_flag().load(std::memory_order_relaxed); }
-void set_persistent_ctas(bool on) { persist_flag().store(on, std::memory_order_relaxed); }
 
 bool warp_specialised() {
   static const bool ws = [] {

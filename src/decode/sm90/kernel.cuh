@@ -64,27 +64,15 @@ struct CtaWork {
   cuda::PackedRows<kPacks> pr;
   int64_t kv_head, heads_here, h0, rows_here, r1, split;
   __device__ __forceinline__ explicit CtaWork(const cuda::Geometry& g)
-      : CtaWork(g, static_cast<int64_t>(blockIdx.x), static_cast<int64_t>(blockIdx.y)) {}
-  // Grid position (x, y), or a persistent CTA's work item (kPersist), in the arithmetic of I:
-  // int64_t, or uint32_t where the caller knows every index fits in 31 bits (PackedRows' narrow
-  // form, one query per CTA: a 64-bit division is a call, which the persistent loop cannot have).
-  template <class I>
-  __device__ __forceinline__ CtaWork(const cuda::Geometry& g, I x, I y)
-      : pr(rows(g, x / static_cast<I>(g.kv_heads * g.head_blocks_per_kv))) {
-    const I hb = x % static_cast<I>(g.kv_heads * g.head_blocks_per_kv), per_kv = static_cast<I>(g.head_blocks_per_kv);
-    kv_head = hb / per_kv;
-    const int64_t hb0 = static_cast<int64_t>(hb % per_kv) * kHeads;  // first head of the CTA in its group
+      : pr(g, blockIdx.x / (g.kv_heads * g.head_blocks_per_kv)) {
+    const int64_t hb = blockIdx.x % (g.kv_heads * g.head_blocks_per_kv);
+    kv_head = hb / g.head_blocks_per_kv;
+    const int64_t hb0 = (hb % g.head_blocks_per_kv) * kHeads;  // first head of the CTA in its group
     heads_here = min(static_cast<int64_t>(kHeads), g.heads_per_kv - hb0);
     h0 = kv_head * g.heads_per_kv + hb0;  // first query head of the CTA
     rows_here = pr.count * heads_here;
     r1 = pr.r1;
-    split = y;
-  }
-  static __device__ __forceinline__ cuda::PackedRows<kPacks> rows(const cuda::Geometry& g, int64_t grp) {
-    return cuda::PackedRows<kPacks>(g, grp);
-  }
-  static __device__ __forceinline__ cuda::PackedRows<kPacks> rows(const cuda::Geometry& g, uint32_t grp) {
-    return cuda::PackedRows<kPacks>(g, grp, true);
+    split = blockIdx.y;
   }
   __device__ __forceinline__ int64_t r2(int lr) const { return pr.r2(lr, heads_here); }
   __device__ __forceinline__ int64_t head(int lr) const { return h0 + pr.head(lr, heads_here); }
@@ -132,17 +120,14 @@ __device__ __forceinline__ uint64_t row_mask(uint64_t valid, int64_t lim, int64_
 
 // S = Q K^T for the 64 tokens of one key stage, issued (asynchronous; the caller commits and
 // waits). Descriptors advance by adding the byte offset / 16 to the start-address field.
-// kFresh: the first k-step takes S as a write-only operand (wgmma_m64n64k16_ss_fresh), so that S
-// is dead between the block's softmax and the next product (persistent CTAs need the registers).
-template <int kQkSteps, bool kFresh = false>
+template <int kQkSteps>
 __device__ __forceinline__ void issue_scores(float (&s)[32], const uint8_t* sQ, const uint8_t* kstage) {
   const uint64_t dq = smem_desc(sQ, 16, 1024), dk = smem_desc(kstage, 16, 1024);
   wgmma_fence();
 #pragma unroll
   for (int st = 0; st < kQkSteps; ++st) {
     const uint32_t off = (st / 4) * kChunkBytes + (st % 4) * 32;
-    if (kFresh && st == 0) wgmma_m64n64k16_ss_fresh(s, dq + (off >> 4), dk + (off >> 4));
-    else wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
+    wgmma_m64n64k16_ss(s, dq + (off >> 4), dk + (off >> 4), st > 0);
   }
 }
 
@@ -473,25 +458,7 @@ __device__ __forceinline__ void write_rows_staged(const KernelParams<Args>& p, c
   }
 }
 
-// A persistent CTA's walk over its blocks (kPersist below): the item it is in (its Source, built
-// once per item: the per-block resolve then loads only the candidate's index, as resolve_compute
-// does; its ordinal in the CTA's list; candidate range), the block within it and the item's block
-// count; end: past the CTA's last item.
-template <class Source>
-struct PersistCursor {
-  Source src;
-  int32_t k_begin, k_end, blk, nb, ord, end;
-};
-
-// kPersist (opt-in, CMake LKV_SM90_PERSIST; quantized keys, single CTAs, one query per row group):
-// a grid of at most one CTA per SM, CTA c taking work items c, c + G, c + 2 G, ... (G CTAs; an item
-// is one grid position of the ordinary launch, (x, y) = (item % X, item / X)). The items' blocks
-// form one sequence through the same pipeline, so the next item's first blocks are resolved, loaded
-// and dequantized while the current item's last ones are multiplied, and its Q is copied during the
-// current item's end; the end of an item (its rows written) runs between its last block and the
-// next item's first. An item without candidates runs one block with nothing attended, which leaves
-// it lonely, as an ordinary CTA without blocks is.
-template <class Source, bool kPair, bool kPersist = false>
+template <class Source, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<typename Source::Args> p) {
 #if defined(LKV_SM90_WGMMA)
   // Programmatic dependent launch, as in the portable kernel (decode/cuda/kernel.cuh).
@@ -660,7 +627,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     }
     resolve_store(b, to);
   };
-  if constexpr (!kDirect && !kPersist) load_q<kDqk, kThreads>(sQ, g, w, tid);
+  if constexpr (!kDirect) load_q<kDqk, kThreads>(sQ, g, w, tid);
   Raw<kRawStorage> raw;
   // The token this lane dequantizes. A pair: warpgroup 1 alone loads and dequantizes the CTA's 32
   // tokens (32 rank ..) and mirrors them into the peer's stage; warpgroup 0 converts nothing, so its
@@ -758,241 +725,6 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
     }
   };
 
-#if defined(LKV_SM90_PERSIST)
-  if constexpr (kPersist) {
-    static_assert(!kPair && !kDirect && !Source::kPacksRows,
-                  "persistent CTAs: quantized keys, single CTAs, one query per row group");
-    int32_t* sItem = reinterpret_cast<int32_t*>(smem + L::item_off);
-    int64_t* sX = reinterpret_cast<int64_t*>(smem + L::x_off);
-    // (X and the cursors live in shared memory: read where used, they hold no register through
-    // the loop, which has none to spare.)
-    if (tid == 0) *sX = g.n1 * ((g.n2 + g.pack - 1) / g.pack) * g.kv_heads * g.head_blocks_per_kv;
-    __syncthreads();
-    // (32-bit: the launch takes this form only where items and rows fit, launch.cuh.)
-    auto work_at = [&](int32_t ord) {
-      const uint32_t X = static_cast<uint32_t>(*sX), it = blockIdx.x + static_cast<uint32_t>(ord) * gridDim.x;
-      return CtaWork<Source::kPacksRows>(g, it % X, it / X);
-    };
-    // Warps 4 and 5 each walk the CTA's blocks in order, one per call of next_block, on a cursor
-    // of their own (lane 0 writes it, the warp reads it).
-    using Cursor = PersistCursor<Source>;
-    static_assert(sizeof(Cursor) <= kCursorBytes && alignof(Cursor) <= 8, "config.h reserves the cursors");
-    Cursor* cur = reinterpret_cast<Cursor*>(smem + L::cursor_off + (warp & 1) * kCursorBytes);
-    auto enter_item = [&](int32_t ord) {  // the cursor to block 0 of item `ord`, or past the end
-      const int64_t it = static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(ord) * gridDim.x;  // (no division)
-      const bool end = it >= *sX * g.num_splits;
-      // (Past the end: the CTA's item 0 stands in for the Source, which is not read there.)
-      const CtaWork<Source::kPacksRows> cw = work_at(end ? 0 : ord);
-      const Source cs(p.src, cw.r1, cw.pr.r2_last(), cw.kv_head);
-      const int64_t kb = cw.split * g.keys_per_split, ke = min(cs.candidates(), kb + g.keys_per_split);
-      const int64_t n = ke > kb ? (ke - kb + kBlockTokens - 1) / kBlockTokens : 0;
-      __syncwarp();
-      if (lane == 0) {
-        cur->src = cs;
-        cur->k_begin = static_cast<int32_t>(kb);  // candidates < 2^31 (the ops check it)
-        cur->k_end = static_cast<int32_t>(ke > kb ? ke : kb);
-        cur->blk = 0;
-        cur->nb = n > 1 ? static_cast<int32_t>(n) : 1;  // an item without candidates: one empty block
-        cur->ord = ord;
-        cur->end = end;
-      }
-      __syncwarp();
-    };
-    // The cursor's block into res_data / res_scale (prefetched, as resolve_compute does) and its
-    // ring word into `info`; then the cursor moves on.
-    int32_t info = -1;
-    auto next_block = [&]() {
-      if (warp != 4 && warp != 5) return;
-      res_data = res_scale = nullptr;
-      info = -1;
-      const int32_t end = cur->end, blk = cur->blk, nb = cur->nb, ord = cur->ord;
-      if (end) return;
-      const Source cs = cur->src;
-      const int64_t k = static_cast<int64_t>(cur->k_begin) + static_cast<int64_t>(blk) * kBlockTokens + (tid - 128);
-      res_data = k < cur->k_end ? cs.locate(p.src, k, &res_scale) : nullptr;
-      if (res_data != nullptr) prefetch_record<kRawStorage>(res_data, res_scale);
-      const bool last = blk + 1 == nb;
-      info = 2 * ord + (last ? 1 : 0);
-      if (last) {
-        enter_item(ord + 1);
-      } else {
-        __syncwarp();
-        if (lane == 0) cur->blk = blk + 1;
-        __syncwarp();
-      }
-    };
-    auto store_block = [&](int64_t blk, const uint8_t** to = nullptr) {
-      resolve_store(blk, to);
-      if (warp == 4 && lane == 0) sItem[blk & 3] = info;
-    };
-    if (warp == 4 || warp == 5) enter_item(0);
-    // Q of item 0 (a later item's by warpgroup 1, while the item before it ends: end_item).
-    load_q<kDqk, kThreads>(sQ, g, work_at(0), tid);
-
-    // ---- Prologue: the CTA's blocks 0 and 1 resolved (block 1's pointers into stage 1), both
-    // loaded, block 2 resolved while they are in flight, block 0 dequantized into stage 0.
-    const uint8_t** ptrs1 = reinterpret_cast<const uint8_t**>(sK + L::k_stage);
-    next_block();
-    store_block(0);
-    next_block();
-    store_block(1, ptrs1);
-    __syncthreads();
-    const bool has1 = sItem[1] >= 0;
-    if constexpr (kWide) {
-      Raw8 a0, b0;
-      const uint8_t *ptr0[4], *ptr1[4];
-      wide_pointers(sData, true, ptr0);
-      wide_pointers(ptrs1, has1, ptr1);
-      wide_load(a0, b0, ptr0);
-      if (has1) wide_load(raw_a, raw_b, ptr1);
-      __syncthreads();  // every thread has read both blocks' pointers
-      next_block();
-      store_block(2);
-      wide_store(a0, b0, sK);
-    } else {
-      Raw<kRawStorage> raw0;
-      load_into(raw0, sData);
-      if (has1) load_into(raw, ptrs1);
-      __syncthreads();
-      next_block();
-      store_block(2);
-      store_from(raw0, sK);
-    }
-    cuda::cp_async_wait<0>();  // Q's copies
-    fence_proxy_async();
-    __syncthreads();
-
-    float o[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-    float row_max[2] = {-INFINITY, -INFINITY};
-    float row_sum[2] = {0.0f, 0.0f};
-    float row_top[2] = {-INFINITY, -INFINITY};
-    const int r0 = 16 * wq + gr;
-    // The end of item `ord`, whose last block was n: both warpgroups write their rows (through the
-    // windows of stage n & 1, which no product reads any more; stage (n + 1) & 1 holds the next
-    // item's first block), and warpgroup 1 copies the next item's Q (when there is one; every
-    // score product of this item is done), then the state starts over. Barrier 3 (both
-    // warpgroups) before: row stats published; after: the windows and the stats are read before
-    // the next item's first dequantization into stage n & 1 and its softmax, and Q has landed
-    // before its first score product. (Warpgroup 1 copies Q: warpgroup 0 has no registers to spare
-    // here.)
-    auto end_item = [&](int n, int32_t ord, bool next) {
-      named_barrier_sync(3);
-      if (wg == 1 && next) load_q<kDqk, 128>(sQ, g, work_at(ord + 1), tid - 128);
-      const CtaWork<Source::kPacksRows> cw = work_at(ord);
-      if (p.g.num_splits == 1)
-        write_rows_staged(p, o, sRowMax, sRowSum, r0, t4, wg, cw, sK + (n & 1) * L::k_stage + wq * 8192 + wg * 32768);
-      else write_partials_wide(p, o, sRowMax, sRowSum, r0, t4, wg, cw);
-      if (wg == 1 && next) {
-        cuda::cp_async_wait<0>();
-        fence_proxy_async();
-      }
-      named_barrier_sync(3);
-#pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-      row_max[0] = row_max[1] = -INFINITY;
-      row_sum[0] = row_sum[1] = 0.0f;
-      row_top[0] = row_top[1] = -INFINITY;
-    };
-
-    if (wg == 0) {
-      for (int n = 0;; ++n) {  // (32-bit: a CTA runs fewer than 2^31 blocks)
-        uint8_t* kcur = sK + (n & 1) * L::k_stage;
-        const bool has1 = sItem[(n + 1) & 3] >= 0, has2 = sItem[(n + 2) & 3] >= 0;
-        float s[32];  // (a fresh operand of the first k-step: dead outside this block)
-        issue_scores<kQkSteps, true>(s, sQ, kcur);
-        wgmma_commit();
-        uint64_t valid_first = 0;
-        if constexpr (kSplitWide) {
-          const uint8_t* next_a = has2 ? sData[wide_a.tok] : nullptr;
-          const uint8_t* next_a_scale = has2 ? sData[kBlockTokens + wide_a.tok] : nullptr;
-          if (has1) wide_store_token(raw_a, wide_a, sK + ((n + 1) & 1) * L::k_stage);
-          valid_first = block_attended(sValid, n);
-          asm volatile("" : "+l"(valid_first));
-          if (has2) load_raw(raw_a, next_a, next_a_scale, wide_a.part);
-        } else {
-          static_assert(!kWide, "V3.2 records on single CTAs take the split-wide form");
-          const uint8_t* data2 = has2 ? sData[tok_d] : nullptr;
-          const uint8_t* scale2 = has2 ? sData[kBlockTokens + tok_d] : nullptr;
-          if (has1) fill_next(n);
-          valid_first = block_attended(sValid, n);
-          asm volatile("" : "+l"(valid_first));
-          if (has2) load_raw<kRawStorage>(raw, data2, scale2, part);
-        }
-        wgmma_wait<0>();
-        fence_operands(s);
-        const uint64_t valid_rows[2] = {valid_first, valid_first};
-        float alpha[2];
-        online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, row_top, alpha);
-        uint32_t pa[4][4];
-        store_p<kStmatrixP>(s, pa, alpha, sP, sAlpha, r0, t4);
-        [[maybe_unused]] const uint8_t* next_b = nullptr;
-        [[maybe_unused]] const uint8_t* next_b_scale = nullptr;
-        if constexpr (kSplitWide) {
-          if (has2) {
-            next_b = sData[wide_b.tok];
-            next_b_scale = sData[kBlockTokens + wide_b.tok];
-          }
-        }
-        fence_proxy_async();
-        named_barrier_sync(1);
-        issue_values_from_registers(o, alpha, pa, kcur);
-        wgmma_commit();
-        if constexpr (kSplitWide) {
-          if (has1) {
-            wide_store_token(raw_b, wide_b, sK + ((n + 1) & 1) * L::k_stage);
-            fence_proxy_async();
-          }
-          if (has2) load_raw(raw_b, next_b, next_b_scale, wide_b.part);
-        }
-        wgmma_wait<0>();
-        fence_operands(o);
-        fence_p(pa);
-        named_barrier_sync(2);
-        // (The ring read again rather than held: blocks n and n + 1's words stay until iteration
-        // n + 1's barrier 1, and warpgroup 0 has no register to spare through the iteration.)
-        const int32_t here_end = sItem[n & 3];
-        if (here_end & 1) {  // the item's last block: its end (the next item's Q comes in meanwhile)
-          const bool next = sItem[(n + 1) & 3] >= 0;
-          publish_row_stats(row_max, row_sum, row_top, sRowMax, sRowSum, r0, t4);
-          end_item(n, here_end >> 1, next);
-          if (!next) break;
-        }
-      }
-    } else {
-      for (int n = 0;; ++n) {
-        uint8_t* kcur = sK + (n & 1) * L::k_stage;
-        const int32_t here = sItem[n & 3];
-        const bool has1 = sItem[(n + 1) & 3] >= 0, has2 = sItem[(n + 2) & 3] >= 0;
-        if constexpr (kWide) {
-          const uint8_t* ptr2[4];
-          wide_pointers(sData, has2, ptr2);
-          if (has1) fill_next(n);
-          if (has2) wide_load(raw_a, raw_b, ptr2);
-        } else {
-          const uint8_t* data2 = has2 ? sData[tok_d] : nullptr;
-          const uint8_t* scale2 = has2 ? sData[kBlockTokens + tok_d] : nullptr;
-          if (has1) fill_next(n);
-          if (has2) load_raw<kRawStorage>(raw, data2, scale2, part);
-        }
-        next_block();  // block n + 3
-        named_barrier_sync(1);
-        store_block(n + 3);
-        issue_values_from_smem(o, sAlpha[r0], sAlpha[r0 + 8], sP, kcur);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_operands(o);
-        named_barrier_sync(2);
-        if (here & 1) {
-          end_item(n, here >> 1, has1);
-          if (!has1) break;
-        }
-      }
-    }
-    return;
-  }
-#endif
   // ---- Prologue: block 0 in stage 0, block 1's records in flight or its pointers resolved
   // (barriers between pointer writes and reads).
   if constexpr (kDirect) {

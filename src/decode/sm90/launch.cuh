@@ -5,7 +5,6 @@
 #include <type_traits>
 
 #include "cuda_common/cuda_check.h"
-#include "cuda_common/device_cache.h"
 #include "cuda_common/pdl.cuh"
 #include "decode/cuda/launch.h"
 
@@ -52,21 +51,6 @@ void launch_kernel(Kernel kernel, const Params& p, dim3 grid, int threads, int s
 
 template <class Source, bool kPair>
 void launch_two_warpgroups(const cuda::KernelParams<typename Source::Args>& p, dim3 grid, cudaStream_t stream) {
-#if defined(LKV_SM90_PERSIST)
-  // Persistent CTAs (kernel.cuh, kPersist) where there are more work items than SMs: one CTA per SM.
-  if constexpr (!kPair && Source::kStorage != cuda::KeyStorage::kDirect16 && !Source::kPacksRows) {
-    int device = 0;
-    LKV_CUDA_CHECK(cudaGetDevice(&device));
-    const int64_t items = static_cast<int64_t>(grid.x) * grid.y, sms = cuda_common::sm_count(device);
-    // (Its item and row arithmetic is 32-bit: kernel.cuh, CtaWork's narrow form.)
-    const bool narrow = items < (int64_t{1} << 31) && (p.g.r1_begin + p.g.n1) * p.g.n2 < (int64_t{1} << 31);
-    if (items > sms && narrow && persistent_ctas()) {
-      launch_kernel<false>(attend_kernel<Source, false, true>, p, dim3(static_cast<unsigned>(sms)), kThreads,
-                           Layout<Source::kDqk>::total, stream);
-      return;
-    }
-  }
-#endif
   launch_kernel<kPair>(attend_kernel<Source, kPair>, p, grid, kThreads, Layout<Source::kDqk>::total, stream);
 }
 template <class Source, bool kPair>

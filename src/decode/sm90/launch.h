@@ -25,15 +25,6 @@ bool warp_specialised();
 bool cta_pairs();
 void set_cta_pairs(bool on);
 
-// Persistent CTAs (kernel.cuh, kPersist): compiled in only with the CMake option LKV_SM90_PERSIST
-// (an experiment, off). In such a build they run wherever a two-warpgroup launch over quantized
-// keys, single CTAs and one query per row group has more work items than the device has SMs,
-// unless turned off with LKV_SM90_PERSIST_OFF=1 or set_persistent_ctas(false) (the tests compare
-// the two: the same bytes). persistent_built(): whether this build has them.
-bool persistent_built();
-bool persistent_ctas();
-void set_persistent_ctas(bool on);
-
 // Phase stamps of the two-warpgroup kernel, for `latentkv bench decode --trace`: compiled in only
 // with the CMake option LKV_SM90_TRACE (off, so the default kernels carry no stamping code). While
 // on (set_trace), every launch of the kernel has thread 0 of each CTA write %globaltimer (ns) at
