@@ -60,6 +60,9 @@ __global__ void delayed_copy_kernel(uint8_t* __restrict__ dst, const uint8_t* __
   for (size_t i = done + first; i < bytes; i += stride) dst[i] = src[i];
 }
 
+// Does nothing: the event-timed span of a launch with no work (measure_empty_launch_us).
+__global__ void empty_kernel() {}
+
 void* g_flush = nullptr;
 float* g_flush_sink = nullptr;
 constexpr size_t kFlushBytes = size_t{256} << 20;  // > 4x the H200's 60 MB L2
@@ -191,6 +194,16 @@ double stream_time_us(const std::function<void(int)>& call, int calls, int reps,
   }
   if (host_us_per_call) *host_us_per_call = median(host);
   return 1000.0 * median(ms) / calls;
+}
+
+double measure_empty_launch_us(int ctas) {
+  LKV_CHECK(ctas >= 1, "measure_empty_launch_us: ctas must be >= 1, got ", ctas);
+  return time_us(
+      [&] {
+        empty_kernel<<<ctas, 256>>>();
+        LKV_CUDA_CHECK_LAUNCH();
+      },
+      20);
 }
 
 double measure_hbm_read_GBps() {

@@ -46,6 +46,12 @@ double time_us(const std::function<void()>& fn, int reps, int warmup = 3, bool f
 double stream_time_us(const std::function<void(int)>& call, int calls, int reps, double lead_us,
                       double* host_us_per_call = nullptr);
 
+// The median event-timed span of a kernel that does nothing, with `ctas` CTAs of 256 threads, timed
+// as time_us times an op (L2 flushed before each call, so the GPU is busy while the host queues the
+// events and the launch): the part of any op's flushed time that no kernel can remove, from the
+// start event through the launch, the CTAs' start and exit, to the stop event.
+double measure_empty_launch_us(int ctas);
+
 // HBM read bandwidth: a 16-byte-load streaming reduction over a buffer many times the L2 size,
 // bytes read / median time, in GB/s (1e9 bytes per second).
 double measure_hbm_read_GBps();

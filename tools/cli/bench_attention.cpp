@@ -51,7 +51,7 @@ Options parse_options(const Args& args, int default_reps) {
 
 struct Bench {
   bool cuda = false;
-  double hbm = 0;
+  double hbm = 0, empty_launch = 0;  // measured HBM read rate (GB/s), empty-launch span (us)
   std::vector<void*> allocations;
 
   // Fills the result's header (op, command, date, device, ceilings, timing note) and prints the
@@ -68,6 +68,8 @@ struct Bench {
       res.device = bench_cuda::device_name(0);
       hbm = bench_cuda::measure_hbm_read_GBps();
       res.ceilings["hbm_read_GBps"] = hbm;
+      empty_launch = bench_cuda::measure_empty_launch_us(1);  // for each case's floor_time_us
+      res.ceilings["empty_launch_us"] = empty_launch;
       res.ceilings["bf16_dense_TFLOPS_datasheet"] = kDatasheetTFLOPS;
       using decode::cuda::KernelChoice;
       if (o.kernel != "auto")
@@ -218,7 +220,7 @@ int cmd_bench_prefill(const Args& args) {
     bc.numbers["TFLOPS"] = flops / (bc.time_us * 1e-6) / 1e12;
     bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
     if (bench.hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / bench.hbm;
-    add_roofline(bc, flops, bytes, bench.hbm, kDatasheetTFLOPS);
+    add_roofline(bc, flops, bytes, bench.hbm, kDatasheetTFLOPS, bench.empty_launch);
     const DecodePlan plan = bench.plan(c.s_q, 1, c.h_q, c.topk);
     bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
     bc.numbers["unsplit_rows"] = static_cast<double>(plan.unsplit_b);
@@ -297,7 +299,7 @@ int cmd_bench_dense(const Args& args) {
     bc.numbers["TFLOPS"] = flops / (bc.time_us * 1e-6) / 1e12;
     bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
     if (bench.hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / bench.hbm;
-    add_roofline(bc, flops, bytes, bench.hbm, kDatasheetTFLOPS);
+    add_roofline(bc, flops, bytes, bench.hbm, kDatasheetTFLOPS, bench.empty_launch);
     const DecodePlan plan = bench.plan(c.b, c.s_q, (c.h_q + 63) / 64 * 64, pages_per_req * kP);
     bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
     bc.numbers["unsplit_rows"] = static_cast<double>(plan.unsplit_b);

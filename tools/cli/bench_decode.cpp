@@ -338,11 +338,13 @@ int cmd_bench_decode(const Args& args) {
                              : "median wall time";
   res.notes["flops"] = "2 * h_q * attended * (d_qk + d_v), attended = b * s_q * (topk + extra_topk)";
   res.notes["bytes"] = "2*b*s_q*h_q*d_qk + unique_tokens_read * bytes_per_token + 2*b*s_q*h_q*d_v";
-  double hbm = 0;
+  double hbm = 0, empty_launch = 0;
 #ifdef LKV_WITH_CUDA
   if (cuda) {
     res.device = bench_cuda::device_name(0);
     hbm = bench_cuda::measure_hbm_read_GBps();
+    empty_launch = bench_cuda::measure_empty_launch_us(1);  // for each case's floor_time_us
+    res.ceilings["empty_launch_us"] = empty_launch;
     using decode::cuda::KernelChoice;
     if (kernel != "auto")
       decode::cuda::set_kernel_choice(kernel == "sm90" ? KernelChoice::kSm90 : KernelChoice::kPortable);
@@ -455,7 +457,7 @@ int cmd_bench_decode(const Args& args) {
       bc.numbers["TFLOPS"] = flops / (bc.time_us * 1e-6) / 1e12;
       bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
       if (hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / hbm;
-      add_roofline(bc, flops, bytes, hbm, kDatasheetTFLOPS);
+      add_roofline(bc, flops, bytes, hbm, kDatasheetTFLOPS, empty_launch);
       bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
       bc.numbers["unsplit_b"] = static_cast<double>(plan.unsplit_b);
       std::printf("%-44s %10.1f %9.2f %9.0f %7.1f%% %7lld %8lld\n", bc.name.c_str(), bc.time_us,

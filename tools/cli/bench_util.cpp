@@ -164,25 +164,36 @@ void add_phase_stats(BenchCase& bc, const std::vector<unsigned long long>& stamp
   }
 }
 
-void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, double peak_TFLOPS) {
+void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, double peak_TFLOPS,
+                  double empty_launch_us) {
   if (hbm_GBps <= 0 || bytes <= 0) return;
   const double intensity = flops / bytes, ridge = peak_TFLOPS * 1e3 / hbm_GBps;  // FLOP per byte
   bc.numbers["flops_per_byte"] = intensity;
   bc.numbers["memory_bound"] = intensity < ridge ? 1.0 : 0.0;
+  if (empty_launch_us > 0 && peak_TFLOPS > 0) {
+    const double memory_us = bytes / (hbm_GBps * 1e3), compute_us = flops / (peak_TFLOPS * 1e6);
+    bc.numbers["floor_time_us"] = empty_launch_us + std::max(memory_us, compute_us);
+    bc.numbers["hbm_frac_at_floor"] = memory_us / bc.numbers["floor_time_us"];
+  }
 }
 
 void summarise_memory_bound(BenchResult& r) {
-  int n = 0;
-  double lowest = 0;
+  int n = 0, nf = 0;
+  double lowest = 0, lowest_floor = 0;
   for (const BenchCase& c : r.cases) {
     const auto mb = c.numbers.find("memory_bound"), frac = c.numbers.find("frac_of_ceiling");
     if (mb == c.numbers.end() || mb->second != 1.0 || frac == c.numbers.end()) continue;
     lowest = n == 0 ? frac->second : std::min(lowest, frac->second);
     ++n;
+    const auto at_floor = c.numbers.find("hbm_frac_at_floor");
+    if (at_floor == c.numbers.end()) continue;
+    lowest_floor = nf == 0 ? at_floor->second : std::min(lowest_floor, at_floor->second);
+    ++nf;
   }
   if (n == 0) return;
   r.summary["memory_bound_cases"] = n;
   r.summary["min_frac_of_hbm_memory_bound"] = lowest;
+  if (nf > 0) r.summary["min_hbm_frac_at_floor"] = lowest_floor;
 }
 
 double geomean(const std::vector<double>& v) {

@@ -65,7 +65,12 @@ struct BenchResult {
 // byte (SPEC section 8's counts) against the ridge, `peak_TFLOPS` over the HBM read rate measured
 // in the run. Records numbers flops_per_byte and memory_bound (1 or 0); nothing without a measured
 // HBM rate (CPU runs).
-void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, double peak_TFLOPS);
+// With empty_launch_us > 0 (bench_cuda::measure_empty_launch_us, timed as the op is) also
+// floor_time_us, the shortest flushed call the hardware allows: that launch span plus the longer of
+// bytes at the HBM rate and flops at the peak, and hbm_frac_at_floor, the fraction of the HBM rate
+// a call at that floor would show (below 1 where the launch span is a sizeable part of the call).
+void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, double peak_TFLOPS,
+                  double empty_launch_us = 0);
 
 // Phase stamps of a traced kernel (ns, [ctas][phases], 0 where a CTA did not reach a phase): for
 // each phase, the median and the latest CTA in microseconds after t0, printed as " name med/max"
@@ -83,7 +88,8 @@ void time_stream_forms(const std::function<void(int)>& call, int calls, const st
                        const std::function<void(int)>& set_form, BenchCase& bc);
 #endif
 // summary memory_bound_cases and min_frac_of_hbm_memory_bound over the cases add_roofline marked
-// memory-bound (absent when there are none).
+// memory-bound (absent when there are none), and min_hbm_frac_at_floor over the same cases where
+// their floor was computed.
 void summarise_memory_bound(BenchResult& r);
 
 void write_json(const BenchResult& r, const std::string& path);
