@@ -94,196 +94,6 @@ __device__ __forceinline__ float4 ld_peer(uint32_t addr, uint32_t rank) {
   return v;
 }
 
-// Merges the triples of splits 0 .. num_splits - 1 into t for dims 4 flane .. + 3, in a fixed order:
-// row group fgroup merges splits fgroup, fgroup + 2, ... (loads of kMergeBatch splits issued before
-// any is merged, so a latency is paid once per batch, and the two groups' chains run side by side),
-// then group 1's result is merged into group 0's through s_merge. The order keeps the result
-// bitwise deterministic whichever CTA merges. fetch(j, m, s, acc) loads split j's triple. With
-// `dry` (finish_output's warm-up) nothing is loaded, stored or waited for.
-template <class Fetch>
-__device__ __forceinline__ void merge_splits(Triple& t, int64_t num_splits, int fgroup, int flane,
-                                             float (*s_merge)[kDim], bool dry, Fetch fetch) {
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    t.m[k] = -INFINITY;
-    t.s[k] = 0.0f;
-    t.acc[k] = 0.0f;
-  }
-  constexpr int kMergeBatch = 2;
-  static_assert(kRowGroups * kMergeBatch == kMergeSplitsPerRound, "the planner's merge round");
-  for (int64_t j0 = fgroup; j0 < num_splits; j0 += kRowGroups * kMergeBatch) {
-    float4 m[kMergeBatch], s[kMergeBatch], a[kMergeBatch];
-#pragma unroll
-    for (int q = 0; q < kMergeBatch; ++q) {
-      const int64_t j = j0 + q * kRowGroups;
-      if (j < num_splits && !dry) {
-        fetch(j, m[q], s[q], a[q]);
-      } else {
-        m[q] = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-        s[q] = a[q] = make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < kMergeBatch; ++q) {
-      merge_one(t.m[0], t.s[0], t.acc[0], m[q].x, s[q].x, a[q].x);
-      merge_one(t.m[1], t.s[1], t.acc[1], m[q].y, s[q].y, a[q].y);
-      merge_one(t.m[2], t.s[2], t.acc[2], m[q].z, s[q].z, a[q].z);
-      merge_one(t.m[3], t.s[3], t.acc[3], m[q].w, s[q].w, a[q].w);
-    }
-  }
-  const int fdim0 = flane * 4;
-  if (fgroup == 1 && !dry) store_triple(s_merge, fdim0, t);
-  if (!dry) __syncthreads();
-  if (fgroup == 0) merge_triple(t, s_merge, fdim0);
-}
-
-// Shared memory of the merges and of the finalisation (compress_kernel's and finish_output's):
-// the (m, s, acc) triples of the row groups or splits being merged in, and the RMSNorm's partial
-// sums of squares of row group 0's four warps.
-static __shared__ float s_merge[3][kDim];
-static __shared__ float s_red[kLanesPerRow / 32];
-// Handed to finish_output through shared memory rather than as arguments (which past a few words
-// go through the stack): each row-group-0 lane's RMSNorm weights (bf16 bits of its 4 dims) and,
-// for the RoPE lanes, (cos j, cos j + 1, sin j, sin j + 1). Each thread reads back what it wrote.
-static __shared__ uint2 s_weight[kLanesPerRow];
-static __shared__ float4 s_rope[kLanesPerRow];
-// Thread 0's copy of compress_kernel's trace pointer (null unless tracing), read by thread 0 alone.
-static __shared__ unsigned long long* s_trace;
-
-// What an output's finishing CTA does after the streaming (steps 5 and 6 of compress_kernel): with
-// kFinishMerge, merge every split's published triple (partials: [num_outputs][num_splits][3][kDim]);
-// without, take row group 0's triple from s_merge (where the kernel left it); then on row group 0
-// (the full-width mapping) normalise, quantize, rotate and write the record of `slot`.
-// In a build with LKV_COMPRESS_WARM_TAIL this is one copy of code, not inlined, and the kernel's last
-// warp first calls it with kFinishDry (no loads of partials, no stores, no barriers, both of the
-// finalisation's branches) while the index loads are in flight, so that the instructions the real
-// call runs are in the SM's instruction cache when the finishing CTA needs them (in a flushed call
-// it otherwise fetches them cold, on the critical path). Its arguments stay few (the rest comes
-// through shared memory) because past a few words they go through the stack.
-
-// finish_output's flags: merge, dry, and the plan's split count from bit kFinishSplitsShift.
-inline constexpr int kFinishMerge = 1, kFinishDry = 2, kFinishSplitsShift = 2;
-
-// LKV_COMPRESS_WARM_TAIL (CMake option, off): the experiment of finish_output's comment.
-// (Not inlined, it takes the kernel's Params by reference: __grid_constant__ lets it point into the
-// parameter space instead of a local copy.)
-#if LKV_COMPRESS_WARM_TAIL
-#define LKV_FINISH_INLINE __noinline__
-#define LKV_PARAMS_ATTR __grid_constant__
-#else
-#define LKV_FINISH_INLINE __forceinline__
-#define LKV_PARAMS_ATTR
-#endif
-
-template <bool kFp8>
-__device__ LKV_FINISH_INLINE void finish_output(const Params& p, int flags, const float* __restrict__ partials,
-                                                int64_t slot) {
-  const bool merge = flags & kFinishMerge, dry = flags & kFinishDry;
-  const int num_splits = flags >> kFinishSplitsShift;
-  const int fgroup = dry ? 0 : static_cast<int>(threadIdx.x) / kLanesPerRow;
-  const int flane = static_cast<int>(threadIdx.x) % kLanesPerRow;
-  partials += static_cast<int64_t>(blockIdx.x) * num_splits * 3 * kDim;  // this output's
-  auto stamp = [&](int phase) {
-    unsigned long long* const stamps = threadIdx.x == 0 && !dry ? s_trace : nullptr;
-    if (stamps != nullptr) {
-      unsigned long long tm;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tm));
-      stamps[phase] = tm;
-    }
-  };
-  Triple t;
-  if (merge) {
-    merge_splits(t, num_splits, fgroup, flane, s_merge, dry, [&](int64_t j, float4& m, float4& s, float4& a) {
-      const float* src = partials + j * 3 * kDim;
-      m = __ldcg(reinterpret_cast<const float4*>(src) + flane);
-      s = __ldcg(reinterpret_cast<const float4*>(src + kDim) + flane);
-      a = __ldcg(reinterpret_cast<const float4*>(src + 2 * kDim) + flane);
-    });
-    stamp(6);
-  } else {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      t.m[k] = s_merge[0][flane * 4 + k];
-      t.s[k] = s_merge[1][flane * 4 + k];
-      t.acc[k] = s_merge[2][flane * 4 + k];
-    }
-  }
-  if (fgroup == 1 && !dry) return;  // no barrier below involves row group 1
-
-  // ---- 6. Finalise: RMSNorm, NoPE quantization, RoPE, and the record's bytes.
-  const int fdim0 = flane * 4;
-  float c[4], y[4];
-  float sq = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    c[k] = t.acc[k] / t.s[k];
-    sq = fmaf(c[k], c[k], sq);
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-  if ((flane & 31) == 0 && !dry) s_red[flane / 32] = sq;
-  if (!dry) asm volatile("bar.sync 1, %0;" ::"n"(kLanesPerRow));
-  const float total = ((s_red[0] + s_red[1]) + s_red[2]) + s_red[3];
-  const float rstd = 1.0f / sqrtf(total / static_cast<float>(kDim) + p.eps);
-  // (A dry call reads none of the shared state that the kernel's cp.async may be writing.)
-  const uint2 w_bits = dry ? make_uint2(0u, 0u) : s_weight[flane];
-  const uint16_t w16[4] = {static_cast<uint16_t>(w_bits.x & 0xffffu), static_cast<uint16_t>(w_bits.x >> 16),
-                           static_cast<uint16_t>(w_bits.y & 0xffffu), static_cast<uint16_t>(w_bits.y >> 16)};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) y[k] = c[k] * rstd * num::bf16_to_f32(w16[k]);
-
-  uint8_t* data = p.kv + data_offset(p, slot);
-  uint8_t* scales = p.kv + scale_offset(p, slot);
-  // Groups of 64 dims are 16 aligned lanes; the xor-shuffle stays inside a group. Every lane takes
-  // part (the RoPE lanes' maxima are unused) so the full-mask shuffles never diverge.
-  float z[4], amax = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    z[k] = num::round_bf16(y[k]);
-    amax = fmaxf(amax, fabsf(z[k]));
-  }
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, 16));
-  if (fdim0 < kNope || dry) {
-    const int e = num::compressor_scale_exp(amax, kFp8 ? 1.0f / 448.0f : 1.0f / 127.0f);
-    const float inv_scale = num::exp2i(-e);
-    uint32_t word = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      word |= static_cast<uint32_t>(encode_payload(z[k] * inv_scale, kFp8)) << (8 * k);
-    if (!dry) {
-      *reinterpret_cast<uint32_t*>(data + fdim0) = word;
-      if ((flane & 15) == 0) scales[flane / 16] = num::ue8m0_from_exp(e);
-    }
-  }
-  if (fdim0 >= kNope || dry) {
-    if (fdim0 == kNope && !dry) scales[kNumGroups] = 0;
-    // This lane's two pairs are j and j + 1, j = (fdim0 - 448) / 2; their cos/sin were prefetched.
-    const float4 cs = dry ? make_float4(0.f, 0.f, 0.f, 0.f) : s_rope[flane];
-    uint32_t h[4];
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const float u = y[2 * q], w = y[2 * q + 1];
-      const float co = q ? cs.y : cs.x, si = q ? cs.w : cs.z;
-      h[2 * q] = num::f32_to_bf16(u * co - w * si);
-      h[2 * q + 1] = num::f32_to_bf16(w * co + u * si);
-    }
-    if (!dry)
-      *reinterpret_cast<uint2*>(data + kNope + 2 * (fdim0 - kNope)) =
-          make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
-  }
-  stamp(7);
-}
-
-// `bytes` (4, 8 or 16, aligned so) from global src to shared dst by cp.async (sm_80+), in this
-// thread's current group.
-__device__ __forceinline__ void copy_async(void* dst, const void* src, int bytes) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  if (bytes == 16) asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-  else if (bytes == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src) : "memory");
-  else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
-}
-
 // Streams 16-byte loads that are read exactly once: keep them out of L1.
 __device__ __forceinline__ float4 load_stream(const float* p) {
   return __ldcs(reinterpret_cast<const float4*>(p));
@@ -295,9 +105,11 @@ __device__ __forceinline__ float4 load_stream(const float* p) {
 // PTX run by a newer GPU) takes the global path inside the cluster, which is also correct.
 template <bool kFp8, bool kCluster = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
-compress_kernel(const LKV_PARAMS_ATTR Params p, const SplitPlan plan, float* __restrict__ partials,
+compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
                 int* __restrict__ counters, unsigned long long* __restrict__ trace) {
   __shared__ int64_t s_row[kMaxRowsPerSplit];  // element offset of each row, -1 when invalid
+  __shared__ float s_merge[3][kDim];           // (m, s, acc) of the row groups being merged in
+  __shared__ float s_red[kLanesPerRow / 32];
   __shared__ int s_last;
 
   const int tid = threadIdx.x;
@@ -317,14 +129,11 @@ compress_kernel(const LKV_PARAMS_ATTR Params p, const SplitPlan plan, float* __r
   const int fdim0 = flane * 4;
   static_assert(kDim == 1 << 9, "dim0 above shifts by log2(kDim)");
   // Phase timestamps for `bench compress --trace` (trace is null otherwise).
-  auto trace_at = [&] {
-    return trace + (static_cast<uint64_t>(blockIdx.x) * gridDim.y + blockIdx.y) * kTracePhases;
-  };
   auto stamp = [&](int phase) {
     if (trace != nullptr && tid == 0) {
       unsigned long long t;
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-      trace_at()[phase] = t;
+      trace[(static_cast<uint64_t>(blockIdx.x) * gridDim.y + blockIdx.y) * kTracePhases + phase] = t;
     }
   };
   stamp(0);
@@ -334,13 +143,6 @@ compress_kernel(const LKV_PARAMS_ATTR Params p, const SplitPlan plan, float* __r
 
   // ---- 1. The output. Every CTA of an output reaches the same verdict, so none waits in vain.
   const int64_t b = p.boundary[out];
-#if LKV_COMPRESS_WARM_TAIL
-  // The last warp runs the finishing code once without effects while the index loads are in flight
-  // (finish_output), so that it is in the instruction cache when it counts.
-  if (tid >= kThreads - 32)
-    finish_output<kFp8>(p, kFinishMerge | kFinishDry | static_cast<int>(plan.num_splits) << kFinishSplitsShift,
-                        partials, 0);
-#endif
   if (b < 0 || b >= p.num_tokens) return;
   const int64_t slot = p.slot_mapping[b];
   const int64_t req = p.token_to_req[b];
@@ -353,21 +155,15 @@ compress_kernel(const LKV_PARAMS_ATTR Params p, const SplitPlan plan, float* __r
   const int64_t first = pos - C + 1;
   stamp(1);
 
-  // The finishing CTA needs its lanes' RMSNorm weights and RoPE cos/sin; copying them now (cp.async
-  // into s_weight and s_rope, waited for just before finish_output) keeps two dependent memory
-  // latencies off the end of the kernel and holds no registers meanwhile.
-  if (fgroup == 0) {
-    copy_async(&s_weight[flane], p.rms_weight + fdim0, 8);
-    if (fdim0 >= kNope) {
-      const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
-      const int j = (fdim0 - kNope) / 2;
-      float* dst = &s_rope[flane].x;
-      copy_async(dst, cs + j, 4);
-      copy_async(dst + 1, cs + j + 1, 4);
-      copy_async(dst + 2, cs + kRope / 2 + j, 4);
-      copy_async(dst + 3, cs + kRope / 2 + j + 1, 4);
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  // The finishing CTA needs its lanes' RMSNorm weights and RoPE cos/sin; loading them now keeps
+  // two dependent memory latencies off the end of the kernel.
+  const uint2 w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + fdim0);
+  float2 cs_cos = make_float2(0.f, 0.f), cs_sin = make_float2(0.f, 0.f);
+  if (fdim0 >= kNope && fgroup == 0) {
+    const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
+    const int j = (fdim0 - kNope) / 2;
+    cs_cos = make_float2(cs[j], cs[j + 1]);
+    cs_sin = make_float2(cs[kRope / 2 + j], cs[kRope / 2 + j + 1]);
   }
 
   // ---- 2. Row addresses, one block-table read per logical block of this split's rows.
@@ -446,8 +242,44 @@ compress_kernel(const LKV_PARAMS_ATTR Params p, const SplitPlan plan, float* __r
   }
   stamp(4);
 
-  // ---- 5. Across splits (merge_splits: a fixed order, so the bytes do not depend on which CTA
-  // finishes last), then 6. the record (finish_output).
+  // ---- 5. Across splits, merged in a fixed order: row group g merges splits g, g + 2, g + 4, ...
+  // (loads of kMergeBatch splits issued before any is merged, so a latency is paid once per batch,
+  // and the two groups' chains run side by side), then group 1's result is merged into group 0's.
+  // The order keeps the result bitwise deterministic whichever CTA merges. `fetch(j, q)` loads split
+  // j's triple (m, s, acc) for this lane's 4 dims.
+  auto merge_all = [&](auto fetch) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      t.m[k] = -INFINITY;
+      t.s[k] = 0.0f;
+      t.acc[k] = 0.0f;
+    }
+    constexpr int kMergeBatch = 2;
+    static_assert(kRowGroups * kMergeBatch == kMergeSplitsPerRound, "the planner's merge round");
+    for (int64_t j0 = fgroup; j0 < plan.num_splits; j0 += kRowGroups * kMergeBatch) {
+      float4 m[kMergeBatch], s[kMergeBatch], a[kMergeBatch];
+#pragma unroll
+      for (int q = 0; q < kMergeBatch; ++q) {
+        const int64_t j = j0 + q * kRowGroups;
+        if (j < plan.num_splits) {
+          fetch(j, m[q], s[q], a[q]);
+        } else {
+          m[q] = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+          s[q] = a[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < kMergeBatch; ++q) {
+        merge_one(t.m[0], t.s[0], t.acc[0], m[q].x, s[q].x, a[q].x);
+        merge_one(t.m[1], t.s[1], t.acc[1], m[q].y, s[q].y, a[q].y);
+        merge_one(t.m[2], t.s[2], t.acc[2], m[q].z, s[q].z, a[q].z);
+        merge_one(t.m[3], t.s[3], t.acc[3], m[q].w, s[q].w, a[q].w);
+      }
+    }
+    if (fgroup == 1) store_triple(s_merge, fdim0, t);
+    __syncthreads();
+    if (fgroup == 0) merge_triple(t, s_merge, fdim0);
+  };
   bool merged_in_cluster = false;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kCluster) {
@@ -463,13 +295,12 @@ compress_kernel(const LKV_PARAMS_ATTR Params p, const SplitPlan plan, float* __r
       cluster_sync_all();
       if (split == 0) {
         const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(&s_part[0][0])) + 16u * flane;
-        merge_splits(t, plan.num_splits, fgroup, flane, s_merge, false,
-                     [&](int64_t j, float4& m, float4& s, float4& a) {
-                       const uint32_t r = static_cast<uint32_t>(j);
-                       m = ld_peer(base, r);
-                       s = ld_peer(base + kDim * 4, r);
-                       a = ld_peer(base + 2 * kDim * 4, r);
-                     });
+        merge_all([&](int64_t j, float4& m, float4& s, float4& a) {
+          const uint32_t r = static_cast<uint32_t>(j);
+          m = ld_peer(base, r);
+          s = ld_peer(base + kDim * 4, r);
+          a = ld_peer(base + 2 * kDim * 4, r);
+        });
       }
       cluster_sync_all();
       if (split != 0) return;
@@ -479,8 +310,7 @@ compress_kernel(const LKV_PARAMS_ATTR Params p, const SplitPlan plan, float* __r
 #endif
   // Global path: publish (each slice its own dims of the split's triple), count, and let the last
   // CTA of the output merge.
-  const bool merge = plan.merged() && !merged_in_cluster;
-  if (merge) {
+  if (plan.merged() && !merged_in_cluster) {
     // The handshake: the CTA's stores, a CTA barrier, then one thread's gpu-scope acquire-release
     // ticket; the last CTA's threads read the partials after the barrier that follows it (from L2:
     // __ldcg never sees a stale L1 line).
@@ -507,14 +337,71 @@ compress_kernel(const LKV_PARAMS_ATTR Params p, const SplitPlan plan, float* __r
     __syncthreads();
     stamp(5);
     if (!s_last) return;
-  } else if (fgroup == 1) {
-    return;  // no merge: row group 1 has no part in the finalisation
+    merge_all([&](int64_t j, float4& m, float4& s, float4& a) {
+      const float* src = partials + (out * plan.num_splits + j) * 3 * kDim;
+      m = __ldcg(reinterpret_cast<const float4*>(src) + flane);
+      s = __ldcg(reinterpret_cast<const float4*>(src + kDim) + flane);
+      a = __ldcg(reinterpret_cast<const float4*>(src + 2 * kDim) + flane);
+    });
+    stamp(6);
   }
-  if (!merge) store_triple(s_merge, fdim0, t);  // row group 0's own triple, read back by the same thread
-  if (tid == 0) s_trace = trace != nullptr ? trace_at() : nullptr;
-  asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's s_weight and s_rope
-  finish_output<kFp8>(p, (merge ? kFinishMerge : 0) | static_cast<int>(plan.num_splits) << kFinishSplitsShift,
-                      partials, slot);
+  if (fgroup == 1) return;  // no barrier below involves row group 1
+
+  // ---- 6. Finalise: RMSNorm, NoPE quantization, RoPE, and the record's bytes.
+  float c[4], y[4];
+  float sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    c[k] = t.acc[k] / t.s[k];
+    sq = fmaf(c[k], c[k], sq);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+  if ((flane & 31) == 0) s_red[flane / 32] = sq;
+  asm volatile("bar.sync 1, %0;" ::"n"(kLanesPerRow));
+  const float total = ((s_red[0] + s_red[1]) + s_red[2]) + s_red[3];
+  const float rstd = 1.0f / sqrtf(total / static_cast<float>(kDim) + p.eps);
+  const uint16_t w16[4] = {static_cast<uint16_t>(w_bits.x & 0xffffu), static_cast<uint16_t>(w_bits.x >> 16),
+                           static_cast<uint16_t>(w_bits.y & 0xffffu), static_cast<uint16_t>(w_bits.y >> 16)};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) y[k] = c[k] * rstd * num::bf16_to_f32(w16[k]);
+
+  uint8_t* data = p.kv + data_offset(p, slot);
+  uint8_t* scales = p.kv + scale_offset(p, slot);
+  // Groups of 64 dims are 16 aligned lanes; the xor-shuffle stays inside a group. Every lane takes
+  // part (the RoPE lanes' maxima are unused) so the full-mask shuffles never diverge.
+  float z[4], amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    z[k] = num::round_bf16(y[k]);
+    amax = fmaxf(amax, fabsf(z[k]));
+  }
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, 16));
+  if (fdim0 < kNope) {
+    const int e = num::compressor_scale_exp(amax, kFp8 ? 1.0f / 448.0f : 1.0f / 127.0f);
+    const float inv_scale = num::exp2i(-e);
+    uint32_t word = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      word |= static_cast<uint32_t>(encode_payload(z[k] * inv_scale, kFp8)) << (8 * k);
+    *reinterpret_cast<uint32_t*>(data + fdim0) = word;
+    if ((flane & 15) == 0) scales[flane / 16] = num::ue8m0_from_exp(e);
+  } else {
+    if (fdim0 == kNope) scales[kNumGroups] = 0;
+    // This lane's two pairs are j and j + 1, j = (fdim0 - 448) / 2; their cos/sin were prefetched.
+    uint32_t h[4];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const float u = y[2 * q], w = y[2 * q + 1];
+      const float co = q ? cs_cos.y : cs_cos.x, si = q ? cs_sin.y : cs_sin.x;
+      h[2 * q] = num::f32_to_bf16(u * co - w * si);
+      h[2 * q + 1] = num::f32_to_bf16(w * co + u * si);
+    }
+    *reinterpret_cast<uint2*>(data + kNope + 2 * (fdim0 - kNope)) =
+        make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+  }
+  stamp(7);
 }
 
 // A launch of (num_outputs, splits) CTAs in which each output's splits form one cluster; `attr` is
