@@ -165,6 +165,10 @@ void trace_case(const std::string& name, const CompressArgs& a, BenchCase& bc) {
   bc.numbers["plan_splits"] = static_cast<double>(t.plan.num_splits);
   bc.numbers["plan_dim_slices"] = static_cast<double>(t.plan.dim_slices);
   add_phase_stats(bc, t.stamps, ctas, cc::kTracePhases, kNames, t0);
+  // Each CTA's own steps after the streaming: its row-group merge, its publish and ticket, and for
+  // the finishing CTAs the split merge (partials read back) and the record.
+  std::printf("\n    steps within a CTA, median/max us:");
+  add_step_stats(bc, t.stamps, ctas, cc::kTracePhases, kNames, {{3, 4}, {4, 5}, {5, 6}, {6, 7}});
   std::printf("\n");
 }
 #endif

@@ -164,6 +164,25 @@ void add_phase_stats(BenchCase& bc, const std::vector<unsigned long long>& stamp
   }
 }
 
+void add_step_stats(BenchCase& bc, const std::vector<unsigned long long>& stamps, int64_t ctas, int phases,
+                    const char* const* names, const std::vector<std::pair<int, int>>& steps) {
+  for (const auto& [from, to] : steps) {
+    std::vector<double> v;
+    for (int64_t c = 0; c < ctas; ++c) {
+      const unsigned long long a = stamps[static_cast<size_t>(c * phases + from)];
+      const unsigned long long b = stamps[static_cast<size_t>(c * phases + to)];
+      if (a != 0 && b >= a) v.push_back(static_cast<double>(b - a) * 1e-3);
+    }
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    const double med = v[v.size() / 2], mx = v.back();
+    std::printf(" %s->%s %.2f/%.2f", names[from], names[to], med, mx);
+    const std::string key = std::string("trace_") + names[from] + "_to_" + names[to];
+    bc.numbers[key + "_median_us"] = med;
+    bc.numbers[key + "_max_us"] = mx;
+  }
+}
+
 void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, double peak_TFLOPS,
                   double empty_launch_us) {
   if (hbm_GBps <= 0 || bytes <= 0) return;

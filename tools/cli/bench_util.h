@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace latentkv::cli {
@@ -71,6 +72,13 @@ struct BenchResult {
 // a call at that floor would show (below 1 where the launch span is a sizeable part of the call).
 void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, double peak_TFLOPS,
                   double empty_launch_us = 0);
+
+// The same stamps as durations within each CTA: for each (from, to) pair of phases, over the CTAs
+// that reached both, the median and the longest time from `from` to `to` in microseconds, printed
+// as " from->to med/max" and kept as trace_<from>_to_<to>_median_us / _max_us. Unlike phase
+// medians over all CTAs, these compare one CTA with itself (e.g. a finishing CTA's merge alone).
+void add_step_stats(BenchCase& bc, const std::vector<unsigned long long>& stamps, int64_t ctas, int phases,
+                    const char* const* names, const std::vector<std::pair<int, int>>& steps);
 
 // Phase stamps of a traced kernel (ns, [ctas][phases], 0 where a CTA did not reach a phase): for
 // each phase, the median and the latest CTA in microseconds after t0, printed as " name med/max"
