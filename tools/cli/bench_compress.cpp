@@ -308,7 +308,7 @@ int cmd_bench_compress(const Args& args) {
         if (c.total_tokens == 131072 && !shuffle) fracs_large.push_back(bc.numbers["frac_of_ceiling"]);
       }
       if (cuda && hbm > 0) {
-        bc.numbers["floor_time_us"] = empty_launch + bytes_read / (hbm * 1e9) * 1e6;
+        bc.numbers["floor_time_us"] = floor_time_us(empty_launch, bytes_read, hbm);
         bc.numbers["frac_of_floor"] = bc.numbers["floor_time_us"] / bc.time_us;
       }
       if (c.total_tokens == 8192 && !shuffle) worst_8192 = std::max(worst_8192, bc.time_us);

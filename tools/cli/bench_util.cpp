@@ -147,6 +147,19 @@ void time_stream_forms(const std::function<void(int)>& call, int calls, const st
 }
 #endif
 
+namespace {
+// The median and the largest of v (microseconds), printed as " label med/max" and kept as
+// <key>_median_us and <key>_max_us; nothing for an empty v.
+void add_spread(BenchCase& bc, std::vector<double>& v, const std::string& label, const std::string& key) {
+  if (v.empty()) return;
+  std::sort(v.begin(), v.end());
+  const double med = v[v.size() / 2], mx = v.back();
+  std::printf(" %s %.2f/%.2f", label.c_str(), med, mx);
+  bc.numbers[key + "_median_us"] = med;
+  bc.numbers[key + "_max_us"] = mx;
+}
+}  // namespace
+
 void add_phase_stats(BenchCase& bc, const std::vector<unsigned long long>& stamps, int64_t ctas, int phases,
                      const char* const* names, unsigned long long t0) {
   for (int k = 0; k < phases; ++k) {
@@ -155,12 +168,7 @@ void add_phase_stats(BenchCase& bc, const std::vector<unsigned long long>& stamp
       const unsigned long long s = stamps[static_cast<size_t>(c * phases + k)];
       if (s >= t0 && s != 0) v.push_back(static_cast<double>(s - t0) * 1e-3);
     }
-    if (v.empty()) continue;
-    std::sort(v.begin(), v.end());
-    const double med = v[v.size() / 2], mx = v.back();
-    std::printf(" %s %.2f/%.2f", names[k], med, mx);
-    bc.numbers[std::string("trace_") + names[k] + "_median_us"] = med;
-    bc.numbers[std::string("trace_") + names[k] + "_max_us"] = mx;
+    add_spread(bc, v, names[k], std::string("trace_") + names[k]);
   }
 }
 
@@ -173,14 +181,15 @@ void add_step_stats(BenchCase& bc, const std::vector<unsigned long long>& stamps
       const unsigned long long b = stamps[static_cast<size_t>(c * phases + to)];
       if (a != 0 && b >= a) v.push_back(static_cast<double>(b - a) * 1e-3);
     }
-    if (v.empty()) continue;
-    std::sort(v.begin(), v.end());
-    const double med = v[v.size() / 2], mx = v.back();
-    std::printf(" %s->%s %.2f/%.2f", names[from], names[to], med, mx);
-    const std::string key = std::string("trace_") + names[from] + "_to_" + names[to];
-    bc.numbers[key + "_median_us"] = med;
-    bc.numbers[key + "_max_us"] = mx;
+    add_spread(bc, v, std::string(names[from]) + "->" + names[to],
+               std::string("trace_") + names[from] + "_to_" + names[to]);
   }
+}
+
+double floor_time_us(double empty_launch_us, double bytes, double hbm_GBps, double flops, double peak_TFLOPS) {
+  const double memory_us = bytes / (hbm_GBps * 1e3);
+  const double compute_us = peak_TFLOPS > 0 ? flops / (peak_TFLOPS * 1e6) : 0.0;
+  return empty_launch_us + std::max(memory_us, compute_us);
 }
 
 void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, double peak_TFLOPS,
@@ -190,9 +199,8 @@ void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, do
   bc.numbers["flops_per_byte"] = intensity;
   bc.numbers["memory_bound"] = intensity < ridge ? 1.0 : 0.0;
   if (empty_launch_us > 0 && peak_TFLOPS > 0) {
-    const double memory_us = bytes / (hbm_GBps * 1e3), compute_us = flops / (peak_TFLOPS * 1e6);
-    bc.numbers["floor_time_us"] = empty_launch_us + std::max(memory_us, compute_us);
-    bc.numbers["hbm_frac_at_floor"] = memory_us / bc.numbers["floor_time_us"];
+    bc.numbers["floor_time_us"] = floor_time_us(empty_launch_us, bytes, hbm_GBps, flops, peak_TFLOPS);
+    bc.numbers["hbm_frac_at_floor"] = bytes / (hbm_GBps * 1e3) / bc.numbers["floor_time_us"];
   }
 }
 

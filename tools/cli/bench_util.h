@@ -66,6 +66,12 @@ struct BenchResult {
 // byte (SPEC section 8's counts) against the ridge, `peak_TFLOPS` over the HBM read rate measured
 // in the run. Records numbers flops_per_byte and memory_bound (1 or 0); nothing without a measured
 // HBM rate (CPU runs).
+// The shortest flushed call the hardware allows: an empty launch's span (empty_launch_us,
+// bench_cuda::measure_empty_launch_us, timed as the ops are) plus the longer of `bytes` at the HBM
+// rate and `flops` at peak_TFLOPS (no compute term when peak_TFLOPS is 0).
+double floor_time_us(double empty_launch_us, double bytes, double hbm_GBps, double flops = 0,
+                     double peak_TFLOPS = 0);
+
 // With empty_launch_us > 0 (bench_cuda::measure_empty_launch_us, timed as the op is) also
 // floor_time_us, the shortest flushed call the hardware allows: that launch span plus the longer of
 // bytes at the HBM rate and flops at the peak, and hbm_frac_at_floor, the fraction of the HBM rate
