@@ -143,7 +143,10 @@ void stream_times(const CompressWorkload& w, CompressArgs a, BenchCase& bc) {
 
 // One flushed call with phase stamps: for each phase, the median and the latest CTA to reach it, in
 // microseconds after the first CTA started. Printed, and kept in the case's numbers.
-void trace_case(const std::string& name, const CompressArgs& a, BenchCase& bc) {
+// dir non-empty: the raw stamps also go to dir/<case>.csv, one row per CTA (output, split, slice, then
+// each phase in ns after the first CTA started; -1 where a CTA never reached it), for analysis per
+// output (which CTA finished an output, how far behind its peers it was).
+void trace_case(const std::string& name, const CompressArgs& a, BenchCase& bc, const std::string& dir) {
   namespace cc = compress::cuda;
   bench_cuda::flush_l2();
   cc::set_compress_trace(true);
@@ -170,6 +173,25 @@ void trace_case(const std::string& name, const CompressArgs& a, BenchCase& bc) {
   std::printf("\n    steps within a CTA, median/max us:");
   add_step_stats(bc, t.stamps, ctas, cc::kTracePhases, kNames, {{3, 4}, {4, 5}, {5, 6}, {6, 7}});
   std::printf("\n");
+  if (dir.empty()) return;
+  const std::string path = dir + "/" + name + ".csv";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  LKV_CHECK(f != nullptr, "bench compress: cannot write ", path);
+  std::fprintf(f, "output,split,slice");
+  for (const char* n : kNames) std::fprintf(f, ",%s", n);
+  std::fprintf(f, "\n");
+  const int64_t slices = t.plan.dim_slices;
+  for (int64_t c = 0; c < ctas; ++c) {
+    const int64_t y = c % t.ctas_per_output;
+    std::fprintf(f, "%lld,%lld,%lld", static_cast<long long>(c / t.ctas_per_output),
+                 static_cast<long long>(y / slices), static_cast<long long>(y % slices));
+    for (int ph = 0; ph < cc::kTracePhases; ++ph) {
+      const unsigned long long s = t.stamps[static_cast<size_t>(c) * cc::kTracePhases + ph];
+      std::fprintf(f, ",%lld", s == 0 ? -1LL : static_cast<long long>(s - t0));
+    }
+    std::fprintf(f, "\n");
+  }
+  std::fclose(f);
 }
 #endif
 
@@ -185,7 +207,9 @@ int cmd_bench_compress(const Args& args) {
   const std::string plot = args.get("plot", "");
   // --trace (CUDA): one more flushed call per case with per-CTA phase stamps (%globaltimer).
   const bool trace = args.flag("trace");
+  const std::string trace_dir = args.get("trace-dir", "");  // --trace: raw stamps per case as CSV
   LKV_CHECK(!trace || cuda, "bench compress: --trace needs --device cuda");
+  LKV_CHECK(trace_dir.empty() || trace, "bench compress: --trace-dir needs --trace");
   // CPU: 11 calls, as single calls on a shared 2-core machine swing by 2x (bench/NOTES.md).
   const int reps = args.get_int("reps", cuda ? 50 : 11);
   args.check_all_used();
@@ -293,7 +317,7 @@ int cmd_bench_compress(const Args& args) {
         bc.numbers["plan_splits"] = static_cast<double>(plan.num_splits);
         bc.numbers["plan_dim_slices"] = static_cast<double>(plan.dim_slices);
         bc.numbers["plan_clusters"] = compress::cuda::merges_in_clusters(w.params(), 0) ? 1.0 : 0.0;
-        if (trace) trace_case(name, a, bc);
+        if (trace) trace_case(name, a, bc, trace_dir);
 #endif
       } else {
         CompressArgs a = w.args(CompressMode::kInPlace);
