@@ -2,8 +2,8 @@
 """Per-output reading of `latentkv bench compress --trace --trace-dir DIR` stamps.
 
 Each CSV row is one CTA: output, split, slice, then the ns after the first CTA started at which
-thread 0 reached each phase (entry, header, rows, streamed, groups, ticket, merged, written; -1 if
-never). The bench's own printout gives medians over CTAs; this script follows each output's
+thread 0 reached each phase (entry, header, rows, streamed, groups, ticket, loaded, merged, norm,
+written; -1 if never). The bench's own printout gives medians over CTAs; this script follows each output's
 critical path instead:
 
   last_streamed  the output's latest CTA to finish streaming (warp 0's view),
@@ -20,7 +20,7 @@ import statistics
 import sys
 from pathlib import Path
 
-PHASES = ["entry", "header", "rows", "streamed", "groups", "ticket", "merged", "written"]
+PHASES = ["entry", "header", "rows", "streamed", "groups", "ticket", "loaded", "merged", "norm", "written"]
 
 
 def read(path):
@@ -49,8 +49,10 @@ def spans(ctas):
         "streamed(latest)": streamed,
         "fin: streamed->groups": f["groups"] - f["streamed"],
         "fin: groups->ticket": f["ticket"] - f["groups"],
-        "fin: ticket->merged": f["merged"] - f["ticket"],
-        "fin: merged->written": f["written"] - f["merged"],
+        "fin: ticket->loaded": f["loaded"] - f["ticket"],
+        "fin: loaded->merged": f["merged"] - f["loaded"],
+        "fin: merged->norm": f["norm"] - f["merged"],
+        "fin: norm->written": f["written"] - f["norm"],
         "latest groups->fin ticket": f["ticket"] - groups,
         "fin ticket - peer ticket": f["ticket"] - peer_ticket,
         "fin was latest streamer": 1.0 if f["streamed"] >= streamed else 0.0,

@@ -160,8 +160,8 @@ void trace_case(const std::string& name, const CompressArgs& a, BenchCase& bc, c
     const unsigned long long s = t.stamps[static_cast<size_t>(c) * cc::kTracePhases];
     if (s != 0) t0 = std::min(t0, s);
   }
-  static const char* const kNames[cc::kTracePhases] = {"entry", "header", "rows", "streamed",
-                                                       "groups", "ticket", "merged", "written"};
+  static const char* const kNames[cc::kTracePhases] = {"entry",  "header", "rows",   "streamed", "groups",
+                                                       "ticket", "loaded", "merged", "norm",     "written"};
   std::printf("  trace %s: %lld outputs x %lld splits x %lld slices; phase median/max us:", name.c_str(),
               static_cast<long long>(t.num_outputs), static_cast<long long>(t.plan.num_splits),
               static_cast<long long>(t.plan.dim_slices));
@@ -171,7 +171,7 @@ void trace_case(const std::string& name, const CompressArgs& a, BenchCase& bc, c
   // Each CTA's own steps after the streaming: its row-group merge, its publish and ticket, and for
   // the finishing CTAs the split merge (partials read back) and the record.
   std::printf("\n    steps within a CTA, median/max us:");
-  add_step_stats(bc, t.stamps, ctas, cc::kTracePhases, kNames, {{3, 4}, {4, 5}, {5, 6}, {6, 7}});
+  add_step_stats(bc, t.stamps, ctas, cc::kTracePhases, kNames, {{3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 8}, {8, 9}});
   std::printf("\n");
   if (dir.empty()) return;
   const std::string path = dir + "/" + name + ".csv";

@@ -266,8 +266,14 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
     trace = t.buf;
   }
   const bool pdl = trace == nullptr && compress_pdl_on(device);
-  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, pdl, trace, stream);
-  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, pdl, trace, stream);
+  // Experiment switch (LKV_COMPRESS_TAIL, read once): 0 the acquire-release ticket, 1 a release
+  // ticket and an acquire fence in the last CTA only.
+  static const int tail_mode = [] {
+    const char* e = std::getenv("LKV_COMPRESS_TAIL");
+    return e ? std::atoi(e) : 0;
+  }();
+  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, pdl, trace, tail_mode, stream);
+  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, pdl, trace, tail_mode, stream);
 }
 
 }  // namespace latentkv::compress::cuda

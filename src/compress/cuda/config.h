@@ -26,7 +26,9 @@ inline constexpr int kCtasPerSm = 4;
 // H100/H200 runs; a plan with more splits merges through global memory.
 inline constexpr int64_t kMaxClusterSplits = 16;
 // Timestamps a traced launch records per CTA (bench compress --trace): entry, header resolved, row
-// table ready, rows streamed, row groups merged, ticket taken, splits merged, record written.
-inline constexpr int kTracePhases = 8;
+// table ready, rows streamed, row groups merged, ticket taken, partials loaded (thread 0's merge of
+// the splits' triples done, so its loads have returned), splits merged (the two row groups'
+// results exchanged), norm (RMSNorm's sum of squares reduced), record written.
+inline constexpr int kTracePhases = 10;
 
 }  // namespace latentkv::compress::cuda

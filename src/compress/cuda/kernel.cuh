@@ -106,7 +106,7 @@ __device__ __forceinline__ float4 load_stream(const float* p) {
 template <bool kFp8, bool kCluster = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
-                int* __restrict__ counters, unsigned long long* __restrict__ trace) {
+                int* __restrict__ counters, unsigned long long* __restrict__ trace, int tail_mode) {
   __shared__ int64_t s_row[kMaxRowsPerSplit];  // element offset of each row, -1 when invalid
   __shared__ float s_merge[3][kDim];           // (m, s, acc) of the row groups being merged in
   __shared__ float s_red[kLanesPerRow / 32];
@@ -276,6 +276,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
         merge_one(t.m[3], t.s[3], t.acc[3], m[q].w, s[q].w, a[q].w);
       }
     }
+    stamp(6);
     if (fgroup == 1) store_triple(s_merge, fdim0, t);
     __syncthreads();
     if (fgroup == 0) merge_triple(t, s_merge, fdim0);
@@ -330,7 +331,12 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       // call's CTAs read the counter only after this grid has completed (stream order, or their
       // PDL wait).
       int ticket;
-      asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;" : "=r"(ticket) : "l"(counters + out) : "memory");
+      if (tail_mode == 1) {
+        asm volatile("atom.add.release.gpu.s32 %0, [%1], 1;" : "=r"(ticket) : "l"(counters + out) : "memory");
+        if (ticket == plan.ctas_per_output() - 1) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+      } else {
+        asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;" : "=r"(ticket) : "l"(counters + out) : "memory");
+      }
       s_last = ticket == plan.ctas_per_output() - 1;
       if (s_last) counters[out] = 0;  // every CTA has arrived: ready for the next call
     }
@@ -343,7 +349,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       s = __ldcg(reinterpret_cast<const float4*>(src + kDim) + flane);
       a = __ldcg(reinterpret_cast<const float4*>(src + 2 * kDim) + flane);
     });
-    stamp(6);
+    stamp(7);
   }
   if (fgroup == 1) return;  // no barrier below involves row group 1
 
@@ -361,6 +367,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   asm volatile("bar.sync 1, %0;" ::"n"(kLanesPerRow));
   const float total = ((s_red[0] + s_red[1]) + s_red[2]) + s_red[3];
   const float rstd = 1.0f / sqrtf(total / static_cast<float>(kDim) + p.eps);
+  stamp(8);
   const uint16_t w16[4] = {static_cast<uint16_t>(w_bits.x & 0xffffu), static_cast<uint16_t>(w_bits.x >> 16),
                            static_cast<uint16_t>(w_bits.y & 0xffffu), static_cast<uint16_t>(w_bits.y >> 16)};
 #pragma unroll
@@ -401,7 +408,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     *reinterpret_cast<uint2*>(data + kNope + 2 * (fdim0 - kNope)) =
         make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
   }
-  stamp(7);
+  stamp(9);
 }
 
 // A launch of (num_outputs, splits) CTAs in which each output's splits form one cluster; `attr` is
@@ -449,7 +456,8 @@ inline bool cluster_fits(Kernel kernel, int device, int64_t num_outputs, int64_t
 // launch (only where the device runs the sm_90 code, whose waits are not compiled out).
 template <bool kFp8>
 inline void launch_compress(const Params& p, const SplitPlan& plan, float* partials, int* counters,
-                            bool cluster, bool pdl, unsigned long long* trace, cudaStream_t stream) {
+                            bool cluster, bool pdl, unsigned long long* trace, int tail_mode,
+                            cudaStream_t stream) {
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t config = {};
   if (cluster) {
@@ -462,7 +470,7 @@ inline void launch_compress(const Params& p, const SplitPlan& plan, float* parti
   }
   if (pdl) attr[config.numAttrs++] = cuda_common::pdl_attribute();
   LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, cluster ? compress_kernel<kFp8, true> : compress_kernel<kFp8, false>,
-                                    p, plan, partials, counters, trace));
+                                    p, plan, partials, counters, trace, tail_mode));
   LKV_CUDA_CHECK_LAUNCH();
 }
 
