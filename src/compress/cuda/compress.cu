@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "compress/cuda/config.h"
 #include "compress/cuda/launch.h"
@@ -57,7 +59,42 @@ void set_compress_max_slices(int64_t max_slices) {
   max_slices_value().store(std::clamp<int64_t>(max_slices, 1, kMaxDimSlices), std::memory_order_relaxed);
 }
 
+namespace {
+// Plans forced for measurement (LKV_COMPRESS_FORCE_PLAN, read once): entries
+// "outputs,C,splits,slices" separated by ';'; a call whose output count and C match an entry runs
+// that plan instead of the planner's (rows per split rounded up to the row alignment; entries the
+// kernel could not run, more than kMaxRowsPerSplit rows or a slicing that is not a power of two up
+// to kMaxDimSlices, are ignored).
+struct ForcedPlan {
+  int64_t outputs, C, splits, slices;
+};
+const std::vector<ForcedPlan>& forced_plans() {
+  static const std::vector<ForcedPlan> v = [] {
+    std::vector<ForcedPlan> r;
+    const char* e = std::getenv("LKV_COMPRESS_FORCE_PLAN");
+    for (const char* s = e; s != nullptr && *s != '\0';) {
+      long long o = 0, c = 0, sp = 0, sl = 0;
+      if (std::sscanf(s, "%lld,%lld,%lld,%lld", &o, &c, &sp, &sl) == 4 && sp >= 1 && sl >= 1 &&
+          sl <= kMaxDimSlices && (sl & (sl - 1)) == 0)
+        r.push_back({o, c, sp, sl});
+      s = std::strchr(s, ';');
+      if (s != nullptr) ++s;
+    }
+    return r;
+  }();
+  return v;
+}
+}  // namespace
+
 SplitPlan plan_for(const Params& p, int device) {
+  for (const ForcedPlan& f : forced_plans()) {
+    if (f.outputs != p.num_outputs || f.C != p.compress_ratio) continue;
+    SplitPlan plan;
+    plan.rows_per_split = ((f.C + f.splits - 1) / f.splits + kRowAlign - 1) / kRowAlign * kRowAlign;
+    plan.num_splits = (f.C + plan.rows_per_split - 1) / plan.rows_per_split;
+    plan.dim_slices = f.slices;
+    if (plan.rows_per_split <= kMaxRowsPerSplit) return plan;
+  }
   return plan_splits(p.num_outputs, p.compress_ratio, int64_t{kCtasPerSm} * cuda_common::sm_count(device),
                      compress_max_slices());
 }
@@ -266,14 +303,8 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
     trace = t.buf;
   }
   const bool pdl = trace == nullptr && compress_pdl_on(device);
-  // Experiment switch (LKV_COMPRESS_TAIL, read once): 0 the acquire-release ticket, 1 a release
-  // ticket and an acquire fence in the last CTA only.
-  static const int tail_mode = [] {
-    const char* e = std::getenv("LKV_COMPRESS_TAIL");
-    return e ? std::atoi(e) : 0;
-  }();
-  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, pdl, trace, tail_mode, stream);
-  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, pdl, trace, tail_mode, stream);
+  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, pdl, trace, stream);
+  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, pdl, trace, stream);
 }
 
 }  // namespace latentkv::compress::cuda

@@ -106,7 +106,7 @@ __device__ __forceinline__ float4 load_stream(const float* p) {
 template <bool kFp8, bool kCluster = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
-                int* __restrict__ counters, unsigned long long* __restrict__ trace, int tail_mode) {
+                int* __restrict__ counters, unsigned long long* __restrict__ trace) {
   __shared__ int64_t s_row[kMaxRowsPerSplit];  // element offset of each row, -1 when invalid
   __shared__ float s_merge[3][kDim];           // (m, s, acc) of the row groups being merged in
   __shared__ float s_red[kLanesPerRow / 32];
@@ -331,12 +331,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       // call's CTAs read the counter only after this grid has completed (stream order, or their
       // PDL wait).
       int ticket;
-      if (tail_mode == 1) {
-        asm volatile("atom.add.release.gpu.s32 %0, [%1], 1;" : "=r"(ticket) : "l"(counters + out) : "memory");
-        if (ticket == plan.ctas_per_output() - 1) asm volatile("fence.acq_rel.gpu;" ::: "memory");
-      } else {
-        asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;" : "=r"(ticket) : "l"(counters + out) : "memory");
-      }
+      asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;" : "=r"(ticket) : "l"(counters + out) : "memory");
       s_last = ticket == plan.ctas_per_output() - 1;
       if (s_last) counters[out] = 0;  // every CTA has arrived: ready for the next call
     }
@@ -456,8 +451,7 @@ inline bool cluster_fits(Kernel kernel, int device, int64_t num_outputs, int64_t
 // launch (only where the device runs the sm_90 code, whose waits are not compiled out).
 template <bool kFp8>
 inline void launch_compress(const Params& p, const SplitPlan& plan, float* partials, int* counters,
-                            bool cluster, bool pdl, unsigned long long* trace, int tail_mode,
-                            cudaStream_t stream) {
+                            bool cluster, bool pdl, unsigned long long* trace, cudaStream_t stream) {
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t config = {};
   if (cluster) {
@@ -470,7 +464,7 @@ inline void launch_compress(const Params& p, const SplitPlan& plan, float* parti
   }
   if (pdl) attr[config.numAttrs++] = cuda_common::pdl_attribute();
   LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, cluster ? compress_kernel<kFp8, true> : compress_kernel<kFp8, false>,
-                                    p, plan, partials, counters, trace, tail_mode));
+                                    p, plan, partials, counters, trace));
   LKV_CUDA_CHECK_LAUNCH();
 }
 

@@ -44,7 +44,7 @@ namespace latentkv::compress::cuda {
 // trace: null, or kTracePhases globaltimer stamps per CTA (see set_compress_trace).
 template <bool kFp8>
 void launch_compress_kernel(const Params& p, const SplitPlan& plan, float* partials, int* counters,
-                            bool cluster, bool pdl, unsigned long long* trace, int tail_mode, Stream stream);
+                            bool cluster, bool pdl, unsigned long long* trace, Stream stream);
 
 // Whether clusters of the plan's size fit on `device` for this payload kind (asked once).
 template <bool kFp8>

@@ -6,9 +6,8 @@ namespace latentkv::compress::cuda {
 
 template <>
 void launch_compress_kernel<true>(const Params& p, const SplitPlan& plan, float* partials, int* counters,
-                                   bool cluster, bool pdl, unsigned long long* trace, int tail_mode,
-                                   Stream stream) {
-  launch_compress<true>(p, plan, partials, counters, cluster, pdl, trace, tail_mode, static_cast<cudaStream_t>(stream));
+                                   bool cluster, bool pdl, unsigned long long* trace, Stream stream) {
+  launch_compress<true>(p, plan, partials, counters, cluster, pdl, trace, static_cast<cudaStream_t>(stream));
 }
 
 template <>
