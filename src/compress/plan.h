@@ -11,14 +11,20 @@
 // merge short when C is large and outputs are few.
 //
 // The choice is a small cost model in row-equivalents (one full-width row streamed by one CTA at its
-// share of HBM bandwidth): a CTA costs its rows x its width fraction plus a fixed overhead (the
-// dependent loads of its prologue), the grid runs in waves of `resident_ctas`, and a merged output
-// adds the publish-and-ticket latency plus one L2 round per 4 splits. Lowest cost wins; ties go to
-// fewer slices, then fewer splits.
+// share of HBM bandwidth when every resident slot holds a CTA): a CTA costs its rows x its width
+// fraction x its share plus a fixed overhead (the dependent loads of its prologue), the grid runs
+// in waves of `resident_ctas`, a merged output adds the publish-and-ticket latency plus one L2
+// round per 4 splits, and each level of a CTA's row-group merge tree (log2 of 2 x slices) adds its
+// barrier. A wave of fewer CTAs than the resident slots streams each faster, down to the share of
+// kSaturatingFraction x resident CTAs, which already keep HBM busy: on the H200 a grid of 256 CTAs
+// (~2 per SM) streamed the contest cases as fast as 512 and needed half the merges (bench/NOTES.md
+// v35). Among the plans within kTieRows of the lowest cost, the one with the fewest CTAs wins
+// (then the lower cost, then fewer slices).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "latentkv/numerics.h"  // LKV_HD
 
@@ -45,6 +51,13 @@ inline constexpr double kCtaOverheadRows = 6.0;
 inline constexpr double kMergeTicketRows = 3.0;
 inline constexpr double kMergeRoundRows = 1.5;
 inline constexpr int64_t kMergeSplitsPerRound = 4;
+// Each level of the row-group merge tree: a barrier and a shared-memory exchange after the CTA's
+// slowest warp, ~0.37 us on the H200 (streamed->groups 1.06 / 1.42 / 1.81 us for 2 / 3 / 4 levels,
+// bench/NOTES.md v35), with one row-equivalent ~0.49 us (4 KB x 528 CTAs at 4.4 TB/s).
+inline constexpr double kTreeLevelRows = 0.75;
+// The fraction of the resident slots whose CTAs (32 KB of loads in flight each) saturate HBM.
+inline constexpr double kSaturatingFraction = 0.45;
+inline constexpr double kTieRows = 0.5;
 
 // resident_ctas: CTAs the GPU runs at once (SMs x CTAs per SM). max_slices: the largest dimension
 // slicing allowed (a power of two <= kMaxDimSlices; 1 turns slicing off).
@@ -54,9 +67,13 @@ inline SplitPlan plan_splits(int64_t num_outputs, int64_t C, int64_t resident_ct
   C = std::max<int64_t>(C, 1);
   resident_ctas = std::max<int64_t>(resident_ctas, 1);
   max_slices = std::clamp<int64_t>(max_slices, 1, kMaxDimSlices);
-  SplitPlan best;
-  double best_cost = 0;
-  bool have = false;
+  // Every candidate's cost, then the choice among those within kTieRows of the lowest.
+  struct Candidate {
+    SplitPlan plan;
+    int64_t ctas;
+    double cost;
+  };
+  std::vector<Candidate> candidates;
   const int64_t min_rows = std::min(kMinRowsPerSplit, (C + kRowAlign - 1) / kRowAlign * kRowAlign);
   for (int64_t slices = 1; slices <= max_slices; slices *= 2) {
     const int64_t align = kRowAlign * slices;
@@ -73,17 +90,30 @@ inline SplitPlan plan_splits(int64_t num_outputs, int64_t C, int64_t resident_ct
                                      kMergeRoundRows * static_cast<double>(
                                          (splits + kMergeSplitsPerRound - 1) / kMergeSplitsPerRound)
                                : 0.0;
-      const double cost = static_cast<double>(waves) * (steps_rows * width + kCtaOverheadRows) + merge;
-      if (!have || cost < best_cost - 1e-9) {
-        best_cost = cost;
-        best.num_splits = splits;
-        best.rows_per_split = (real_rows + kRowAlign - 1) / kRowAlign * kRowAlign;
-        best.dim_slices = slices;
-        have = true;
-      }
+      const int64_t wave_ctas = std::min(ctas, resident_ctas);
+      const double share = std::max(static_cast<double>(wave_ctas), kSaturatingFraction * static_cast<double>(resident_ctas)) /
+                           static_cast<double>(resident_ctas);
+      int levels = 1;  // log2(2 x slices)
+      for (int64_t g = 2 * slices; g > 2; g /= 2) ++levels;
+      const double cost = static_cast<double>(waves) * (steps_rows * width * share + kCtaOverheadRows) + merge +
+                          kTreeLevelRows * levels;
+      SplitPlan plan;
+      plan.num_splits = splits;
+      plan.rows_per_split = (real_rows + kRowAlign - 1) / kRowAlign * kRowAlign;
+      plan.dim_slices = slices;
+      candidates.push_back({plan, ctas, cost});
       if (rows >= C) break;
     }
   }
+  double lowest = candidates.front().cost;
+  for (const Candidate& c : candidates) lowest = std::min(lowest, c.cost);
+  // Within the margin: fewest CTAs, then lowest cost, then the first visited (fewer slices).
+  const Candidate* pick = nullptr;
+  for (const Candidate& c : candidates) {
+    if (c.cost > lowest + kTieRows) continue;
+    if (pick == nullptr || c.ctas < pick->ctas || (c.ctas == pick->ctas && c.cost < pick->cost - 1e-9)) pick = &c;
+  }
+  SplitPlan best = pick->plan;
   best.rows_per_split = std::min(best.rows_per_split, kMaxRowsPerSplit);
   best.num_splits = (C + best.rows_per_split - 1) / best.rows_per_split;
   return best;
