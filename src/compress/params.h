@@ -49,8 +49,6 @@ struct Params {
   // CUDA, launched with PDL: the index, weight and cos/sin reads may precede the wait for the kernel
   // ahead (CompressArgs::overlap_prologue); otherwise every global access follows it.
   bool overlap_prologue = false;
-  // Experiment (LKV_COMPRESS_LATE_TRIGGER): let the next kernel in after the streaming, not at entry.
-  bool late_trigger = false;
 };
 
 // Why an output is invalid; 0 means valid. The order is the order of the checks.

@@ -303,14 +303,8 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
     trace = t.buf;
   }
   const bool pdl = trace == nullptr && compress_pdl_on(device);
-  static const bool late = [] {
-    const char* e = std::getenv("LKV_COMPRESS_LATE_TRIGGER");
-    return e && std::strcmp(e, "1") == 0;
-  }();
-  Params q = p;
-  q.late_trigger = late;
-  if (p.fp8) launch_compress_kernel<true>(q, plan, partials, counters, cluster, pdl, trace, stream);
-  else launch_compress_kernel<false>(q, plan, partials, counters, cluster, pdl, trace, stream);
+  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, pdl, trace, stream);
+  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, pdl, trace, stream);
 }
 
 }  // namespace latentkv::compress::cuda

@@ -137,7 +137,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     }
   };
   stamp(0);
-  if (!p.late_trigger) cuda_common::pdl_launch_dependents();
+  cuda_common::pdl_launch_dependents();
   const cuda_common::PdlWaitAtExit wait_at_exit;
   if (!p.overlap_prologue) cuda_common::pdl_wait();
 
@@ -230,7 +230,6 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   }
 
   stamp(3);
-  if (p.late_trigger) cuda_common::pdl_launch_dependents();
 
   // ---- 4. Merge the row groups into group 0 by halves: groups [step, 2 step) store, groups
   // [0, step) merge the one `step` above them (s_merge holds step x 512 / S <= 512 dims per array).
