@@ -111,7 +111,12 @@ CacheFormat compressor_format(const std::string& s) {
 // overlap_prologue (the call ahead writes none of its indices: it is another compressor call), and
 // with ordinary launches. Each call's own work is the flushed call's; what differs is the gap
 // between calls and what of a call may run under the previous one's tail.
-void stream_times(const CompressWorkload& w, CompressArgs a, BenchCase& bc) {
+void print_stream_trace(const std::string& name, const compress::cuda::CompressTrace& t, BenchCase& bc);
+
+// trace_stream: one more batch with PDL (the first call ordinary), each call's CTAs stamped
+// (set_compress_trace_calls), printed by print_stream_trace.
+void stream_times(const std::string& name, const CompressWorkload& w, CompressArgs a, BenchCase& bc,
+                  bool trace_stream) {
   namespace cc = compress::cuda;
   const size_t bytes = w.state.size() * sizeof(float);
   const int copies = static_cast<int>(std::max<size_t>(2, ((size_t{256} << 20) + bytes - 1) / bytes));
@@ -136,9 +141,84 @@ void stream_times(const CompressWorkload& w, CompressArgs a, BenchCase& bc) {
                       a.overlap_prologue = form == 1;
                     },
                     bc);
+  if (trace_stream) {
+    pdl = true;
+    a.overlap_prologue = false;
+    int invoked = 0;
+    auto traced = [&](int i) {
+      if (invoked++ == calls) {  // stream_time_us' warm-up batch is over: trace the timed one
+        cc::set_compress_trace_calls(calls);
+        cc::set_compress_trace(true);
+      }
+      call(i);
+    };
+    // Its time is not kept: the batch also carries the memset that clears the stamp buffer.
+    bench_cuda::stream_time_us(traced, calls, 1, 40.0 * calls, nullptr);
+    cc::set_compress_trace(false);
+    const cc::CompressTrace t = cc::last_compress_trace();
+    cc::set_compress_trace_calls(1);
+    print_stream_trace(name, t, bc);
+  }
   cc::set_compress_pdl(pdl_was);
   bc.numbers["stream_pdl"] = cc::compress_pdl_on(0) ? 1.0 : 0.0;
   for (size_t r = 1; r < states.size(); ++r) bench_cuda::free(states[r]);
+}
+
+// Calls queued back to back with PDL, each call's CTAs stamped: per call (after the first CTA of the
+// first call started, us) the first CTA's entry, the median and latest row table ready (streaming
+// starts), rows streamed, and the latest record written; then over calls 1.. the medians of how far
+// each call's first entry and median streaming start lie after the previous call's last record
+// (negative: before it), and of the period between the calls' last records.
+void print_stream_trace(const std::string& name, const compress::cuda::CompressTrace& t, BenchCase& bc) {
+  namespace cc = compress::cuda;
+  const int64_t ctas = t.num_outputs * t.ctas_per_output;
+  if (ctas == 0 || t.calls < 2) return;
+  auto at = [&](int64_t call, int64_t c, int ph) {
+    return t.stamps[static_cast<size_t>((call * ctas + c) * cc::kTracePhases + ph)];
+  };
+  unsigned long long t0 = ~0ull;
+  for (int64_t c = 0; c < ctas; ++c)
+    if (at(0, c, 0) != 0) t0 = std::min(t0, at(0, c, 0));
+  auto us = [&](unsigned long long s) { return static_cast<double>(static_cast<long long>(s - t0)) * 1e-3; };
+  struct Call {
+    double entry, rows_med, rows_max, streamed_med, streamed_max, written;
+  };
+  std::vector<Call> calls;
+  for (int64_t k = 0; k < t.calls; ++k) {
+    std::vector<double> rows, streamed;
+    double entry = 1e30, written = -1e30;
+    for (int64_t c = 0; c < ctas; ++c) {
+      if (at(k, c, 0) != 0) entry = std::min(entry, us(at(k, c, 0)));
+      if (at(k, c, 2) != 0) rows.push_back(us(at(k, c, 2)));
+      if (at(k, c, 3) != 0) streamed.push_back(us(at(k, c, 3)));
+      if (at(k, c, cc::kTracePhases - 1) != 0) written = std::max(written, us(at(k, c, cc::kTracePhases - 1)));
+    }
+    if (rows.empty() || streamed.empty()) return;
+    std::sort(rows.begin(), rows.end());
+    std::sort(streamed.begin(), streamed.end());
+    calls.push_back({entry, rows[rows.size() / 2], rows.back(), streamed[streamed.size() / 2], streamed.back(), written});
+  }
+  std::printf("  trace back to back %s (%lld calls, PDL): entry, rows med/max, streamed med/max, written (us)\n   ",
+              name.c_str(), static_cast<long long>(t.calls));
+  for (size_t k = 0; k < calls.size(); ++k)
+    std::printf(" [%zu] %.2f %.2f/%.2f %.2f/%.2f %.2f", k, calls[k].entry, calls[k].rows_med, calls[k].rows_max,
+                calls[k].streamed_med, calls[k].streamed_max, calls[k].written);
+  std::vector<double> entry_gap, rows_gap, period;
+  for (size_t k = 1; k < calls.size(); ++k) {
+    entry_gap.push_back(calls[k].entry - calls[k - 1].written);
+    rows_gap.push_back(calls[k].rows_med - calls[k - 1].written);
+    period.push_back(calls[k].written - calls[k - 1].written);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  bc.numbers["trace_stream_entry_after_prev_us"] = median(entry_gap);
+  bc.numbers["trace_stream_rows_after_prev_us"] = median(rows_gap);
+  bc.numbers["trace_stream_period_us"] = median(period);
+  std::printf("\n    after the previous call's last record: first entry %.2f, median streaming start %.2f; "
+              "period %.2f us\n",
+              median(entry_gap), median(rows_gap), median(period));
 }
 
 // One flushed call with phase stamps: for each phase, the median and the latest CTA to reach it, in
@@ -208,6 +288,9 @@ int cmd_bench_compress(const Args& args) {
   // --trace (CUDA): one more flushed call per case with per-CTA phase stamps (%globaltimer).
   const bool trace = args.flag("trace");
   const std::string trace_dir = args.get("trace-dir", "");  // --trace: raw stamps per case as CSV
+  // --trace-stream (CUDA): one more batch of calls back to back with PDL, each call's CTAs stamped.
+  const bool trace_stream = args.flag("trace-stream");
+  LKV_CHECK(!trace_stream || cuda, "bench compress: --trace-stream needs --device cuda");
   LKV_CHECK(!trace || cuda, "bench compress: --trace needs --device cuda");
   LKV_CHECK(trace_dir.empty() || trace, "bench compress: --trace-dir needs --trace");
   // CPU: 11 calls, as single calls on a shared 2-core machine swing by 2x (bench/NOTES.md).
@@ -312,7 +395,7 @@ int cmd_bench_compress(const Args& args) {
         // the host's launch latency (measured ~5 us longer than the flushed time that way, v5 files).
         bc.numbers["warm_time_us"] =
             bench_cuda::time_us([&] { compress_kv(a); }, reps, 3, false, [&] { compress_kv(a); });
-        stream_times(w, a, bc);
+        stream_times(name, w, a, bc, trace_stream);
         const compress::SplitPlan plan = compress::cuda::plan_for(w.params(), 0);
         bc.numbers["plan_splits"] = static_cast<double>(plan.num_splits);
         bc.numbers["plan_dim_slices"] = static_cast<double>(plan.dim_slices);

@@ -39,12 +39,16 @@ std::atomic<int64_t>& max_slices_value() {
   return v;
 }
 
-// The trace buffer and the grid of the launch that last wrote it.
+// The trace buffer and the grid of the launch(es) that last wrote it. With calls > 1 the buffer
+// holds that many launches' stamps, zeroed once before the first of them, so that calls queued back
+// to back keep their programmatic dependent launches (no memset between them).
 struct TraceState {
   std::mutex mu;
   std::atomic<bool> on{false};  // read without the lock on every call
   unsigned long long* buf = nullptr;
   size_t capacity = 0;  // stamps
+  int64_t calls = 1;    // launches per trace
+  int64_t used = 0;     // launches traced so far (calls > 1)
   CompressTrace last;
 };
 TraceState& trace_state() {
@@ -103,12 +107,24 @@ void set_compress_trace(bool on) {
   TraceState& t = trace_state();
   std::lock_guard<std::mutex> lock(t.mu);
   t.on.store(on);
+  t.used = 0;
+}
+
+void set_compress_trace_calls(int64_t calls) {
+  TraceState& t = trace_state();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.calls = std::max<int64_t>(1, calls);
+  t.used = 0;
 }
 
 CompressTrace last_compress_trace() {
   TraceState& t = trace_state();
   std::lock_guard<std::mutex> lock(t.mu);
   CompressTrace r = t.last;
+  if (t.calls > 1) {  // the launches traced since tracing was turned on
+    r.calls = t.used;
+    r.stamps.resize(static_cast<size_t>(t.used * r.num_outputs * r.ctas_per_output) * kTracePhases);
+  }
   if (t.buf == nullptr || r.stamps.empty()) return r;
   LKV_CUDA_CHECK(cudaDeviceSynchronize());
   LKV_CUDA_CHECK(cudaMemcpy(r.stamps.data(), t.buf, r.stamps.size() * sizeof(unsigned long long),
@@ -287,22 +303,37 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
     LKV_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(int) * p.num_outputs, s));
   const bool cluster = clusters_for(p, plan, device);
   unsigned long long* trace = nullptr;
+  bool trace_back_to_back = false;
   if (TraceState& t = trace_state(); t.on.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(t.mu);
     const size_t n = static_cast<size_t>(p.num_outputs * plan.ctas_per_output()) * kTracePhases;
-    if (n > t.capacity) {
-      if (t.buf) LKV_CUDA_CHECK(cudaFree(t.buf));
-      LKV_CUDA_CHECK(cudaMalloc(&t.buf, n * sizeof(unsigned long long)));
-      t.capacity = n;
+    trace_back_to_back = t.calls > 1;
+    if (!trace_back_to_back || t.used == 0) {  // a single traced launch, or the first of several
+      const size_t total = n * static_cast<size_t>(t.calls);
+      if (total > t.capacity) {
+        if (t.buf) LKV_CUDA_CHECK(cudaFree(t.buf));
+        LKV_CUDA_CHECK(cudaMalloc(&t.buf, total * sizeof(unsigned long long)));
+        t.capacity = total;
+      }
+      LKV_CUDA_CHECK(cudaMemsetAsync(t.buf, 0, total * sizeof(unsigned long long), s));
+      t.last.num_outputs = p.num_outputs;
+      t.last.ctas_per_output = plan.ctas_per_output();
+      t.last.plan = plan;
+      t.last.calls = 1;
+      t.last.stamps.assign(total, 0);
     }
-    LKV_CUDA_CHECK(cudaMemsetAsync(t.buf, 0, n * sizeof(unsigned long long), s));
-    t.last.num_outputs = p.num_outputs;
-    t.last.ctas_per_output = plan.ctas_per_output();
-    t.last.plan = plan;
-    t.last.stamps.assign(n, 0);
-    trace = t.buf;
+    if (!trace_back_to_back) {
+      trace = t.buf;
+    } else if (t.used < t.calls) {  // launches beyond the buffer run untraced
+      LKV_CHECK(t.last.num_outputs == p.num_outputs && t.last.ctas_per_output == plan.ctas_per_output(),
+                "compress_kv trace: calls traced back to back must share one grid");
+      trace = t.buf + n * static_cast<size_t>(t.used);
+      ++t.used;
+    }
   }
-  const bool pdl = trace == nullptr && compress_pdl_on(device);
+  // A single traced launch is ordinary (its stamp buffer was just cleared by a memset); launches
+  // traced back to back keep programmatic dependent launch, which is what they measure.
+  const bool pdl = (trace == nullptr || trace_back_to_back) && compress_pdl_on(device);
   if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, pdl, trace, stream);
   else launch_compress_kernel<false>(p, plan, partials, counters, cluster, pdl, trace, stream);
 }

@@ -85,7 +85,13 @@ void set_compress_trace(bool on);
 struct CompressTrace {
   int64_t num_outputs = 0, ctas_per_output = 0;
   SplitPlan plan;
-  std::vector<unsigned long long> stamps;
+  int64_t calls = 1;                       // launches traced (set_compress_trace_calls)
+  std::vector<unsigned long long> stamps;  // [calls][CTAs][kTracePhases]
 };
 CompressTrace last_compress_trace();
+// Traces of calls queued back to back: with calls > 1, turning tracing on clears room for that many
+// launches (of one grid), each traced launch takes the next and keeps programmatic dependent
+// launch, and last_compress_trace() returns those traced since tracing was turned on. 1 (the
+// default) traces each launch alone.
+void set_compress_trace_calls(int64_t calls);
 }  // namespace latentkv::compress::cuda
