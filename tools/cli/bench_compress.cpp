@@ -105,65 +105,6 @@ CacheFormat compressor_format(const std::string& s) {
 
 
 #ifdef LKV_WITH_CUDA
-// Calls back to back (bench_cuda::stream_time_us), each on the next of R device copies of the state,
-// R x the state >= 256 MiB (over 4x the L2), so that no call finds its rows in the L2 from an earlier
-// one: per-call time with the compressor's programmatic dependent launch (default), the same with
-// overlap_prologue (the call ahead writes none of its indices: it is another compressor call), and
-// with ordinary launches. Each call's own work is the flushed call's; what differs is the gap
-// between calls and what of a call may run under the previous one's tail.
-void print_stream_trace(const std::string& name, const compress::cuda::CompressTrace& t, BenchCase& bc);
-
-// trace_stream: one more batch with PDL (the first call ordinary), each call's CTAs stamped
-// (set_compress_trace_calls), printed by print_stream_trace.
-void stream_times(const std::string& name, const CompressWorkload& w, CompressArgs a, BenchCase& bc,
-                  bool trace_stream) {
-  namespace cc = compress::cuda;
-  const size_t bytes = w.state.size() * sizeof(float);
-  const int copies = static_cast<int>(std::max<size_t>(2, ((size_t{256} << 20) + bytes - 1) / bytes));
-  std::vector<void*> states{a.state_cache.data};
-  for (int r = 1; r < copies; ++r) {
-    states.push_back(bench_cuda::alloc(bytes));
-    bench_cuda::to_device(states.back(), w.state.data(), bytes);
-  }
-  const int calls = std::max(16, copies);
-  bool pdl = true;
-  auto call = [&](int i) {
-    // The first call of a timed batch is an ordinary launch, so that none of its work can start
-    // before the start event (PDL would let it in under the lead kernel).
-    cc::set_compress_pdl(pdl && i > 0);
-    a.state_cache.data = states[static_cast<size_t>(i % copies)];
-    compress_kv(a);
-  };
-  const bool pdl_was = cc::compress_pdl();
-  time_stream_forms(call, calls, {"stream_time_us", "stream_overlap_time_us", "stream_ordinary_time_us"},
-                    [&](int form) {
-                      pdl = form < 2;
-                      a.overlap_prologue = form == 1;
-                    },
-                    bc);
-  if (trace_stream) {
-    pdl = true;
-    a.overlap_prologue = false;
-    int invoked = 0;
-    auto traced = [&](int i) {
-      if (invoked++ == calls) {  // stream_time_us' warm-up batch is over: trace the timed one
-        cc::set_compress_trace_calls(calls);
-        cc::set_compress_trace(true);
-      }
-      call(i);
-    };
-    // Its time is not kept: the batch also carries the memset that clears the stamp buffer.
-    bench_cuda::stream_time_us(traced, calls, 1, 40.0 * calls, nullptr);
-    cc::set_compress_trace(false);
-    const cc::CompressTrace t = cc::last_compress_trace();
-    cc::set_compress_trace_calls(1);
-    print_stream_trace(name, t, bc);
-  }
-  cc::set_compress_pdl(pdl_was);
-  bc.numbers["stream_pdl"] = cc::compress_pdl_on(0) ? 1.0 : 0.0;
-  for (size_t r = 1; r < states.size(); ++r) bench_cuda::free(states[r]);
-}
-
 // Calls queued back to back with PDL, each call's CTAs stamped: per call (after the first CTA of the
 // first call started, us) the first CTA's entry, the median and latest row table ready (streaming
 // starts), rows streamed, and the latest record written; then over calls 1.. the medians of how far
@@ -219,6 +160,63 @@ void print_stream_trace(const std::string& name, const compress::cuda::CompressT
   std::printf("\n    after the previous call's last record: first entry %.2f, median streaming start %.2f; "
               "period %.2f us\n",
               median(entry_gap), median(rows_gap), median(period));
+}
+
+// Calls back to back (bench_cuda::stream_time_us), each on the next of R device copies of the state,
+// R x the state >= 256 MiB (over 4x the L2), so that no call finds its rows in the L2 from an earlier
+// one: per-call time with the compressor's programmatic dependent launch (default), the same with
+// overlap_prologue (the call ahead writes none of its indices: it is another compressor call), and
+// with ordinary launches. Each call's own work is the flushed call's; what differs is the gap
+// between calls and what of a call may run under the previous one's tail.
+// trace_stream: one more batch with PDL (the first call ordinary), each call's CTAs stamped
+// (set_compress_trace_calls), printed by print_stream_trace.
+void stream_times(const std::string& name, const CompressWorkload& w, CompressArgs a, BenchCase& bc,
+                  bool trace_stream) {
+  namespace cc = compress::cuda;
+  const size_t bytes = w.state.size() * sizeof(float);
+  const int copies = static_cast<int>(std::max<size_t>(2, ((size_t{256} << 20) + bytes - 1) / bytes));
+  std::vector<void*> states{a.state_cache.data};
+  for (int r = 1; r < copies; ++r) {
+    states.push_back(bench_cuda::alloc(bytes));
+    bench_cuda::to_device(states.back(), w.state.data(), bytes);
+  }
+  const int calls = std::max(16, copies);
+  bool pdl = true;
+  auto call = [&](int i) {
+    // The first call of a timed batch is an ordinary launch, so that none of its work can start
+    // before the start event (PDL would let it in under the lead kernel).
+    cc::set_compress_pdl(pdl && i > 0);
+    a.state_cache.data = states[static_cast<size_t>(i % copies)];
+    compress_kv(a);
+  };
+  const bool pdl_was = cc::compress_pdl();
+  time_stream_forms(call, calls, {"stream_time_us", "stream_overlap_time_us", "stream_ordinary_time_us"},
+                    [&](int form) {
+                      pdl = form < 2;
+                      a.overlap_prologue = form == 1;
+                    },
+                    bc);
+  if (trace_stream) {
+    pdl = true;
+    a.overlap_prologue = false;
+    int invoked = 0;
+    auto traced = [&](int i) {
+      if (invoked++ == calls) {  // stream_time_us' warm-up batch is over: trace the timed one
+        cc::set_compress_trace_calls(calls);
+        cc::set_compress_trace(true);
+      }
+      call(i);
+    };
+    // Its time is not kept: the batch also carries the memset that clears the stamp buffer.
+    bench_cuda::stream_time_us(traced, calls, 1, 40.0 * calls, nullptr);
+    cc::set_compress_trace(false);
+    const cc::CompressTrace t = cc::last_compress_trace();
+    cc::set_compress_trace_calls(1);
+    print_stream_trace(name, t, bc);
+  }
+  cc::set_compress_pdl(pdl_was);
+  bc.numbers["stream_pdl"] = cc::compress_pdl_on(0) ? 1.0 : 0.0;
+  for (size_t r = 1; r < states.size(); ++r) bench_cuda::free(states[r]);
 }
 
 // One flushed call with phase stamps: for each phase, the median and the latest CTA to reach it, in
