@@ -4,7 +4,8 @@
 //    triples are merged by the last CTA of the output;
 //  - dimension slices: the 512 dims are cut into 1, 2, 4 or 8 slices, each streamed by its own CTA
 //    (the per-dimension softmax is independent across dims; only the RMSNorm and the record's
-//    quantization need all of them, and the last CTA does those).
+//    quantization need all of them, and the last CTA does those; or, for an unsplit window on sm_90,
+//    each slice finishes its own dims after one exchange inside its thread-block cluster).
 // Either way the last CTA reads every partial triple of its output back from L2; it reads them in
 // rounds of 4 splits (2 row groups x 2 loads in flight), so many window splits cost one L2 round trip
 // per 4 splits, while dimension slices of one split cost a single round. Slicing is what keeps the
@@ -58,11 +59,17 @@ inline constexpr double kTreeLevelRows = 0.75;
 // The fraction of the resident slots whose CTAs (32 KB of loads in flight each) saturate HBM.
 inline constexpr double kSaturatingFraction = 0.45;
 inline constexpr double kTieRows = 0.5;
+// Slices of an unsplit window that finish inside their thread-block cluster (sm_90: the CUDA
+// kernel's slice_finish) pay no merge: one cluster barrier after the slowest slice, with an
+// exchange of one float per lane, instead of the publish, ticket and L2 round of a merge (about
+// 2.3 us on the H200 for the 4-split merge, bench/NOTES.md v35). Charged as ~0.6 us.
+inline constexpr double kClusterExchangeRows = 1.2;
 
 // resident_ctas: CTAs the GPU runs at once (SMs x CTAs per SM). max_slices: the largest dimension
-// slicing allowed (a power of two <= kMaxDimSlices; 1 turns slicing off).
+// slicing allowed (a power of two <= kMaxDimSlices; 1 turns slicing off). slice_clusters: unsplit
+// sliced windows finish in clusters (no merge; kClusterExchangeRows instead).
 inline SplitPlan plan_splits(int64_t num_outputs, int64_t C, int64_t resident_ctas,
-                             int64_t max_slices = kMaxDimSlices) {
+                             int64_t max_slices = kMaxDimSlices, bool slice_clusters = false) {
   num_outputs = std::max<int64_t>(num_outputs, 1);
   C = std::max<int64_t>(C, 1);
   resident_ctas = std::max<int64_t>(resident_ctas, 1);
@@ -85,7 +92,8 @@ inline SplitPlan plan_splits(int64_t num_outputs, int64_t C, int64_t resident_ct
       const double width = 1.0 / static_cast<double>(slices);
       // A sliced CTA walks its rows in steps of `align`: a partial step costs a whole one.
       const double steps_rows = static_cast<double>((real_rows + align - 1) / align * align);
-      const double merge = splits * slices > 1
+      const double merge = splits == 1 && slices > 1 && slice_clusters ? kClusterExchangeRows
+                           : splits * slices > 1
                                ? kMergeTicketRows +
                                      kMergeRoundRows * static_cast<double>(
                                          (splits + kMergeSplitsPerRound - 1) / kMergeSplitsPerRound)

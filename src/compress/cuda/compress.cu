@@ -88,26 +88,67 @@ const std::vector<ForcedPlan>& forced_plans() {
   }();
   return v;
 }
+
+std::atomic<int64_t>& plan_override() {  // splits * 16 + slices, 0: none
+  static std::atomic<int64_t> v{0};
+  return v;
+}
+
+// `splits` window splits of `slices` slices for a window of C rows (rows per split rounded up to the
+// row alignment); num_splits 0 when the kernel cannot run it (more than kMaxRowsPerSplit rows).
+SplitPlan fixed_plan(int64_t C, int64_t splits, int64_t slices) {
+  SplitPlan plan;
+  plan.rows_per_split = ((C + splits - 1) / splits + kRowAlign - 1) / kRowAlign * kRowAlign;
+  plan.num_splits = (C + plan.rows_per_split - 1) / plan.rows_per_split;
+  plan.dim_slices = slices;
+  if (plan.rows_per_split > kMaxRowsPerSplit) plan.num_splits = 0;
+  return plan;
+}
+
+std::atomic<bool>& slice_clusters_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LKV_COMPRESS_SLICE_CLUSTER");
+    return !(e && std::strcmp(e, "0") == 0);
+  }()};
+  return flag;
+}
 }  // namespace
 
+bool compress_slice_clusters() { return slice_clusters_flag().load(std::memory_order_relaxed); }
+void set_compress_slice_clusters(bool on) { slice_clusters_flag().store(on, std::memory_order_relaxed); }
+
+void set_compress_plan_override(int64_t splits, int64_t slices) {
+  const bool on = splits >= 1 && slices >= 1 && slices <= kMaxDimSlices && (slices & (slices - 1)) == 0;
+  plan_override().store(on ? splits * 16 + slices : 0, std::memory_order_relaxed);
+}
+
 SplitPlan plan_for(const Params& p, int device) {
+  if (const int64_t o = plan_override().load(std::memory_order_relaxed); o != 0) {
+    const SplitPlan plan = fixed_plan(p.compress_ratio, o / 16, o % 16);
+    if (plan.num_splits > 0) return plan;
+  }
   for (const ForcedPlan& f : forced_plans()) {
     if (f.outputs != p.num_outputs || f.C != p.compress_ratio) continue;
-    SplitPlan plan;
-    plan.rows_per_split = ((f.C + f.splits - 1) / f.splits + kRowAlign - 1) / kRowAlign * kRowAlign;
-    plan.num_splits = (f.C + plan.rows_per_split - 1) / plan.rows_per_split;
-    plan.dim_slices = f.slices;
-    if (plan.rows_per_split <= kMaxRowsPerSplit) return plan;
+    const SplitPlan plan = fixed_plan(f.C, f.splits, f.slices);
+    if (plan.num_splits > 0) return plan;
   }
-  return plan_splits(p.num_outputs, p.compress_ratio, int64_t{kCtasPerSm} * cuda_common::sm_count(device),
-                     compress_max_slices());
+  const int64_t resident = int64_t{kCtasPerSm} * cuda_common::sm_count(device);
+  const bool slice_clusters = compress_slice_clusters() && cuda_common::compute_capability(device) == 90;
+  SplitPlan plan = plan_splits(p.num_outputs, p.compress_ratio, resident, compress_max_slices(), slice_clusters);
+  // A plan costed as finishing in clusters that the device cannot launch as such: plan without them.
+  if (slice_clusters && plan.num_splits == 1 && plan.dim_slices > 1 &&
+      !(p.fp8 ? cluster_launch_fits<true>(p, plan, device) : cluster_launch_fits<false>(p, plan, device)))
+    plan = plan_splits(p.num_outputs, p.compress_ratio, resident, compress_max_slices(), false);
+  return plan;
 }
 
 void set_compress_trace(bool on) {
   TraceState& t = trace_state();
   std::lock_guard<std::mutex> lock(t.mu);
   t.on.store(on);
-  t.used = 0;
+  // Turning it on starts a new trace; turning it off keeps the launches traced so far for
+  // last_compress_trace().
+  if (on) t.used = 0;
 }
 
 void set_compress_trace_calls(int64_t calls) {
@@ -222,11 +263,12 @@ bool compress_clusters() { return clusters_flag().load(std::memory_order_relaxed
 
 namespace {
 bool clusters_for(const Params& p, const SplitPlan& plan, int device) {
-  // Compute capability 9.0 exactly: the cluster merge exists in the sm_90a code; newer GPUs run the
+  // Compute capability 9.0 exactly: the cluster paths exist in the sm_90a code; newer GPUs run the
   // compute_80 PTX, whose kernel merges globally.
-  if (!compress_clusters() || cuda_common::compute_capability(device) != 90 || plan.num_splits < 2 ||
-      plan.num_splits > kMaxClusterSplits || plan.dim_slices != 1)
-    return false;
+  const bool splits = compress_clusters() && plan.num_splits >= 2 && plan.num_splits <= kMaxClusterSplits &&
+                      plan.dim_slices == 1;
+  const bool slices = compress_slice_clusters() && plan.num_splits == 1 && plan.dim_slices > 1;
+  if (!(splits || slices) || cuda_common::compute_capability(device) != 90) return false;
   return p.fp8 ? cluster_launch_fits<true>(p, plan, device) : cluster_launch_fits<false>(p, plan, device);
 }
 }  // namespace

@@ -77,6 +77,34 @@ __device__ __forceinline__ void cluster_sync_all() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
 }
+// The cluster barrier in halves (every thread of every CTA of the cluster takes part in each phase).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// Stores v at shared::cta address `addr` of the cluster's CTA `rank`.
+__device__ __forceinline__ void st_peer(uint32_t addr, uint32_t rank, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
+#else
+  (void)addr;
+  (void)rank;
+  (void)v;
+#endif
+}
 // 16 bytes at shared::cta address `addr` of the cluster's CTA `rank`.
 __device__ __forceinline__ float4 ld_peer(uint32_t addr, uint32_t rank) {
   float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -99,10 +127,70 @@ __device__ __forceinline__ float4 load_stream(const float* p) {
   return __ldcs(reinterpret_cast<const float4*>(p));
 }
 
-// kCluster: launched with cluster dims (1, num_splits), so that the splits of an output are one
-// cluster; on sm_90 code they merge through distributed shared memory (the same merge order and
-// arithmetic as the global path, so the same bytes). Code compiled for older targets (the compute_80
-// PTX run by a newer GPU) takes the global path inside the cluster, which is also correct.
+// The record's bytes for the 4 dims [fd0, fd0 + 4) of one output: the RMSNorm'd values (rstd over
+// all 512 dims), NoPE quantization with one power-of-two scale per 64 dims, RoPE on the last 64, the
+// stores. Called by whole warps in which the lanes of each 64-dim group are 16 aligned lanes (the
+// amax reduction shuffles inside them); a lane with `store` false computes, within its own group,
+// and writes nothing.
+template <bool kFp8>
+__device__ __forceinline__ void write_record(const Params& p, int64_t slot, const float (&c)[4], float rstd, int fd0,
+                                             uint2 w_bits, float2 cs_cos, float2 cs_sin, bool store) {
+  const uint16_t w16[4] = {static_cast<uint16_t>(w_bits.x & 0xffffu), static_cast<uint16_t>(w_bits.x >> 16),
+                           static_cast<uint16_t>(w_bits.y & 0xffffu), static_cast<uint16_t>(w_bits.y >> 16)};
+  float y[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) y[k] = c[k] * rstd * num::bf16_to_f32(w16[k]);
+
+  uint8_t* data = p.kv + data_offset(p, slot);
+  uint8_t* scales = p.kv + scale_offset(p, slot);
+  // Every lane takes part in the shuffles (the RoPE lanes' maxima are unused) so the full-mask
+  // shuffles never diverge.
+  float z[4], amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    z[k] = num::round_bf16(y[k]);
+    amax = fmaxf(amax, fabsf(z[k]));
+  }
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, 16));
+  if (!store) return;
+  if (fd0 < kNope) {
+    const int e = num::compressor_scale_exp(amax, kFp8 ? 1.0f / 448.0f : 1.0f / 127.0f);
+    const float inv_scale = num::exp2i(-e);
+    uint32_t word = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      word |= static_cast<uint32_t>(encode_payload(z[k] * inv_scale, kFp8)) << (8 * k);
+    *reinterpret_cast<uint32_t*>(data + fd0) = word;
+    if ((fd0 & 63) == 0) scales[fd0 / 64] = num::ue8m0_from_exp(e);
+  } else {
+    if (fd0 == kNope) scales[kNumGroups] = 0;
+    // This lane's two pairs are j and j + 1, j = (fd0 - 448) / 2; their cos/sin were prefetched.
+    uint32_t h[4];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const float u = y[2 * q], w = y[2 * q + 1];
+      const float co = q ? cs_cos.y : cs_cos.x, si = q ? cs_sin.y : cs_sin.x;
+      h[2 * q] = num::f32_to_bf16(u * co - w * si);
+      h[2 * q + 1] = num::f32_to_bf16(w * co + u * si);
+    }
+    *reinterpret_cast<uint2*>(data + kNope + 2 * (fd0 - kNope)) =
+        make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+  }
+}
+
+// kCluster: launched with cluster dims (1, ctas_per_output), so that the CTAs of an output are one
+// cluster. On sm_90 code:
+//  - window splits (num_splits > 1, one slice) merge their triples through distributed shared
+//    memory;
+//  - dimension slices of an unsplit window (one split, S > 1 slices) need no merge at all: each CTA
+//    finalises its own 512 / S dims, after one exchange of RMSNorm's per-lane partial sums (each
+//    CTA stores its lanes' sums into every peer's shared memory, then one cluster barrier). No
+//    partials, ticket or finishing CTA: the output's tail is that barrier.
+// Both give the same bytes as the global path with the same plan (the same merge order and
+// arithmetic; the slices' sums of squares are added in the full-width finisher's order). Code
+// compiled for older targets (the compute_80 PTX run by a newer GPU) takes the global path inside the
+// cluster, which is also correct.
 template <bool kFp8, bool kCluster = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
@@ -128,6 +216,11 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   const int flane = tid % kLanesPerRow;
   const int fdim0 = flane * 4;
   static_assert(kDim == 1 << 9, "dim0 above shifts by log2(kDim)");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const bool slice_finish = kCluster && plan.num_splits == 1 && plan.dim_slices > 1;
+#else
+  constexpr bool slice_finish = false;
+#endif
   // Phase timestamps for `bench compress --trace` (trace is null otherwise).
   auto stamp = [&](int phase) {
     if (trace != nullptr && tid == 0) {
@@ -154,17 +247,45 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     return;
   const int64_t first = pos - C + 1;
   stamp(1);
+  // Slices finishing in their cluster: the first phase of the cluster barrier says every peer has
+  // started (its shared memory exists) before any CTA stores into it; waited for at the exchange.
+  if (slice_finish) cluster_arrive_relaxed();
 
   // The finishing CTA needs its lanes' RMSNorm weights and RoPE cos/sin; loading them now keeps
-  // two dependent memory latencies off the end of the kernel.
-  const uint2 w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + fdim0);
-  float2 cs_cos = make_float2(0.f, 0.f), cs_sin = make_float2(0.f, 0.f);
-  if (fdim0 >= kNope && fgroup == 0) {
+  // two dependent memory latencies off the end of the kernel. The cluster kernel keeps them in
+  // shared memory (all 512 dims, for either mapping): in registers across the streaming they
+  // would spill at its 64-register budget.
+  __shared__ uint2 s_w[kCluster ? kLanesPerRow : 1];
+  __shared__ float4 s_cs[kCluster ? kRope / 4 : 1];  // (cos j, cos j + 1, sin j, sin j + 1) per RoPE lane
+  auto load_cs = [&](int d0) {
     const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
-    const int j = (fdim0 - kNope) / 2;
-    cs_cos = make_float2(cs[j], cs[j + 1]);
-    cs_sin = make_float2(cs[kRope / 2 + j], cs[kRope / 2 + j + 1]);
+    const int j = (d0 - kNope) / 2;
+    return make_float4(cs[j], cs[j + 1], cs[kRope / 2 + j], cs[kRope / 2 + j + 1]);
+  };
+  uint2 w_bits = make_uint2(0u, 0u);
+  float4 cs4 = make_float4(0.f, 0.f, 0.f, 0.f);
+  if constexpr (kCluster) {
+    if (tid < kLanesPerRow) {
+      s_w[tid] = *reinterpret_cast<const uint2*>(p.rms_weight + 4 * tid);
+      if (4 * tid >= kNope) s_cs[(4 * tid - kNope) / 4] = load_cs(4 * tid);
+    }
+  } else {
+    w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + fdim0);
+    if (fdim0 >= kNope && fgroup == 0) cs4 = load_cs(fdim0);
   }
+  // This thread's weights and cos/sin for the record (after a barrier that orders the stores above).
+  auto record_inputs = [&](int d0, uint2& w, float2& co, float2& si) {
+    if constexpr (kCluster) {
+      w = s_w[d0 / 4];
+      const float4 v = d0 >= kNope ? s_cs[(d0 - kNope) / 4] : make_float4(0.f, 0.f, 0.f, 0.f);
+      co = make_float2(v.x, v.y);
+      si = make_float2(v.z, v.w);
+    } else {
+      w = w_bits;
+      co = make_float2(cs4.x, cs4.y);
+      si = make_float2(cs4.z, cs4.w);
+    }
+  };
 
   // ---- 2. Row addresses, one block-table read per logical block of this split's rows.
   const int64_t r0 = split * plan.rows_per_split;
@@ -241,6 +362,51 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     if (step > 1) __syncthreads();  // before the next step's stores
   }
   stamp(4);
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (slice_finish) {
+    // Row group 0 holds this slice's 512 / S dims. Each of its lanes' 4-dim sum of squares goes to
+    // slot dim0 / 4 (the full-width lane of those dims) of every CTA's s_sq.
+    __shared__ float s_sq[kLanesPerRow];
+    float c[4];
+    float sq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      c[k] = t.acc[k] / t.s[k];
+      sq = fmaf(c[k], c[k], sq);
+    }
+    cluster_wait_acquire();  // the phase arrived at after step 1: every peer has started
+    if (group == 0) {
+      const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(&s_sq[dim0 / 4]));
+      for (uint32_t r = 0; r < static_cast<uint32_t>(plan.dim_slices); ++r) st_peer(at, r, sq);
+    }
+    cluster_arrive_release();
+    cluster_wait_acquire();  // every CTA's sums are in every s_sq; no peer access follows
+    stamp(6);
+    // The total in the full-width finisher's order (step 6 below): a butterfly per 32 lanes, then the
+    // 4 warps in order, so the bytes equal the global path's with this plan.
+    if (tid < kLanesPerRow) {
+      float v = s_sq[tid];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if ((tid & 31) == 0) s_red[tid / 32] = v;
+    }
+    __syncthreads();
+    const float total = ((s_red[0] + s_red[1]) + s_red[2]) + s_red[3];
+    const float rstd = 1.0f / sqrtf(total / static_cast<float>(kDim) + p.eps);
+    stamp(8);
+    // Whole warps (with 16 lanes per row, warp 0 holds row groups 0 and 1; group 1's lanes compute
+    // inside their own 16-lane halves and store nothing).
+    if (tid < max(lanes, 32)) {
+      uint2 w;
+      float2 co, si;
+      record_inputs(dim0, w, co, si);
+      write_record<kFp8>(p, slot, c, rstd, dim0, w, co, si, group == 0);
+    }
+    stamp(9);
+    return;
+  }
+#endif
 
   // ---- 5. Across splits, merged in a fixed order: row group g merges splits g, g + 2, g + 4, ...
   // (loads of kMergeBatch splits issued before any is merged, so a latency is paid once per batch,
@@ -348,8 +514,9 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   }
   if (fgroup == 1) return;  // no barrier below involves row group 1
 
-  // ---- 6. Finalise: RMSNorm, NoPE quantization, RoPE, and the record's bytes.
-  float c[4], y[4];
+  // ---- 6. Finalise: RMSNorm's sum of squares over all 512 dims (each lane's 4, then a butterfly
+  // per warp, then the 4 warps in order), then the record's bytes.
+  float c[4];
   float sq = 0.0f;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -363,81 +530,45 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   const float total = ((s_red[0] + s_red[1]) + s_red[2]) + s_red[3];
   const float rstd = 1.0f / sqrtf(total / static_cast<float>(kDim) + p.eps);
   stamp(8);
-  const uint16_t w16[4] = {static_cast<uint16_t>(w_bits.x & 0xffffu), static_cast<uint16_t>(w_bits.x >> 16),
-                           static_cast<uint16_t>(w_bits.y & 0xffffu), static_cast<uint16_t>(w_bits.y >> 16)};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) y[k] = c[k] * rstd * num::bf16_to_f32(w16[k]);
-
-  uint8_t* data = p.kv + data_offset(p, slot);
-  uint8_t* scales = p.kv + scale_offset(p, slot);
-  // Groups of 64 dims are 16 aligned lanes; the xor-shuffle stays inside a group. Every lane takes
-  // part (the RoPE lanes' maxima are unused) so the full-mask shuffles never diverge.
-  float z[4], amax = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    z[k] = num::round_bf16(y[k]);
-    amax = fmaxf(amax, fabsf(z[k]));
-  }
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, 16));
-  if (fdim0 < kNope) {
-    const int e = num::compressor_scale_exp(amax, kFp8 ? 1.0f / 448.0f : 1.0f / 127.0f);
-    const float inv_scale = num::exp2i(-e);
-    uint32_t word = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      word |= static_cast<uint32_t>(encode_payload(z[k] * inv_scale, kFp8)) << (8 * k);
-    *reinterpret_cast<uint32_t*>(data + fdim0) = word;
-    if ((flane & 15) == 0) scales[flane / 16] = num::ue8m0_from_exp(e);
-  } else {
-    if (fdim0 == kNope) scales[kNumGroups] = 0;
-    // This lane's two pairs are j and j + 1, j = (fdim0 - 448) / 2; their cos/sin were prefetched.
-    uint32_t h[4];
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const float u = y[2 * q], w = y[2 * q + 1];
-      const float co = q ? cs_cos.y : cs_cos.x, si = q ? cs_sin.y : cs_sin.x;
-      h[2 * q] = num::f32_to_bf16(u * co - w * si);
-      h[2 * q + 1] = num::f32_to_bf16(w * co + u * si);
-    }
-    *reinterpret_cast<uint2*>(data + kNope + 2 * (fdim0 - kNope)) =
-        make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
-  }
+  uint2 w;
+  float2 co, si;
+  record_inputs(fdim0, w, co, si);
+  write_record<kFp8>(p, slot, c, rstd, fdim0, w, co, si, true);
   stamp(9);
 }
 
-// A launch of (num_outputs, splits) CTAs in which each output's splits form one cluster; `attr` is
+// A launch of (num_outputs, ctas) CTAs in which each output's CTAs form one cluster; `attr` is
 // the storage the returned config points to (its first entry; the second is free for PDL).
-inline cudaLaunchConfig_t cluster_config(cudaLaunchAttribute (&attr)[2], int64_t num_outputs, int64_t splits,
+inline cudaLaunchConfig_t cluster_config(cudaLaunchAttribute (&attr)[2], int64_t num_outputs, int64_t ctas,
                                          cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(num_outputs), static_cast<unsigned>(splits));
+  config.gridDim = dim3(static_cast<unsigned>(num_outputs), static_cast<unsigned>(ctas));
   config.blockDim = dim3(kThreads);
   config.stream = stream;
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
+  attr[0].val.clusterDim.y = static_cast<unsigned>(ctas);
   attr[0].val.clusterDim.z = 1;
   config.attrs = attr;
   config.numAttrs = 1;
   return config;
 }
 
-// Whether clusters of `splits` CTAs of `kernel` (one compress_kernel<kFp8, true> instantiation) fit
+// Whether clusters of `ctas` CTAs of `kernel` (one compress_kernel<kFp8, true> instantiation) fit
 // on `device`: sizes above 8 are non-portable, asked for once, and a device may still refuse them (a
 // small MIG slice). Answered once per (device, kernel, size); a refusal is cached as no.
 template <class Kernel>
-inline bool cluster_fits(Kernel kernel, int device, int64_t num_outputs, int64_t splits) {
+inline bool cluster_fits(Kernel kernel, int device, int64_t num_outputs, int64_t ctas) {
   static std::mutex mu;
   static std::map<std::tuple<int, const void*, int64_t>, bool> known;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), splits);
+  const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), ctas);
   if (auto it = known.find(key); it != known.end()) return it->second;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   int clusters = 0;
   if (err == cudaSuccess) {
     cudaLaunchAttribute attr[2];
-    const cudaLaunchConfig_t config = cluster_config(attr, num_outputs, splits, nullptr);
+    const cudaLaunchConfig_t config = cluster_config(attr, num_outputs, ctas, nullptr);
     err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
   }
   if (err != cudaSuccess) (void)cudaGetLastError();  // a refusal is an answer, not an error to report later
@@ -455,7 +586,7 @@ inline void launch_compress(const Params& p, const SplitPlan& plan, float* parti
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t config = {};
   if (cluster) {
-    config = cluster_config(attr, p.num_outputs, plan.num_splits, stream);
+    config = cluster_config(attr, p.num_outputs, plan.ctas_per_output(), stream);
   } else {
     config.gridDim = dim3(static_cast<unsigned>(p.num_outputs), static_cast<unsigned>(plan.ctas_per_output()));
     config.blockDim = dim3(kThreads);
@@ -470,7 +601,7 @@ inline void launch_compress(const Params& p, const SplitPlan& plan, float* parti
 
 template <bool kFp8>
 inline bool cluster_fits_for(const Params& p, const SplitPlan& plan, int device) {
-  return cluster_fits(compress_kernel<kFp8, true>, device, p.num_outputs, plan.num_splits);
+  return cluster_fits(compress_kernel<kFp8, true>, device, p.num_outputs, plan.ctas_per_output());
 }
 
 }  // namespace latentkv::compress::cuda

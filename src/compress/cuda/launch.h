@@ -57,8 +57,8 @@ bool cluster_launch_fits(const Params& p, const SplitPlan& plan, int device);
 // and such clusters fit.
 bool compress_clusters();
 void set_compress_clusters(bool on);
-// Whether compress() on `device` merges these parameters' splits inside clusters (what the tests
-// ask to know that they exercised that path).
+// Whether compress() on `device` runs these parameters' CTAs as clusters, either path (what the
+// tests ask to know that they exercised it).
 bool merges_in_clusters(const Params& p, int device);
 
 // Programmatic dependent launch of the compressor kernel (kernel.cuh says what it overlaps): on by
@@ -70,8 +70,19 @@ bool compress_pdl();
 void set_compress_pdl(bool on);
 bool compress_pdl_on(int device);
 
+// Dimension slices of an unsplit window finishing inside their thread-block cluster (kernel.cuh):
+// on by default where the device runs the sm_90 code (compute capability 9.0) and such clusters fit;
+// the planner then costs those plans without a merge. LKV_COMPRESS_SLICE_CLUSTER=0 (read once per
+// process) or set_compress_slice_clusters(false) turns it off (the slices then merge globally, with
+// the same bytes for the same plan). merges_in_clusters() also answers for this path.
+bool compress_slice_clusters();
+void set_compress_slice_clusters(bool on);
+
 // The plan compress() uses for these parameters on `device`.
 SplitPlan plan_for(const Params& p, int device);
+// Every call runs `splits` window splits of `slices` dimension slices (for tests and measurements;
+// a plan the kernel cannot run, or splits 0, leaves the choice to the planner).
+void set_compress_plan_override(int64_t splits, int64_t slices);
 // The largest dimension slicing the planner may choose: kMaxDimSlices by default,
 // LKV_COMPRESS_MAX_SLICES=1 (or set_compress_max_slices(1)) restores window splits only.
 int64_t compress_max_slices();
