@@ -56,7 +56,8 @@ __device__ __forceinline__ void merge_one(float& m, float& s, float& acc, float 
   m = nm;
 }
 
-__device__ __forceinline__ void store_triple(float (*sm)[kDim], int dim0, const Triple& t) {
+template <int N>
+__device__ __forceinline__ void store_triple(float (*sm)[N], int dim0, const Triple& t) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     sm[0][dim0 + k] = t.m[k];
@@ -65,7 +66,8 @@ __device__ __forceinline__ void store_triple(float (*sm)[kDim], int dim0, const 
   }
 }
 
-__device__ __forceinline__ void merge_triple(Triple& t, const float (*sm)[kDim], int dim0) {
+template <int N>
+__device__ __forceinline__ void merge_triple(Triple& t, const float (*sm)[N], int dim0) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) merge_one(t.m[k], t.s[k], t.acc[k], sm[0][dim0 + k], sm[1][dim0 + k], sm[2][dim0 + k]);
 }
@@ -196,7 +198,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
                 int* __restrict__ counters, unsigned long long* __restrict__ trace) {
   __shared__ int64_t s_row[kMaxRowsPerSplit];  // element offset of each row, -1 when invalid
-  __shared__ float s_merge[3][kDim];           // (m, s, acc) of the row groups being merged in
+  // (m, s, acc) of the row groups being merged in: up to 2S - 1 groups x 512 / S dims per array.
+  __shared__ __align__(16) float s_merge[3][2 * kDim];
   __shared__ float s_red[kLanesPerRow / 32];
   __shared__ int s_last;
 
@@ -265,9 +268,11 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   uint2 w_bits = make_uint2(0u, 0u);
   float4 cs4 = make_float4(0.f, 0.f, 0.f, 0.f);
   if constexpr (kCluster) {
+    // Into registers now, into shared memory after the row table (a store right here would wait
+    // for these loads before the block table's are issued).
     if (tid < kLanesPerRow) {
-      s_w[tid] = *reinterpret_cast<const uint2*>(p.rms_weight + 4 * tid);
-      if (4 * tid >= kNope) s_cs[(4 * tid - kNope) / 4] = load_cs(4 * tid);
+      w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + 4 * tid);
+      if (4 * tid >= kNope) cs4 = load_cs(4 * tid);
     }
   } else {
     w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + fdim0);
@@ -301,6 +306,12 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       for (int64_t t = t_begin; t < t_end; ++t)
         s_row[t - first - r0] =
             ok ? phys * p.stride_state_block + (t - lb * p.block_size) * p.stride_state_row : -1;
+    }
+  }
+  if constexpr (kCluster) {
+    if (tid < kLanesPerRow) {
+      s_w[tid] = w_bits;
+      if (4 * tid >= kNope) s_cs[(4 * tid - kNope) / 4] = cs4;
     }
   }
   __syncthreads();
@@ -352,14 +363,29 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
 
   stamp(3);
 
-  // ---- 4. Merge the row groups into group 0 by halves: groups [step, 2 step) store, groups
-  // [0, step) merge the one `step` above them (s_merge holds step x 512 / S <= 512 dims per array).
-  for (int step = groups / 2; step >= 1; step >>= 1) {
-    const int at = ((group & (step - 1)) << (9 - log_slices)) + lane * 4;
-    if (group >= step && group < 2 * step) store_triple(s_merge, at, t);
+  // ---- 4. Merge the row groups into group 0: groups 1 .. 2S - 1 store their triples, one barrier,
+  // then group 0 merges them in group order (a tree of log2(2S) levels cost a barrier and the
+  // slowest warp per level: ~0.37 us each on the H200, bench/NOTES.md v35).
+  {
+    constexpr int kRow = 2 * kDim / 4;  // float4 per array
+    float4* sm = reinterpret_cast<float4*>(&s_merge[0][0]);
+    if (group > 0) {
+      const int at = (group - 1) * lanes + lane;
+      sm[at] = make_float4(t.m[0], t.m[1], t.m[2], t.m[3]);
+      sm[kRow + at] = make_float4(t.s[0], t.s[1], t.s[2], t.s[3]);
+      sm[2 * kRow + at] = make_float4(t.acc[0], t.acc[1], t.acc[2], t.acc[3]);
+    }
     __syncthreads();
-    if (group < step) merge_triple(t, s_merge, at);
-    if (step > 1) __syncthreads();  // before the next step's stores
+    if (group == 0) {
+      for (int g = 1; g < groups; ++g) {
+        const int at = (g - 1) * lanes + lane;
+        const float4 m = sm[at], sv = sm[kRow + at], a = sm[2 * kRow + at];
+        merge_one(t.m[0], t.s[0], t.acc[0], m.x, sv.x, a.x);
+        merge_one(t.m[1], t.s[1], t.acc[1], m.y, sv.y, a.y);
+        merge_one(t.m[2], t.s[2], t.acc[2], m.z, sv.z, a.z);
+        merge_one(t.m[3], t.s[3], t.acc[3], m.w, sv.w, a.w);
+      }
+    }
   }
   stamp(4);
 
