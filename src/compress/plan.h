@@ -60,14 +60,16 @@ inline constexpr double kTreeLevelRows = 0.75;
 inline constexpr double kSaturatingFraction = 0.45;
 inline constexpr double kTieRows = 0.5;
 // Slices of an unsplit window that finish inside their thread-block cluster (sm_90: the CUDA
-// kernel's slice_finish) pay no merge: one cluster barrier after the slowest slice, with an
-// exchange of one float per lane, instead of the publish, ticket and L2 round of a merge (about
-// 2.3 us on the H200 for the 4-split merge, bench/NOTES.md v35). Charged as ~0.6 us.
-inline constexpr double kClusterExchangeRows = 1.2;
+// kernel's slice_finish) pay no merge: one cluster barrier after the slowest of the S slices, with
+// an exchange of one float per lane, instead of the publish, ticket and L2 round of a merge (about
+// 2.3 us on the H200 for the 4-split merge, bench/NOTES.md v35). Charged per log2(S): fitted to the
+// H200's times of 1 x 2, 1 x 4 and 1 x 8 against the merged plans (bench/NOTES.md v36: 1.15, 2.2
+// and 3.6 row-equivalents).
+inline constexpr double kClusterExchangeRows = 1.15;
 
 // resident_ctas: CTAs the GPU runs at once (SMs x CTAs per SM). max_slices: the largest dimension
 // slicing allowed (a power of two <= kMaxDimSlices; 1 turns slicing off). slice_clusters: unsplit
-// sliced windows finish in clusters (no merge; kClusterExchangeRows instead).
+// sliced windows finish in clusters (no merge; kClusterExchangeRows per log2(slices) instead).
 inline SplitPlan plan_splits(int64_t num_outputs, int64_t C, int64_t resident_ctas,
                              int64_t max_slices = kMaxDimSlices, bool slice_clusters = false) {
   num_outputs = std::max<int64_t>(num_outputs, 1);
@@ -92,7 +94,9 @@ inline SplitPlan plan_splits(int64_t num_outputs, int64_t C, int64_t resident_ct
       const double width = 1.0 / static_cast<double>(slices);
       // A sliced CTA walks its rows in steps of `align`: a partial step costs a whole one.
       const double steps_rows = static_cast<double>((real_rows + align - 1) / align * align);
-      const double merge = splits == 1 && slices > 1 && slice_clusters ? kClusterExchangeRows
+      int log_slices = 0;
+      for (int64_t g = slices; g > 1; g /= 2) ++log_slices;
+      const double merge = splits == 1 && slices > 1 && slice_clusters ? kClusterExchangeRows * log_slices
                            : splits * slices > 1
                                ? kMergeTicketRows +
                                      kMergeRoundRows * static_cast<double>(

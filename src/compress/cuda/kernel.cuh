@@ -198,8 +198,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
                 int* __restrict__ counters, unsigned long long* __restrict__ trace) {
   __shared__ int64_t s_row[kMaxRowsPerSplit];  // element offset of each row, -1 when invalid
-  // (m, s, acc) of the row groups being merged in: up to 2S - 1 groups x 512 / S dims per array.
-  __shared__ __align__(16) float s_merge[3][2 * kDim];
+  __shared__ float s_merge[3][kDim];           // (m, s, acc) of the row groups being merged in
   __shared__ float s_red[kLanesPerRow / 32];
   __shared__ int s_last;
 
@@ -363,29 +362,16 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
 
   stamp(3);
 
-  // ---- 4. Merge the row groups into group 0: groups 1 .. 2S - 1 store their triples, one barrier,
-  // then group 0 merges them in group order (a tree of log2(2S) levels cost a barrier and the
-  // slowest warp per level: ~0.37 us each on the H200, bench/NOTES.md v35).
-  {
-    constexpr int kRow = 2 * kDim / 4;  // float4 per array
-    float4* sm = reinterpret_cast<float4*>(&s_merge[0][0]);
-    if (group > 0) {
-      const int at = (group - 1) * lanes + lane;
-      sm[at] = make_float4(t.m[0], t.m[1], t.m[2], t.m[3]);
-      sm[kRow + at] = make_float4(t.s[0], t.s[1], t.s[2], t.s[3]);
-      sm[2 * kRow + at] = make_float4(t.acc[0], t.acc[1], t.acc[2], t.acc[3]);
-    }
+  // ---- 4. Merge the row groups into group 0 by halves: groups [step, 2 step) store, groups
+  // [0, step) merge the one `step` above them (s_merge holds step x 512 / S <= 512 dims per array).
+  // (A flat form, one barrier and group 0 merging the 2S - 1 others in order, was slower: each
+  // merge step is a ~0.2 us dependent chain, bench/NOTES.md v36.)
+  for (int step = groups / 2; step >= 1; step >>= 1) {
+    const int at = ((group & (step - 1)) << (9 - log_slices)) + lane * 4;
+    if (group >= step && group < 2 * step) store_triple(s_merge, at, t);
     __syncthreads();
-    if (group == 0) {
-      for (int g = 1; g < groups; ++g) {
-        const int at = (g - 1) * lanes + lane;
-        const float4 m = sm[at], sv = sm[kRow + at], a = sm[2 * kRow + at];
-        merge_one(t.m[0], t.s[0], t.acc[0], m.x, sv.x, a.x);
-        merge_one(t.m[1], t.s[1], t.acc[1], m.y, sv.y, a.y);
-        merge_one(t.m[2], t.s[2], t.acc[2], m.z, sv.z, a.z);
-        merge_one(t.m[3], t.s[3], t.acc[3], m.w, sv.w, a.w);
-      }
-    }
+    if (group < step) merge_triple(t, s_merge, at);
+    if (step > 1) __syncthreads();  // before the next step's stores
   }
   stamp(4);
 
