@@ -198,6 +198,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partials,
                 int* __restrict__ counters, unsigned long long* __restrict__ trace) {
   __shared__ int64_t s_row[kMaxRowsPerSplit];  // element offset of each row, -1 when invalid
+  __shared__ int64_t s_phys[kMaxRowsPerSplit];  // physical block of each logical block of the rows
   __shared__ float s_merge[3][kDim];           // (m, s, acc) of the row groups being merged in
   __shared__ float s_red[kLanesPerRow / 32];
   __shared__ int s_last;
@@ -254,64 +255,61 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   if (slice_finish) cluster_arrive_relaxed();
 
   // The finishing CTA needs its lanes' RMSNorm weights and RoPE cos/sin; loading them now keeps
-  // two dependent memory latencies off the end of the kernel. The cluster kernel keeps them in
-  // shared memory (all 512 dims, for either mapping): in registers across the streaming they
-  // would spill at its 64-register budget.
-  __shared__ uint2 s_w[kCluster ? kLanesPerRow : 1];
-  __shared__ float4 s_cs[kCluster ? kRope / 4 : 1];  // (cos j, cos j + 1, sin j, sin j + 1) per RoPE lane
-  auto load_cs = [&](int d0) {
-    const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
-    const int j = (d0 - kNope) / 2;
-    return make_float4(cs[j], cs[j + 1], cs[kRope / 2 + j], cs[kRope / 2 + j + 1]);
-  };
+  // two dependent memory latencies off the end of the kernel. Into registers now, into shared
+  // memory after the row table (all 512 dims, for either finishing mapping; a store right here would
+  // wait for these loads before the block table's are issued, and registers held across the
+  // streaming would spill at its 64-register budget).
+  __shared__ uint2 s_w[kLanesPerRow];
+  __shared__ float4 s_cs[kRope / 4];  // (cos j, cos j + 1, sin j, sin j + 1) per RoPE lane
   uint2 w_bits = make_uint2(0u, 0u);
   float4 cs4 = make_float4(0.f, 0.f, 0.f, 0.f);
-  if constexpr (kCluster) {
-    // Into registers now, into shared memory after the row table (a store right here would wait
-    // for these loads before the block table's are issued).
-    if (tid < kLanesPerRow) {
-      w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + 4 * tid);
-      if (4 * tid >= kNope) cs4 = load_cs(4 * tid);
+  if (tid < kLanesPerRow) {
+    w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + 4 * tid);
+    if (4 * tid >= kNope) {
+      const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
+      const int j = (4 * tid - kNope) / 2;
+      cs4 = make_float4(cs[j], cs[j + 1], cs[kRope / 2 + j], cs[kRope / 2 + j + 1]);
     }
-  } else {
-    w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + fdim0);
-    if (fdim0 >= kNope && fgroup == 0) cs4 = load_cs(fdim0);
   }
-  // This thread's weights and cos/sin for the record (after a barrier that orders the stores above).
+  // This thread's weights and cos/sin for the record of dims [d0, d0 + 4).
   auto record_inputs = [&](int d0, uint2& w, float2& co, float2& si) {
-    if constexpr (kCluster) {
-      w = s_w[d0 / 4];
-      const float4 v = d0 >= kNope ? s_cs[(d0 - kNope) / 4] : make_float4(0.f, 0.f, 0.f, 0.f);
-      co = make_float2(v.x, v.y);
-      si = make_float2(v.z, v.w);
-    } else {
-      w = w_bits;
-      co = make_float2(cs4.x, cs4.y);
-      si = make_float2(cs4.z, cs4.w);
-    }
+    w = s_w[d0 / 4];
+    const float4 v = d0 >= kNope ? s_cs[(d0 - kNope) / 4] : make_float4(0.f, 0.f, 0.f, 0.f);
+    co = make_float2(v.x, v.y);
+    si = make_float2(v.z, v.w);
   };
 
-  // ---- 2. Row addresses, one block-table read per logical block of this split's rows.
+  // ---- 2. Row addresses, one block-table read per logical block of this split's rows (into
+  // s_phys), then one row per thread (a thread per block walking its rows took ~1 us for 128 rows
+  // of 64-row blocks, on the path to the first state byte).
   const int64_t r0 = split * plan.rows_per_split;
   const int64_t r1 = min(C, r0 + plan.rows_per_split);
   {
-    const int64_t lb0 = (first + r0) / p.block_size;
-    const int64_t lb1 = (first + r1 - 1) / p.block_size;
-    for (int64_t lb = lb0 + tid; lb <= lb1; lb += kThreads) {
-      const int64_t phys = p.block_table[req * p.stride_table_req + lb];
-      const bool ok = phys >= 0 && phys < p.num_blocks;
-      const int64_t t_begin = max(lb * p.block_size, first + r0);
-      const int64_t t_end = min((lb + 1) * p.block_size, first + r1);
-      for (int64_t t = t_begin; t < t_end; ++t)
-        s_row[t - first - r0] =
-            ok ? phys * p.stride_state_block + (t - lb * p.block_size) * p.stride_state_row : -1;
+    static_assert(kMaxRowsPerSplit <= kThreads, "one row (and at most one block) per thread");
+    const int64_t bs = p.block_size;
+    const int64_t lb0 = (first + r0) / bs;
+    const int n_blocks = static_cast<int>((first + r1 - 1) / bs - lb0 + 1);  // <= rows
+    if (tid < n_blocks) s_phys[tid] = p.block_table[req * p.stride_table_req + lb0 + tid];
+    __syncthreads();
+    if (tid < r1 - r0) {
+      // Row tid lies `o` rows after the start of block lb0: block lb0 + o / bs, row o % bs of it.
+      const int64_t o = first + r0 - lb0 * bs + tid;  // < bs + kMaxRowsPerSplit
+      int64_t k, in_block;
+      if (bs <= 0x7fffffff) {  // 32-bit division (o < 2^31 + 256 fits)
+        const uint32_t q = static_cast<uint32_t>(o) / static_cast<uint32_t>(bs);
+        k = q;
+        in_block = o - static_cast<int64_t>(q) * bs;
+      } else {
+        k = o / bs;
+        in_block = o - k * bs;
+      }
+      const int64_t phys = s_phys[k];
+      s_row[tid] = phys >= 0 && phys < p.num_blocks ? phys * p.stride_state_block + in_block * p.stride_state_row : -1;
     }
   }
-  if constexpr (kCluster) {
-    if (tid < kLanesPerRow) {
-      s_w[tid] = w_bits;
-      if (4 * tid >= kNope) s_cs[(4 * tid - kNope) / 4] = cs4;
-    }
+  if (tid < kLanesPerRow) {
+    s_w[tid] = w_bits;
+    if (4 * tid >= kNope) s_cs[(4 * tid - kNope) / 4] = cs4;
   }
   __syncthreads();
   if (p.overlap_prologue) cuda_common::pdl_wait();  // before the first state byte
