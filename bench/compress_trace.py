@@ -12,7 +12,8 @@ critical path instead:
   written        the finisher's record written,
 
 and prints, over the outputs, the median and maximum of each step between them, plus the same for
-the output that finished last (the call's critical path). Usage:
+the output that finished last (the call's critical path). Outputs without one finishing CTA (one
+CTA, or slice clusters, where every CTA finishes its own dims) are left out. Usage:
   python3 bench/compress_trace.py DIR [DIR ...]
 """
 import csv
