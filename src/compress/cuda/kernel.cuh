@@ -44,13 +44,17 @@ struct Triple {
   float m[4], s[4], acc[4];
 };
 
-// Merges (m2, s2, acc2) into (m, s, acc) for one dim; -inf maxima (nothing seen) contribute nothing.
+// Merges (m2, s2, acc2) into (m, s, acc) for one dim; -inf maxima (nothing seen, and then s = acc =
+// 0) contribute nothing: exp(-inf - nm) is exactly 0, and when both are -inf the base 0 keeps the
+// difference -inf rather than NaN, so both weights are 0 and the triple stays (-inf, 0, 0). No
+// branch: a CTA's 4 dims per lane then interleave (with a branch per dim each merge step was a
+// ~0.2 us serial chain on the H200, bench/NOTES.md v36); the values are those of the branchy form.
 __device__ __forceinline__ void merge_one(float& m, float& s, float& acc, float m2, float s2,
                                           float acc2) {
   const float nm = fmaxf(m, m2);
-  if (nm == -INFINITY) return;
-  const float a = (m == -INFINITY) ? 0.0f : __expf(m - nm);
-  const float b = (m2 == -INFINITY) ? 0.0f : __expf(m2 - nm);
+  const float base = nm == -INFINITY ? 0.0f : nm;
+  const float a = __expf(m - base);
+  const float b = __expf(m2 - base);
   s = s * a + s2 * b;
   acc = acc * a + acc2 * b;
   m = nm;
