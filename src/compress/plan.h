@@ -64,7 +64,8 @@ inline constexpr double kTieRows = 0.5;
 // an exchange of one float per lane, instead of the publish, ticket and L2 round of a merge (about
 // 2.3 us on the H200 for the 4-split merge, bench/NOTES.md v35). Charged per log2(S): fitted to the
 // H200's times of 1 x 2, 1 x 4 and 1 x 8 against the merged plans (bench/NOTES.md v36: 1.15, 2.2
-// and 3.6 row-equivalents).
+// and 3.6 row-equivalents). The fit predates the branchless merge, which shortened both the tree
+// and the merge; a plan sweep after it found the picks still the fastest (v36 item 6).
 inline constexpr double kClusterExchangeRows = 1.15;
 
 // resident_ctas: CTAs the GPU runs at once (SMs x CTAs per SM). max_slices: the largest dimension

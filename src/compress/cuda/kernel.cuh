@@ -366,8 +366,9 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
 
   // ---- 4. Merge the row groups into group 0 by halves: groups [step, 2 step) store, groups
   // [0, step) merge the one `step` above them (s_merge holds step x 512 / S <= 512 dims per array).
-  // (A flat form, one barrier and group 0 merging the 2S - 1 others in order, was slower: each
-  // merge step is a ~0.2 us dependent chain, bench/NOTES.md v36.)
+  // (A flat form, one barrier and group 0 merging the 2S - 1 others in order, measured slower
+  // while merge_one still branched per dim, ~0.2 us per step; not measured since, bench/NOTES.md
+  // v36.)
   for (int step = groups / 2; step >= 1; step >>= 1) {
     const int at = ((group & (step - 1)) << (9 - log_slices)) + lane * 4;
     if (group >= step && group < 2 * step) store_triple(s_merge, at, t);
