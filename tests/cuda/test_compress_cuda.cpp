@@ -87,6 +87,23 @@ std::vector<bool> valid_record_mask(CompressWorkload& w) {
   return m;
 }
 
+// A workload with a shuffled block table, random slots and a random initial cache; the payload
+// alternates with n (int8 for even n).
+CompressWorkload varied_workload(int64_t reqs, int64_t tokens, int64_t C, int64_t block_size, int n,
+                                 uint64_t seed) {
+  WorkloadOptions o;
+  o.num_reqs = reqs;
+  o.tokens_per_req = tokens;
+  o.compress_ratio = C;
+  o.block_size = block_size;
+  o.shuffle_blocks = true;
+  o.random_slots = true;
+  o.random_initial_cache = true;
+  o.format = (n % 2) ? CacheFormat::v4_fp8 : CacheFormat::v4_int8;
+  o.seed = seed;
+  return make_workload(o);
+}
+
 compress::CheckReport gpu_run_and_check(CompressWorkload& w, const std::string& label) {
   DeviceWorkload d(w);
   compress_kv(d.args(), nullptr, CompressImpl::kCuda);
@@ -464,17 +481,8 @@ TEST(CompressCuda, SliceClustersMatchGlobalMergeBitwise) {
   int n = 0, clustered = 0;
   for (const S& c : cases)
     for (int64_t slices : {2, 4, 8}) {
-      WorkloadOptions o;
-      o.num_reqs = c.reqs;
-      o.tokens_per_req = c.tokens;
-      o.compress_ratio = c.C;
-      o.block_size = c.bs;
-      o.shuffle_blocks = true;
-      o.random_slots = true;
-      o.random_initial_cache = true;
-      o.format = (n % 2) ? CacheFormat::v4_fp8 : CacheFormat::v4_int8;
-      o.seed = 6100 + n++;
-      CompressWorkload w = make_workload(o);
+      CompressWorkload w = varied_workload(c.reqs, c.tokens, c.C, c.bs, n, 6100 + n);
+      ++n;
       compress::cuda::set_compress_plan_override(1, slices);
       const compress::SplitPlan plan = compress::cuda::plan_for(w.params(), 0);
       ASSERT_EQ(plan.num_splits, 1);
@@ -534,17 +542,8 @@ TEST(CompressCuda, EveryDimensionSlicingAgainstOracle) {
   int n = 0;
   for (const S& c : cases)
     for (int64_t max_slices : {1, 2, 4, 8}) {
-      WorkloadOptions o;
-      o.num_reqs = c.reqs;
-      o.tokens_per_req = c.tokens;
-      o.compress_ratio = c.C;
-      o.block_size = c.bs;
-      o.shuffle_blocks = true;
-      o.random_slots = true;
-      o.random_initial_cache = true;
-      o.format = (n % 2) ? CacheFormat::v4_fp8 : CacheFormat::v4_int8;
-      o.seed = 5100 + n++;
-      CompressWorkload w = make_workload(o);
+      CompressWorkload w = varied_workload(c.reqs, c.tokens, c.C, c.bs, n, 5100 + n);
+      ++n;
       compress::cuda::set_compress_max_slices(max_slices);
       const compress::SplitPlan plan = compress::cuda::plan_for(w.params(), 0);
       EXPECT_LE(plan.dim_slices, max_slices);

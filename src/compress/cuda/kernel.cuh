@@ -76,13 +76,8 @@ __device__ __forceinline__ void merge_triple(Triple& t, const float (*sm)[N], in
   for (int k = 0; k < 4; ++k) merge_one(t.m[k], t.s[k], t.acc[k], sm[0][dim0 + k], sm[1][dim0 + k], sm[2][dim0 + k]);
 }
 
-// ---- Thread-block clusters (sm_90): one output's splits in one cluster merge their triples through
-// distributed shared memory instead of global partials, a fence and a ticket.
-__device__ __forceinline__ void cluster_sync_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
+// ---- Thread-block clusters (sm_90): one output's CTAs in one cluster exchange through distributed
+// shared memory instead of global partials, a fence and a ticket.
 // The cluster barrier in halves (every thread of every CTA of the cluster takes part in each phase).
 __device__ __forceinline__ void cluster_arrive_relaxed() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -98,6 +93,10 @@ __device__ __forceinline__ void cluster_wait_acquire() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void cluster_sync_all() {
+  cluster_arrive_release();
+  cluster_wait_acquire();
 }
 // Stores v at shared::cta address `addr` of the cluster's CTA `rank`.
 __device__ __forceinline__ void st_peer(uint32_t addr, uint32_t rank, float v) {
@@ -131,6 +130,25 @@ __device__ __forceinline__ float4 ld_peer(uint32_t addr, uint32_t rank) {
 // Streams 16-byte loads that are read exactly once: keep them out of L1.
 __device__ __forceinline__ float4 load_stream(const float* p) {
   return __ldcs(reinterpret_cast<const float4*>(p));
+}
+
+// The pooled values acc / s of a lane's 4 dims, and their sum of squares (RMSNorm's per-lane part;
+// every path adds it in this order, so they give the same bytes).
+__device__ __forceinline__ float pooled(const Triple& t, float (&c)[4]) {
+  float sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    c[k] = t.acc[k] / t.s[k];
+    sq = fmaf(c[k], c[k], sq);
+  }
+  return sq;
+}
+
+// The sum over the 32 lanes of a warp by a butterfly (a fixed order; every lane gets the total).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
 }
 
 // The record's bytes for the 4 dims [fd0, fd0 + 4) of one output: the RMSNorm'd values (rstd over
@@ -384,12 +402,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     // slot dim0 / 4 (the full-width lane of those dims) of every CTA's s_sq.
     __shared__ float s_sq[kLanesPerRow];
     float c[4];
-    float sq = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      c[k] = t.acc[k] / t.s[k];
-      sq = fmaf(c[k], c[k], sq);
-    }
+    const float sq = pooled(t, c);
     cluster_wait_acquire();  // the phase arrived at after step 1: every peer has started
     if (group == 0) {
       const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(&s_sq[dim0 / 4]));
@@ -401,9 +414,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     // The total in the full-width finisher's order (step 6 below): a butterfly per 32 lanes, then the
     // 4 warps in order, so the bytes equal the global path's with this plan.
     if (tid < kLanesPerRow) {
-      float v = s_sq[tid];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      const float v = warp_sum(s_sq[tid]);
       if ((tid & 31) == 0) s_red[tid / 32] = v;
     }
     __syncthreads();
@@ -532,14 +543,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   // ---- 6. Finalise: RMSNorm's sum of squares over all 512 dims (each lane's 4, then a butterfly
   // per warp, then the 4 warps in order), then the record's bytes.
   float c[4];
-  float sq = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    c[k] = t.acc[k] / t.s[k];
-    sq = fmaf(c[k], c[k], sq);
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+  const float sq = warp_sum(pooled(t, c));
   if ((flane & 31) == 0) s_red[flane / 32] = sq;
   asm volatile("bar.sync 1, %0;" ::"n"(kLanesPerRow));
   const float total = ((s_red[0] + s_red[1]) + s_red[2]) + s_red[3];
