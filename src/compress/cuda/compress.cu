@@ -122,6 +122,18 @@ void set_compress_plan_override(int64_t splits, int64_t slices) {
   plan_override().store(on ? splits * 16 + slices : 0, std::memory_order_relaxed);
 }
 
+namespace {
+bool clusters_for(const Params& p, const SplitPlan& plan, int device) {
+  // Compute capability 9.0 exactly: the cluster paths exist in the sm_90a code; newer GPUs run the
+  // compute_80 PTX, whose kernel merges globally.
+  const bool splits = compress_clusters() && plan.num_splits >= 2 && plan.num_splits <= kMaxClusterSplits &&
+                      plan.dim_slices == 1;
+  const bool slices = compress_slice_clusters() && plan.num_splits == 1 && plan.dim_slices > 1;
+  if (!(splits || slices) || cuda_common::compute_capability(device) != 90) return false;
+  return p.fp8 ? cluster_launch_fits<true>(p, plan, device) : cluster_launch_fits<false>(p, plan, device);
+}
+}  // namespace
+
 SplitPlan plan_for(const Params& p, int device) {
   if (const int64_t o = plan_override().load(std::memory_order_relaxed); o != 0) {
     const SplitPlan plan = fixed_plan(p.compress_ratio, o / 16, o % 16);
@@ -136,8 +148,7 @@ SplitPlan plan_for(const Params& p, int device) {
   const bool slice_clusters = compress_slice_clusters() && cuda_common::compute_capability(device) == 90;
   SplitPlan plan = plan_splits(p.num_outputs, p.compress_ratio, resident, compress_max_slices(), slice_clusters);
   // A plan costed as finishing in clusters that the device cannot launch as such: plan without them.
-  if (slice_clusters && plan.num_splits == 1 && plan.dim_slices > 1 &&
-      !(p.fp8 ? cluster_launch_fits<true>(p, plan, device) : cluster_launch_fits<false>(p, plan, device)))
+  if (slice_clusters && plan.num_splits == 1 && plan.dim_slices > 1 && !clusters_for(p, plan, device))
     plan = plan_splits(p.num_outputs, p.compress_ratio, resident, compress_max_slices(), false);
   return plan;
 }
@@ -261,17 +272,6 @@ std::atomic<bool>& clusters_flag() {
 
 bool compress_clusters() { return clusters_flag().load(std::memory_order_relaxed); }
 
-namespace {
-bool clusters_for(const Params& p, const SplitPlan& plan, int device) {
-  // Compute capability 9.0 exactly: the cluster paths exist in the sm_90a code; newer GPUs run the
-  // compute_80 PTX, whose kernel merges globally.
-  const bool splits = compress_clusters() && plan.num_splits >= 2 && plan.num_splits <= kMaxClusterSplits &&
-                      plan.dim_slices == 1;
-  const bool slices = compress_slice_clusters() && plan.num_splits == 1 && plan.dim_slices > 1;
-  if (!(splits || slices) || cuda_common::compute_capability(device) != 90) return false;
-  return p.fp8 ? cluster_launch_fits<true>(p, plan, device) : cluster_launch_fits<false>(p, plan, device);
-}
-}  // namespace
 
 bool merges_in_clusters(const Params& p, int device) { return clusters_for(p, plan_for(p, device), device); }
 void set_compress_clusters(bool on) { clusters_flag().store(on, std::memory_order_relaxed); }

@@ -365,12 +365,13 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       float cm = t.m[k];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) cm = fmaxf(cm, (&sc[u].x)[k]);
-#if LKV_COMPRESS_BRANCHLESS_STREAM
-      // Measurement variant (CMake LKV_COMPRESS_BRANCHLESS_STREAM): the same values with no branch
-      // per dim, so a lane's 4 dims may interleave as merge_one's do (bench/NOTES.md v36 Next). With
-      // no valid row yet the base is 0 (no -inf - -inf) and the triple is kept as it was, so a
-      // row's 0 x inf never reaches it.
-      const bool none = cm == -INFINITY;
+      const bool none = cm == -INFINITY;  // no valid row yet: the triple stays as it is
+#if !LKV_COMPRESS_BRANCHLESS_STREAM
+      if (none) continue;
+#endif
+      // (CMake LKV_COMPRESS_BRANCHLESS_STREAM, a measurement variant: no branch per dim, so a lane's
+      // 4 dims may interleave as merge_one's do, bench/NOTES.md v36 Next; the same values: the base
+      // 0 avoids -inf - -inf and the selects below keep a row's 0 x inf out of the triple.)
       const float base = none ? 0.0f : cm;
       const float rescale = __expf(t.m[k] - base);
       float s = t.s[k] * rescale, acc = t.acc[k] * rescale;
@@ -383,20 +384,6 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       t.m[k] = cm;
       t.s[k] = none ? t.s[k] : s;
       t.acc[k] = none ? t.acc[k] : acc;
-#else
-      if (cm == -INFINITY) continue;  // no valid row yet
-      const float rescale = __expf(t.m[k] - cm);
-      float s = t.s[k] * rescale, acc = t.acc[k] * rescale;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const float w = __expf((&sc[u].x)[k] - cm);
-        s += w;
-        acc = fmaf(w, (&v[u].x)[k], acc);
-      }
-      t.m[k] = cm;
-      t.s[k] = s;
-      t.acc[k] = acc;
-#endif
     }
   }
 
