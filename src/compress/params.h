@@ -49,6 +49,11 @@ struct Params {
   // CUDA, launched with PDL: the index, weight and cos/sin reads may precede the wait for the kernel
   // ahead (CompressArgs::overlap_prologue); otherwise every global access follows it.
   bool overlap_prologue = false;
+  // CUDA: the grid asks L2 for every line of the index arrays (slots, requests, positions, block
+  // table) at entry, while each CTA's first load (its boundary index) is in flight, so that the
+  // dependent loads after it hit L2 instead of HBM. Set by the CUDA backend where those arrays are
+  // small beside the state bytes the call streams (compress_warm_indices in cuda/launch.h).
+  bool warm_indices = false;
 };
 
 // Why an output is invalid; 0 means valid. The order is the order of the checks.

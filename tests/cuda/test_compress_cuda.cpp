@@ -528,6 +528,63 @@ TEST(CompressCuda, SliceClustersMatchGlobalMergeBitwise) {
   }
 }
 
+// The L2 prefetch of the index arrays at the kernel's entry (kernel.cuh, step 1) changes no byte:
+// the same records with it on and off, over shuffled tables, random slots, a random initial cache,
+// both payloads and every finishing path (split merges, slice clusters, unsplit windows), each
+// passing the oracle's judgement. Also the rule that decides it: on for the contest's layouts,
+// off when the arrays are large beside the streamed state, off when switched off.
+TEST(CompressCuda, IndexPrefetchChangesNoByte) {
+  REQUIRE_GPU();
+  latentkv::testing::RestoreSwitch<bool> restore(compress::cuda::compress_warm_indices,
+                                                 compress::cuda::set_compress_warm_indices);
+  struct S { int64_t reqs, tokens, C, bs; };
+  const S cases[] = {{1, 8192, 128, 64}, {1, 8192, 256, 64}, {4, 8192, 512, 64}, {2, 4096, 96, 16}, {3, 700, 4, 5}};
+  int n = 0;
+  for (const S& c : cases) {
+    CompressWorkload w = varied_workload(c.reqs, c.tokens, c.C, c.bs, n, 7300 + n);
+    ++n;
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "C%lld_t%lld_r%lld_bs%lld", static_cast<long long>(c.C),
+                  static_cast<long long>(c.tokens), static_cast<long long>(c.reqs), static_cast<long long>(c.bs));
+    std::vector<uint8_t> got[2];
+    for (int on = 0; on < 2; ++on) {
+      compress::cuda::set_compress_warm_indices(on == 1);
+      EXPECT_EQ(compress::cuda::warms_indices(w.params()), on == 1) << buf;
+      DeviceWorkload d(w);
+      compress_kv(d.args(), nullptr, CompressImpl::kCuda);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << buf;
+      got[on] = d.kv.download();
+    }
+    EXPECT_EQ(got[0], got[1]) << buf << ": the prefetch changed the bytes";
+    const compress::CheckReport rep = compress::check_records(w.params(), got[1].data());
+    EXPECT_TRUE(rep.ok()) << buf << ": " << rep.first_failure;
+    const std::vector<bool> mask = valid_record_mask(w);
+    for (size_t k = 0; k < got[1].size(); ++k)
+      if (!mask[k]) {
+        ASSERT_EQ(got[1][k], w.kv[k]) << buf << ": byte " << k << " outside the records changed";
+      }
+    std::printf("[check] index prefetch %-24s records %lld, same bytes with and without: %s\n", buf,
+                static_cast<long long>(rep.records), got[0] == got[1] ? "yes" : "NO");
+  }
+  // The rule: the arrays (20 bytes per token and the block table) against 1/32 of the streamed state.
+  compress::cuda::set_compress_warm_indices(true);
+  compress::Params p{};
+  p.num_outputs = 64;
+  p.compress_ratio = 128;  // 64 x 128 rows x 4096 bytes = 32 MiB streamed; 1 MiB allowed
+  p.num_tokens = 8192;     // 160 KiB
+  p.num_reqs = 1;
+  p.blocks_per_req = 128;
+  p.stride_table_req = 128;
+  EXPECT_TRUE(compress::cuda::warms_indices(p));
+  p.num_reqs = 1024;  // an engine's table for 1024 requests of 2^17 tokens in 64-row blocks: 8 MiB
+  p.blocks_per_req = 2048;
+  p.stride_table_req = 2048;
+  EXPECT_FALSE(compress::cuda::warms_indices(p));
+  compress::cuda::set_compress_warm_indices(false);
+  p.num_reqs = 1;
+  EXPECT_FALSE(compress::cuda::warms_indices(p));
+}
+
 // Dimension slices (plan.h): each slicing the planner can choose (1, 2, 4, 8 CTAs per split, each
 // streaming 512 / S dims) on shapes with few outputs and long windows, against the oracle, with
 // every byte outside the records checked, and bitwise equal across repeated runs.

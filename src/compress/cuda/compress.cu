@@ -290,6 +290,32 @@ bool compress_pdl() { return pdl_flag().load(std::memory_order_relaxed); }
 void set_compress_pdl(bool on) { pdl_flag().store(on, std::memory_order_relaxed); }
 bool compress_pdl_on(int device) { return compress_pdl() && cuda_common::ptx_version(device) >= 90; }
 
+namespace {
+std::atomic<bool>& warm_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LKV_COMPRESS_WARM_INDICES");
+    return !(e && std::strcmp(e, "0") == 0);
+  }()};
+  return flag;
+}
+
+// Bytes of the index arrays the kernel's entry prefetch covers (kernel.cuh, step 1).
+int64_t index_bytes(const Params& p) {
+  const int64_t table = p.num_reqs > 0 ? ((p.num_reqs - 1) * p.stride_table_req + p.blocks_per_req) * 4 : 0;
+  return p.num_tokens * (8 + 4 + 8) + table;
+}
+}  // namespace
+
+bool compress_warm_indices() { return warm_flag().load(std::memory_order_relaxed); }
+void set_compress_warm_indices(bool on) { warm_flag().store(on, std::memory_order_relaxed); }
+bool warms_indices(const Params& p) {
+  // At most 1/32 of the state bytes the call streams (a window of C rows of 4096 bytes per output):
+  // the contest's layouts need ~0.5%; an engine's block table sized for far longer requests than
+  // this call's windows is left alone.
+  const int64_t streamed = p.num_outputs * p.compress_ratio * kStateWidth * static_cast<int64_t>(sizeof(float));
+  return compress_warm_indices() && index_bytes(p) <= streamed / 32;
+}
+
 size_t workspace_bytes(const Params& p, int device) { return layout_for(p, plan_for(p, device)).total; }
 
 ValidationFailure validate(const Params& p, void* workspace, Stream stream) {
@@ -376,8 +402,10 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
   // A single traced launch is ordinary (its stamp buffer was just cleared by a memset); launches
   // traced back to back keep programmatic dependent launch, which is what they measure.
   const bool pdl = (trace == nullptr || trace_back_to_back) && compress_pdl_on(device);
-  if (p.fp8) launch_compress_kernel<true>(p, plan, partials, counters, cluster, pdl, trace, stream);
-  else launch_compress_kernel<false>(p, plan, partials, counters, cluster, pdl, trace, stream);
+  Params q = p;
+  q.warm_indices = warms_indices(p);
+  if (q.fp8) launch_compress_kernel<true>(q, plan, partials, counters, cluster, pdl, trace, stream);
+  else launch_compress_kernel<false>(q, plan, partials, counters, cluster, pdl, trace, stream);
 }
 
 }  // namespace latentkv::compress::cuda

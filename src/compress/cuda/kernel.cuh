@@ -34,6 +34,7 @@
 #include <utility>
 
 #include "compress/cuda/config.h"
+#include "cuda_common/async_copy.cuh"
 #include "cuda_common/cuda_check.h"
 #include "cuda_common/pdl.cuh"
 #include "compress/params.h"
@@ -261,6 +262,19 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
 
   // ---- 1. The output. Every CTA of an output reaches the same verdict, so none waits in vain.
   const int64_t b = p.boundary[out];
+  if (p.warm_indices) {
+    // While b is in flight: the grid's threads ask L2 for every line of the arrays read next (a
+    // line each, for small arrays), so that the loads which depend on b, and the block-table loads
+    // after them, hit L2 instead of paying HBM's latency again (bench/NOTES.md v37).
+    const int64_t t = (static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * kThreads + tid;
+    const int64_t n = static_cast<int64_t>(gridDim.x) * gridDim.y * kThreads;
+    cuda_common::prefetch_l2_range(p.slot_mapping, p.num_tokens * 8, t, n);
+    cuda_common::prefetch_l2_range(p.token_to_req, p.num_tokens * 4, t, n);
+    cuda_common::prefetch_l2_range(p.positions, p.num_tokens * 8, t, n);
+    if (p.num_reqs > 0)
+      cuda_common::prefetch_l2_range(p.block_table, ((p.num_reqs - 1) * p.stride_table_req + p.blocks_per_req) * 4,
+                                     t, n);
+  }
   if (b < 0 || b >= p.num_tokens) return;
   const int64_t slot = p.slot_mapping[b];
   const int64_t req = p.token_to_req[b];
@@ -276,21 +290,24 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
   // started (its shared memory exists) before any CTA stores into it; waited for at the exchange.
   if (slice_finish) cluster_arrive_relaxed();
 
-  // The finishing CTA needs its lanes' RMSNorm weights and RoPE cos/sin; loading them now keeps
-  // two dependent memory latencies off the end of the kernel. Into registers now, into shared
-  // memory after the row table (all 512 dims, for either finishing mapping; a store right here would
-  // wait for these loads before the block table's are issued, and registers held across the
-  // streaming would spill at its 64-register budget).
+  // The finishing CTA needs its lanes' RMSNorm weights and RoPE cos/sin (all 512 dims, for either
+  // finishing mapping); copied into shared memory now by cp.async, which nothing waits for until
+  // the streaming is done (cp_async_wait_all below), so they stay off both the path to the first
+  // state byte and the end of the kernel. (Plain loads would hold registers across the streaming,
+  // which spill at its 64-register budget, or make a store wait for them before the block table's
+  // loads issue.)
   __shared__ uint2 s_w[kLanesPerRow];
   __shared__ float4 s_cs[kRope / 4];  // (cos j, cos j + 1, sin j, sin j + 1) per RoPE lane
-  uint2 w_bits = make_uint2(0u, 0u);
-  float4 cs4 = make_float4(0.f, 0.f, 0.f, 0.f);
   if (tid < kLanesPerRow) {
-    w_bits = *reinterpret_cast<const uint2*>(p.rms_weight + 4 * tid);
+    cuda_common::cp_async_8(&s_w[tid], p.rms_weight + 4 * tid);
     if (4 * tid >= kNope) {
       const float* cs = p.cos_sin + ((pos / C) * C) * p.stride_cos_pos;
       const int j = (4 * tid - kNope) / 2;
-      cs4 = make_float4(cs[j], cs[j + 1], cs[kRope / 2 + j], cs[kRope / 2 + j + 1]);
+      float* to = &s_cs[(4 * tid - kNope) / 4].x;
+      cuda_common::cp_async_4(to, cs + j);
+      cuda_common::cp_async_4(to + 1, cs + j + 1);
+      cuda_common::cp_async_4(to + 2, cs + kRope / 2 + j);
+      cuda_common::cp_async_4(to + 3, cs + kRope / 2 + j + 1);
     }
   }
   // This thread's weights and cos/sin for the record of dims [d0, d0 + 4).
@@ -328,10 +345,6 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       const int64_t phys = s_phys[k];
       s_row[tid] = phys >= 0 && phys < p.num_blocks ? phys * p.stride_state_block + in_block * p.stride_state_row : -1;
     }
-  }
-  if (tid < kLanesPerRow) {
-    s_w[tid] = w_bits;
-    if (4 * tid >= kNope) s_cs[(4 * tid - kNope) / 4] = cs4;
   }
   __syncthreads();
   if (p.overlap_prologue) cuda_common::pdl_wait();  // before the first state byte
@@ -387,6 +400,9 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     }
   }
 
+  // This thread's copies of the weights and cos/sin have landed; the barriers of step 4 (there is
+  // at least one: 2S >= 2 row groups) publish them to the CTA.
+  cuda_common::cp_async_wait_all();
   stamp(3);
 
   // ---- 4. Merge the row groups into group 0 by halves: groups [step, 2 step) store, groups

@@ -78,6 +78,15 @@ bool compress_pdl_on(int device);
 bool compress_slice_clusters();
 void set_compress_slice_clusters(bool on);
 
+// The L2 prefetch of the index arrays at the kernel's entry (kernel.cuh, step 1): on by default
+// where those arrays (slots, requests, positions: 20 bytes per token; the block table) are at most
+// 1/32 of the state bytes the call streams; LKV_COMPRESS_WARM_INDICES=0 (read once per process) or
+// set_compress_warm_indices(false) turns it off. The bytes written are the same either way.
+// warms_indices(p): whether compress() prefetches for these parameters.
+bool compress_warm_indices();
+void set_compress_warm_indices(bool on);
+bool warms_indices(const Params& p);
+
 // The plan compress() uses for these parameters on `device`.
 SplitPlan plan_for(const Params& p, int device);
 // Every call runs `splits` window splits of `slices` dimension slices (for tests and measurements;
