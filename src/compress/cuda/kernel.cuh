@@ -378,25 +378,20 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       float cm = t.m[k];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) cm = fmaxf(cm, (&sc[u].x)[k]);
-      const bool none = cm == -INFINITY;  // no valid row yet: the triple stays as it is
-#if !LKV_COMPRESS_BRANCHLESS_STREAM
-      if (none) continue;
-#endif
-      // (CMake LKV_COMPRESS_BRANCHLESS_STREAM, a measurement variant: no branch per dim, so a lane's
-      // 4 dims may interleave as merge_one's do, bench/NOTES.md v36 Next; the same values: the base
-      // 0 avoids -inf - -inf and the selects below keep a row's 0 x inf out of the triple.)
-      const float base = none ? 0.0f : cm;
-      const float rescale = __expf(t.m[k] - base);
+      // No valid row yet: the triple stays as it is. (A branch-free form, its 4 dims free to
+      // interleave, measured level on the H200: bench/NOTES.md v37.)
+      if (cm == -INFINITY) continue;
+      const float rescale = __expf(t.m[k] - cm);
       float s = t.s[k] * rescale, acc = t.acc[k] * rescale;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const float w = __expf((&sc[u].x)[k] - base);
+        const float w = __expf((&sc[u].x)[k] - cm);
         s += w;
         acc = fmaf(w, (&v[u].x)[k], acc);
       }
       t.m[k] = cm;
-      t.s[k] = none ? t.s[k] : s;
-      t.acc[k] = none ? t.acc[k] : acc;
+      t.s[k] = s;
+      t.acc[k] = acc;
     }
   }
 
