@@ -51,9 +51,11 @@ struct Params {
   bool overlap_prologue = false;
   // CUDA: the grid asks L2 for every line of the index arrays (slots, requests, positions, block
   // table) at entry, while each CTA's first load (its boundary index) is in flight, so that the
-  // dependent loads after it hit L2 instead of HBM. Set by the CUDA backend where those arrays are
-  // small beside the state bytes the call streams (compress_warm_indices in cuda/launch.h).
-  bool warm_indices = false;
+  // dependent loads after it hit L2 instead of HBM: the grid's threads t < warm_lines each take
+  // line t (and t + grid threads, ...) of every array that long. 0: no prefetch. Set by the CUDA
+  // backend (the largest array's line count, below 2^31) where those arrays are small beside the
+  // state bytes the call streams (warms_indices in cuda/launch.h).
+  uint32_t warm_lines = 0;
 };
 
 // Why an output is invalid; 0 means valid. The order is the order of the checks.

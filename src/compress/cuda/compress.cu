@@ -299,22 +299,32 @@ std::atomic<bool>& warm_flag() {
   return flag;
 }
 
-// Bytes of the index arrays the kernel's entry prefetch covers (kernel.cuh, step 1).
-int64_t index_bytes(const Params& p) {
-  const int64_t table = p.num_reqs > 0 ? ((p.num_reqs - 1) * p.stride_table_req + p.blocks_per_req) * 4 : 0;
-  return p.num_tokens * (8 + 4 + 8) + table;
+// Bytes of the block-table extent the kernel's entry prefetch covers (kernel.cuh, step 1).
+int64_t table_bytes(const Params& p) {
+  return p.num_reqs > 0 ? ((p.num_reqs - 1) * p.stride_table_req + p.blocks_per_req) * 4 : 0;
+}
+// The 128-byte lines `bytes` bytes at p touch.
+int64_t lines_of(const void* p, int64_t bytes) {
+  if (bytes <= 0) return 0;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return static_cast<int64_t>(((a + bytes - 1) >> 7) - (a >> 7)) + 1;
+}
+
+int64_t warm_lines(const Params& p) {
+  // At most 1/32 of the state bytes the call streams (a window of C rows of 4096 bytes per output):
+  // the contest's layouts need ~0.5%; an engine's block table sized for far longer requests than
+  // this call's windows is left alone.
+  const int64_t streamed = p.num_outputs * p.compress_ratio * kStateWidth * static_cast<int64_t>(sizeof(float));
+  if (!compress_warm_indices() || p.num_tokens * (8 + 4 + 8) + table_bytes(p) > streamed / 32) return 0;
+  const int64_t lines = std::max({lines_of(p.slot_mapping, p.num_tokens * 8), lines_of(p.token_to_req, p.num_tokens * 4),
+                                  lines_of(p.positions, p.num_tokens * 8), lines_of(p.block_table, table_bytes(p))});
+  return lines < (int64_t{1} << 31) ? lines : 0;
 }
 }  // namespace
 
 bool compress_warm_indices() { return warm_flag().load(std::memory_order_relaxed); }
 void set_compress_warm_indices(bool on) { warm_flag().store(on, std::memory_order_relaxed); }
-bool warms_indices(const Params& p) {
-  // At most 1/32 of the state bytes the call streams (a window of C rows of 4096 bytes per output):
-  // the contest's layouts need ~0.5%; an engine's block table sized for far longer requests than
-  // this call's windows is left alone.
-  const int64_t streamed = p.num_outputs * p.compress_ratio * kStateWidth * static_cast<int64_t>(sizeof(float));
-  return compress_warm_indices() && index_bytes(p) <= streamed / 32;
-}
+bool warms_indices(const Params& p) { return warm_lines(p) > 0; }
 
 size_t workspace_bytes(const Params& p, int device) { return layout_for(p, plan_for(p, device)).total; }
 
@@ -403,7 +413,7 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
   // traced back to back keep programmatic dependent launch, which is what they measure.
   const bool pdl = (trace == nullptr || trace_back_to_back) && compress_pdl_on(device);
   Params q = p;
-  q.warm_indices = warms_indices(p);
+  q.warm_lines = static_cast<uint32_t>(warm_lines(p));
   if (q.fp8) launch_compress_kernel<true>(q, plan, partials, counters, cluster, pdl, trace, stream);
   else launch_compress_kernel<false>(q, plan, partials, counters, cluster, pdl, trace, stream);
 }

@@ -262,11 +262,12 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
 
   // ---- 1. The output. Every CTA of an output reaches the same verdict, so none waits in vain.
   const int64_t b = p.boundary[out];
-  if (p.warm_indices) {
-    // While b is in flight: the grid's threads ask L2 for every line of the arrays read next (a
-    // line each, for small arrays), so that the loads which depend on b, and the block-table loads
-    // after them, hit L2 instead of paying HBM's latency again (bench/NOTES.md v37).
-    const int64_t t = (static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * kThreads + tid;
+  // While b is in flight: the grid's first threads ask L2 for every line of the arrays read next,
+  // so that the loads which depend on b, and the block-table loads after them, hit L2 instead of
+  // paying HBM's latency again; every other thread pays one compare (bench/NOTES.md v37).
+  // (32-bit: in a grid of more than 2^32 threads the index wraps, and a wrapped thread below
+  // warm_lines only fetches a line that another thread fetches too.)
+  if (const uint32_t t = (blockIdx.y * gridDim.x + blockIdx.x) * kThreads + tid; t < p.warm_lines) {
     const int64_t n = static_cast<int64_t>(gridDim.x) * gridDim.y * kThreads;
     cuda_common::prefetch_l2_range(p.slot_mapping, p.num_tokens * 8, t, n);
     cuda_common::prefetch_l2_range(p.token_to_req, p.num_tokens * 4, t, n);
