@@ -132,7 +132,7 @@ void print_stream_trace(const std::string& name, const compress::cuda::CompressT
       if (at(k, c, 0) != 0) entry = std::min(entry, us(at(k, c, 0)));
       if (at(k, c, 2) != 0) rows.push_back(us(at(k, c, 2)));
       if (at(k, c, 3) != 0) streamed.push_back(us(at(k, c, 3)));
-      if (at(k, c, cc::kTracePhases - 1) != 0) written = std::max(written, us(at(k, c, cc::kTracePhases - 1)));
+      if (at(k, c, cc::kTraceWritten) != 0) written = std::max(written, us(at(k, c, cc::kTraceWritten)));
     }
     if (rows.empty() || streamed.empty()) return;
     std::sort(rows.begin(), rows.end());
@@ -238,8 +238,8 @@ void trace_case(const std::string& name, const CompressArgs& a, BenchCase& bc, c
     const unsigned long long s = t.stamps[static_cast<size_t>(c) * cc::kTracePhases];
     if (s != 0) t0 = std::min(t0, s);
   }
-  static const char* const kNames[cc::kTracePhases] = {"entry",  "header", "rows",   "streamed", "groups",
-                                                       "ticket", "loaded", "merged", "norm",     "written"};
+  static const char* const kNames[cc::kTracePhases] = {"entry",  "header", "rows", "streamed", "groups",  "ticket",
+                                                       "loaded", "merged", "norm", "written",  "boundary", "table"};
   std::printf("  trace %s: %lld outputs x %lld splits x %lld slices; phase median/max us:", name.c_str(),
               static_cast<long long>(t.num_outputs), static_cast<long long>(t.plan.num_splits),
               static_cast<long long>(t.plan.dim_slices));
@@ -249,7 +249,7 @@ void trace_case(const std::string& name, const CompressArgs& a, BenchCase& bc, c
   // Each CTA's own steps after the streaming: its row-group merge, its publish and ticket, and for
   // the finishing CTAs the split merge (partials read back) and the record.
   std::printf("\n    steps within a CTA, median/max us:");
-  add_step_stats(bc, t.stamps, ctas, cc::kTracePhases, kNames, {{3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 8}, {8, 9}});
+  add_step_stats(bc, t.stamps, ctas, cc::kTracePhases, kNames, {{0, 10}, {10, 1}, {1, 11}, {11, 2}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 8}, {8, 9}});
   std::printf("\n");
   if (dir.empty()) return;
   const std::string path = dir + "/" + name + ".csv";

@@ -28,7 +28,10 @@ inline constexpr int64_t kMaxClusterSplits = 16;
 // Timestamps a traced launch records per CTA (bench compress --trace): entry, header resolved, row
 // table ready, rows streamed, row groups merged, ticket taken, partials loaded (thread 0's merge of
 // the splits' triples done, so its loads have returned), splits merged (the two row groups'
-// results exchanged), norm (RMSNorm's sum of squares reduced), record written.
-inline constexpr int kTracePhases = 10;
+// results exchanged), norm (RMSNorm's sum of squares reduced), record written; then, appended so
+// that the others keep their numbers, boundary (the CTA's boundary index loaded) and table (its
+// first block-table entry loaded).
+inline constexpr int kTracePhases = 12;
+inline constexpr int kTraceWritten = 9;
 
 }  // namespace latentkv::compress::cuda

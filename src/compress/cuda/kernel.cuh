@@ -277,6 +277,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
                                      t, n);
   }
   if (b < 0 || b >= p.num_tokens) return;
+  stamp(10);
   const int64_t slot = p.slot_mapping[b];
   const int64_t req = p.token_to_req[b];
   const int64_t pos = p.positions[b];
@@ -331,6 +332,7 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
     const int n_blocks = static_cast<int>((first + r1 - 1) / bs - lb0 + 1);  // <= rows
     if (tid < n_blocks) s_phys[tid] = p.block_table[req * p.stride_table_req + lb0 + tid];
     __syncthreads();
+    stamp(11);
     if (tid < r1 - r0) {
       // Row tid lies `o` rows after the start of block lb0: block lb0 + o / bs, row o % bs of it.
       const int64_t o = first + r0 - lb0 * bs + tid;  // < bs + kMaxRowsPerSplit
