@@ -87,6 +87,28 @@ std::vector<bool> valid_record_mask(CompressWorkload& w) {
   return m;
 }
 
+// One in-place run on the GPU with the switches as they stand; the cache's bytes after it.
+std::vector<uint8_t> gpu_bytes(CompressWorkload& w, const std::string& label) {
+  DeviceWorkload d(w);
+  compress_kv(d.args(), nullptr, CompressImpl::kCuda);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << label;
+  return d.kv.download();
+}
+
+// The records in `got` pass the oracle's judgement and every byte outside them is the initial one.
+compress::CheckReport expect_records_and_nothing_else(CompressWorkload& w, const std::vector<uint8_t>& got,
+                                                      const std::string& label) {
+  const compress::CheckReport rep = compress::check_records(w.params(), got.data());
+  EXPECT_TRUE(rep.ok()) << label << ": " << rep.first_failure;
+  const std::vector<bool> mask = valid_record_mask(w);
+  for (size_t k = 0; k < got.size(); ++k)
+    if (!mask[k] && got[k] != w.kv[k]) {
+      ADD_FAILURE() << label << ": byte " << k << " outside the records changed";
+      break;
+    }
+  return rep;
+}
+
 // A workload with a shuffled block table, random slots and a random initial cache; the payload
 // alternates with n (int8 for even n).
 CompressWorkload varied_workload(int64_t reqs, int64_t tokens, int64_t C, int64_t block_size, int n,
@@ -499,20 +521,11 @@ TEST(CompressCuda, SliceClustersMatchGlobalMergeBitwise) {
         } else {
           used = compress::cuda::merges_in_clusters(w.params(), 0);
         }
-        DeviceWorkload d(w);
-        compress_kv(d.args(), nullptr, CompressImpl::kCuda);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << buf;
-        got[cl] = d.kv.download();
+        got[cl] = gpu_bytes(w, buf);
       }
       clustered += used;
       EXPECT_EQ(got[0], got[1]) << buf << ": slices finishing in clusters differ from the global merge";
-      const compress::CheckReport rep = compress::check_records(w.params(), got[1].data());
-      EXPECT_TRUE(rep.ok()) << buf << ": " << rep.first_failure;
-      const std::vector<bool> mask = valid_record_mask(w);
-      for (size_t k = 0; k < got[1].size(); ++k)
-        if (!mask[k]) {
-          ASSERT_EQ(got[1][k], w.kv[k]) << buf << ": byte " << k << " outside the records changed";
-        }
+      const compress::CheckReport rep = expect_records_and_nothing_else(w, got[1], buf);
       std::printf("[check] slice clusters %-26s records %lld, in clusters: %s, same bytes as the global "
                   "merge: %s\n",
                   buf, static_cast<long long>(rep.records), used ? "yes" : "no", got[0] == got[1] ? "yes" : "NO");
@@ -550,19 +563,10 @@ TEST(CompressCuda, IndexPrefetchChangesNoByte) {
     for (int on = 0; on < 2; ++on) {
       compress::cuda::set_compress_warm_indices(on == 1);
       EXPECT_EQ(compress::cuda::warms_indices(w.params()), on == 1) << buf;
-      DeviceWorkload d(w);
-      compress_kv(d.args(), nullptr, CompressImpl::kCuda);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << buf;
-      got[on] = d.kv.download();
+      got[on] = gpu_bytes(w, buf);
     }
     EXPECT_EQ(got[0], got[1]) << buf << ": the prefetch changed the bytes";
-    const compress::CheckReport rep = compress::check_records(w.params(), got[1].data());
-    EXPECT_TRUE(rep.ok()) << buf << ": " << rep.first_failure;
-    const std::vector<bool> mask = valid_record_mask(w);
-    for (size_t k = 0; k < got[1].size(); ++k)
-      if (!mask[k]) {
-        ASSERT_EQ(got[1][k], w.kv[k]) << buf << ": byte " << k << " outside the records changed";
-      }
+    const compress::CheckReport rep = expect_records_and_nothing_else(w, got[1], buf);
     std::printf("[check] index prefetch %-24s records %lld, same bytes with and without: %s\n", buf,
                 static_cast<long long>(rep.records), got[0] == got[1] ? "yes" : "NO");
   }
