@@ -314,8 +314,11 @@ int64_t warm_lines(const Params& p) {
   // At most 1/32 of the state bytes the call streams (a window of C rows of 4096 bytes per output):
   // the contest's layouts need ~0.5%; an engine's block table sized for far longer requests than
   // this call's windows is left alone.
-  const int64_t streamed = p.num_outputs * p.compress_ratio * kStateWidth * static_cast<int64_t>(sizeof(float));
-  if (!compress_warm_indices() || p.num_tokens * (8 + 4 + 8) + table_bytes(p) > streamed / 32) return 0;
+  // (In double: C has no upper bound, so the product could overflow 64 bits.)
+  const double streamed = static_cast<double>(p.num_outputs) * static_cast<double>(p.compress_ratio) * kStateWidth *
+                          static_cast<double>(sizeof(float));
+  const double index = static_cast<double>(p.num_tokens * (8 + 4 + 8) + table_bytes(p));
+  if (!compress_warm_indices() || index > streamed / 32) return 0;
   const int64_t lines = std::max({lines_of(p.slot_mapping, p.num_tokens * 8), lines_of(p.token_to_req, p.num_tokens * 4),
                                   lines_of(p.positions, p.num_tokens * 8), lines_of(p.block_table, table_bytes(p))});
   return lines < (int64_t{1} << 31) ? lines : 0;
