@@ -56,9 +56,6 @@ struct Params {
   // backend (the largest array's line count, below 2^31) where those arrays are small beside the
   // state bytes the call streams (warms_indices in cuda/launch.h).
   uint32_t warm_lines = 0;
-  // CUDA, measurement switch (LKV_COMPRESS_TOUCH_PAGES): 1 or 2 touch each index array's first
-  // line per CTA at entry (to L2 / to L1); 0: off.
-  uint32_t touch_pages = 0;
 };
 
 // Why an output is invalid; 0 means valid. The order is the order of the checks.

@@ -417,11 +417,6 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
   const bool pdl = (trace == nullptr || trace_back_to_back) && compress_pdl_on(device);
   Params q = p;
   q.warm_lines = static_cast<uint32_t>(warm_lines(p));
-  static const uint32_t touch = [] {
-    const char* e = std::getenv("LKV_COMPRESS_TOUCH_PAGES");
-    return e ? static_cast<uint32_t>(std::atoi(e)) : 0u;
-  }();
-  q.touch_pages = touch;
   if (q.fp8) launch_compress_kernel<true>(q, plan, partials, counters, cluster, pdl, trace, stream);
   else launch_compress_kernel<false>(q, plan, partials, counters, cluster, pdl, trace, stream);
 }

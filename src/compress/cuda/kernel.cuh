@@ -276,17 +276,6 @@ compress_kernel(const Params p, const SplitPlan plan, float* __restrict__ partia
       cuda_common::prefetch_l2_range(p.block_table, ((p.num_reqs - 1) * p.stride_table_req + p.blocks_per_req) * 4,
                                      t, n);
   }
-  // Measurement switch (LKV_COMPRESS_TOUCH_PAGES, bench/NOTES.md v38): one thread in each of four
-  // warps touches the first line of one index array while b is in flight, so that this SM has
-  // translated those arrays' pages before the loads that depend on b. 1: prefetch to L2, 2: to L1.
-  if (p.touch_pages != 0 && (tid & 31) == 0 && tid < 128) {
-    const void* const a = tid == 0 ? static_cast<const void*>(p.slot_mapping)
-                          : tid == 32 ? static_cast<const void*>(p.token_to_req)
-                          : tid == 64 ? static_cast<const void*>(p.positions)
-                                      : static_cast<const void*>(p.block_table);
-    if (p.touch_pages == 1) cuda_common::prefetch_l2(a);
-    else asm volatile("prefetch.global.L1 [%0];\n" ::"l"(a));
-  }
   if (b < 0 || b >= p.num_tokens) return;
   stamp(10);
   const int64_t slot = p.slot_mapping[b];
