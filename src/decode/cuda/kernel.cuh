@@ -155,6 +155,85 @@ __device__ __forceinline__ void dequant16_f32(const uint4 raw, float s, uint4& l
   hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
+// ---- Fast dequantization, exact where it applies ------------------------------------------------
+// Per pair of bytes: one byte permute places each byte in the low half of a 16-bit lane with its
+// sign copied into the high half; shifted left by 4 and masked, the lane holds the sign at bit 15,
+// the e4m3 exponent in the low 4 bits of the bf16 exponent field and the 3 mantissa bits on top of
+// the bf16 mantissa. Read as bf16 that is exactly the e4m3 value times 2^-120 (zero and e4m3
+// subnormals included: they become bf16 subnormals with the same digits), so one bf16x2 multiply by
+// 2^120 x scale finishes the job: 4 instructions per pair, none on the conversion pipe (the
+// dequant16_f32 form takes 6, three of them conversions; on sm_80, which has no e4m3 conversion,
+// many more). Exact when the scale is a power of two in [2^-117, 2^7] (every format's scales are
+// powers of two; the bounds keep the multiplier a normal bf16 and every nonzero product normal)
+// and no byte is NaN; dequant16 takes dequant16_f32 otherwise, so results never depend on which
+// form ran (tests Sm90Primitives.DequantizationMatchesReference, and every portable suite).
+
+// Whether x = 2^e with e in [-117, 7] (fp32 exponent field in [10, 134]).
+__device__ __forceinline__ bool fast_scale(float x) {
+  const uint32_t b = __float_as_uint(x);
+  const uint32_t e = b >> 23;
+  return (b & 0x807fffffu) == 0 && e >= 10 && e <= 134;
+}
+
+// Whether none of 16 e4m3 bytes is NaN (0x7f or 0xff: its low 7 bits plus one carry into bit 7).
+__device__ __forceinline__ bool no_nan16(const uint4 raw) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t nan = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) nan |= ((w[q] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
+  return nan == 0;
+}
+
+// Whether dequant16_fast is exact for these 16 e4m3 bytes and scale: no NaN byte and a fast_scale.
+__device__ __forceinline__ bool dequant16_fast_ok(const uint4 raw, float s) { return no_nan16(raw) && fast_scale(s); }
+
+// dequant16_fast's multiplier, 2^120 x s in both bf16 halves, for a fast_scale s.
+__device__ __forceinline__ uint32_t fast_multiplier(float s) {
+  const float f = s * 0x1p120f;  // exact: a power of two in range
+  return pack_bf16(f, f);
+}
+
+// Bytes 2 k and 2 k + 1 of w (k = 0 or 1) as two bf16 lanes of value e4m3 x 2^-120.
+template <int k>
+__device__ __forceinline__ uint32_t e4m3x2_scaled_bits(uint32_t w) {
+  // prmt selector nibbles, low byte first: byte 2k, sign of byte 2k, byte 2k + 1, its sign.
+  constexpr uint32_t sel = k == 0 ? 0x9180u : 0xb3a2u;
+  uint32_t p;
+  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(p) : "r"(w), "n"(sel));
+  return (p << 4) & 0x87f087f0u;
+}
+
+// a x b in both bf16 lanes, rounded once. sm_80 has no bf16x2 multiply: a fused multiply-add of
+// -0 gives the same bits (x + -0 = x for every x, -0 included).
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm("mul.rn.bf16x2 %0, %0, %1;\n" : "+r"(a) : "r"(b));
+#else
+  asm("fma.rn.bf16x2 %0, %0, %1, %2;\n" : "+r"(a) : "r"(b), "r"(0x80008000u));
+#endif
+  return a;
+}
+
+// 16 e4m3 bytes times scale s to 16 bf16 (two 16-byte units, dims in order), where
+// dequant16_fast_ok holds; f2 = fast_multiplier(s) (or a ue8m0 scale's equivalent).
+__device__ __forceinline__ void dequant16_fast(const uint4 raw, uint32_t f2, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    out[2 * q] = mul_bf16x2(e4m3x2_scaled_bits<0>(w[q]), f2);
+    out[2 * q + 1] = mul_bf16x2(e4m3x2_scaled_bits<1>(w[q]), f2);
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+// The same for any bytes and scale: the fast form where it is exact, else dequant16_f32.
+__device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, uint4& hi) {
+  if (dequant16_fast_ok(raw, s)) dequant16_fast(raw, fast_multiplier(s), lo, hi);
+  else dequant16_f32(raw, s, lo, hi);
+}
+
 // ---- score products -----------------------------------------------------------------------------
 // S = Q K^T for the 16 rows of head tile mt against a tile of 32 keys, in one of two shapes for the
 // two warps (nh) of the head tile. The loops are unrolled whole and the fragments of k-step
@@ -512,7 +591,15 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
       if (i0 + j >= kNopeIters || (kNopeTotal % kThreads != 0 && c >= kNopeTotal)) break;
       const int tok = c / kChunksNope, part = c % kChunksNope;
       uint4 lo, hi;
+      // Where the hardware converts e4m3 (sm_89 and newer), through fp32: on the H200 the fast
+      // form's checks cost this kernel 1-5% more than the conversions they save (bench/NOTES.md
+      // v38). Code without that conversion (sm_80, sm_86, and the compute_80 PTX that newer GPUs
+      // compile) takes the fast form where it is exact instead of converting in software.
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890) || (defined(LKV_PORTABLE_F32_DEQUANT) && LKV_PORTABLE_F32_DEQUANT)
       dequant16_f32(nope[j], scale[j], lo, hi);
+#else
+      dequant16(nope[j], scale[j], lo, hi);
+#endif
       if (!live[j]) lo = hi = make_uint4(0, 0, 0, 0);
       uint16_t* dst = keys + tok * kStride + part * 16;
       *reinterpret_cast<uint4*>(dst) = lo;
