@@ -154,9 +154,11 @@ __global__ void __launch_bounds__(256) qk_contention_kernel(const uint16_t* q, c
 // fp32 scale scales[i], or (e8 given) the v4 path with ue8m0 byte e8[i]: the fast form with
 // ue8m0_multiplier where the chunk has no NaN and the byte is in the fast range, else dequant16.
 // fast[i]: whether the fast form ran (dequant16 takes it exactly when dequant16_fast_ok holds).
+// Built for every target (nothing in it needs sm_90a), so that the compute_80 PTX's form of the
+// multiply (decode/cuda/kernel.cuh) is checked too when the driver is made to compile the PTX
+// (CUDA_FORCE_PTX_JIT=1, bench/probes/ptx_jit_ab.sh).
 __global__ void dequant_kernel(const uint4* bytes, const float* scales, const uint8_t* e8, int n, uint4* out,
                                uint8_t* fast) {
-#if defined(LKV_SM90_WGMMA)
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   uint4 lo, hi;
@@ -173,9 +175,6 @@ __global__ void dequant_kernel(const uint4* bytes, const float* scales, const ui
   out[2 * i] = lo;
   out[2 * i + 1] = hi;
   fast[i] = took_fast ? 1 : 0;
-#else
-  (void)bytes, (void)scales, (void)e8, (void)n, (void)out, (void)fast;
-#endif
 }
 
 // One block of 64 tokens' records dequantized into a key stage, which then goes to `out` whole
