@@ -5,7 +5,7 @@
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
 #   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [env_ab] [variant_ab] [racecheck_variant] [variant_trace]
-#   [flashmla] [decode_stream]
+#   [flashmla] [decode_stream] [test_jit] (the compute_80 PTX under forced JIT)
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -133,6 +133,19 @@ guarded_suite() {
   note "cuda tests ($label) rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$log.log" | tr '\n' ' ')"
   [ $rc -eq 124 ] && { note "$label tests timed out: later stages skipped"; finish; exit 1; }
 }
+
+# test_jit: the compute_80 PTX (what sm_80 / sm_86 and GPUs newer than Hopper run) on this GPU, the
+# driver made to compile it (CUDA_FORCE_PTX_JIT=1; bench/NOTES.md v38): the portable suites and the
+# dequantization primitive with the portable kernel forced, then the `auto` choice, which must fall
+# back to the portable kernel. The compiled PTX is cached for the stage's processes.
+if has test_jit; then
+  export_jit=(CUDA_FORCE_PTX_JIT=1 CUDA_CACHE_MAXSIZE=4294967296 CUDA_CACHE_PATH=/tmp/lkv-jit-cache)
+  guarded_suite cuda_tests_jit "compute_80 PTX, portable" 'DecodeCuda.CornerCases' \
+    'Sm90Primitives.DequantizationMatchesReference:DecodeCuda.FlashMlaStyleGrid:DecodeCuda.CornerCases:DenseCuda.ShapeGrid:DenseCuda.CornerCasesAndDeterminism' \
+    "${export_jit[@]}" LKV_DECODE_KERNEL=portable
+  guarded_suite cuda_tests_jit_auto "compute_80 PTX, auto" 'DecodeCuda.CornerCases' \
+    'DecodeCuda.CornerCases:DecodeCuda.Sm90AgreesWithPortable' "${export_jit[@]}"
+fi
 
 # test_ws: the attention suites again with the warp-specialised sm90 variant (LKV_SM90_WS=1); the
 # pairs case runs in test_ws_pairs.
