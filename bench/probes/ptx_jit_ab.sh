@@ -2,9 +2,9 @@
 # The portable kernels' compute_80 code (what sm_80 / sm_86 GPUs and GPUs newer than Hopper run)
 # timed on the device by forcing the driver to compile the embedded PTX instead of loading the
 # sm_90a machine code (CUDA_FORCE_PTX_JIT=1): build-gpu (default) against build-gpu-variant (a
-# variant build, e.g. -DLKV_PORTABLE_F32_DEQUANT=ON), two alternations, then the default build's
-# portable suites and the dequantization primitive's check under the same JIT. The compiled PTX is
-# cached across the processes of one build.
+# variant build, e.g. -DLKV_PORTABLE_F32_DEQUANT=ON), two alternations, then `scripts/gpu.sh
+# test_jit` (the default build's JIT checks). The compiled PTX is cached across the processes of
+# one build.
 # Usage (after `scripts/gpu.sh build` with LKV_VARIANT_CMAKE set): bench/probes/ptx_jit_ab.sh OUT
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,7 +36,6 @@ for name, r in t.items():
     vals = [r.get(c, float("nan")) for c in cols]
     print(f"{name:44s}" + "".join(f"{x:11.1f}" for x in vals) + f"   {vals[1] / vals[0]:.3f} {vals[3] / vals[2]:.3f}")
 PY
-LKV_DECODE_KERNEL=portable timeout 150 ./build-gpu/lkv_cuda_tests \
-  --gtest_filter='Sm90Primitives.DequantizationMatchesReference:DecodeCuda.FlashMlaStyleGrid:DecodeCuda.CornerCases:DenseCuda.ShapeGrid:DenseCuda.CornerCasesAndDeterminism' \
-  >"$out/jit/tests.log" 2>&1
-echo "JIT tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/jit/tests.log" | tr '\n' ' ')"
+# The JIT checks themselves: scripts/gpu.sh's test_jit stage (the portable suites and the
+# dequantization primitive with the portable kernel forced, then the `auto` choice).
+OUT="$out/jit" bash scripts/gpu.sh test_jit | tail -3

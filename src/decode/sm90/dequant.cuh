@@ -15,7 +15,6 @@ namespace latentkv::decode::sm90 {
 using cuda::dequant16;
 using cuda::dequant16_fast;
 using cuda::dequant16_fast_ok;
-using cuda::e4m3x2_scaled_bits;
 using cuda::fast_multiplier;
 using cuda::fast_scale;
 using cuda::no_nan16;
