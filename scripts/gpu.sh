@@ -6,6 +6,7 @@
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
 #   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [env_ab] [variant_ab] [racecheck_variant] [variant_trace]
 #   [flashmla] [decode_stream] [test_jit] (the compute_80 PTX under forced JIT)
+#   [decode_compact] [prefill_compact] [dense_compact] [sanitize_compact] (the compact kernel forced)
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
@@ -164,6 +165,17 @@ if has sanitize; then
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
     --gtest_filter="${LKV_MEMCHECK_FILTER:-*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism:DenseCuda.PackedQueryTokens}" >"$OUT/memcheck.log" 2>&1
   note "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+fi
+
+# sanitize_compact: memcheck on the adversarial index tests and racecheck on the corner cases, both
+# with the compact kernel alone (LKV_TEST_KERNELS=compact; the suites loop over the kernels).
+if has sanitize_compact; then
+  LKV_TEST_KERNELS=compact timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
+    --gtest_filter="${LKV_MEMCHECK_FILTER:-DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism:DenseCuda.PackedQueryTokens}" >"$OUT/memcheck-compact.log" 2>&1
+  note "memcheck (compact) rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-compact.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED)' "$OUT/memcheck-compact.log" | tr '\n' ' ')"
+  LKV_TEST_KERNELS=compact timeout 240 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
+    --gtest_filter="${LKV_RACECHECK_FILTER:-DecodeCuda.CornerCases:DenseCuda.PackedQueryTokens}" >"$OUT/racecheck-compact.log" 2>&1
+  note "racecheck (compact) rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck-compact.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED)' "$OUT/racecheck-compact.log" | tr '\n' ' ')"
 fi
 
 # racecheck: compute-sanitizer's shared-memory hazard check on the sm90 kernel (single CTAs and
@@ -453,12 +465,19 @@ if has decode_portable; then
   note "bench decode (portable): $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode-portable.log" | tr -s ' ' | tr '\n' ';')"
 fi
 
+# decode_compact / prefill_compact / dense_compact: the compact kernel (decode/compact, the 99 KB
+# parts' kernel) forced on this GPU.
+if has decode_compact; then
+  ./build-gpu/latentkv bench decode --device cuda --kernel compact --json "$OUT/decode-compact-h200.json" 2>&1 | tee "$OUT/bench-decode-compact.log"
+  note "bench decode (compact): $(grep -E 'v32_b128_h128|tp_|v4_b128_h64' "$OUT/bench-decode-compact.log" | tr -s ' ' | tr '\n' ';')"
+fi
+
 # *_nopack: dense decode with one query token per CTA (LKV_DENSE_PACK=0), to compare with packing.
 # *_nogroups: the portable kernel without token groups (LKV_TOKEN_GROUPS=0), to compare with them.
 # *_narrow: the portable kernel's narrow layouts (LKV_WIDE_LAYOUT=0: two 16-bit key tiles, quantized
 # keys dequantized in their own phase), to compare with the wide ones.
 # *_noroles: the portable kernel without score and value warps (LKV_ROLES=0), to compare with them.
-for op in prefill dense prefill_portable dense_portable decode_ws prefill_ws dense_ws dense_nopack dense_portable_nopack \
+for op in prefill dense prefill_portable dense_portable prefill_compact dense_compact decode_ws prefill_ws dense_ws dense_nopack dense_portable_nopack \
           decode_portable_nogroups dense_portable_nogroups prefill_portable_narrow dense_portable_narrow \
           dense_portable_noroles; do
   if has $op; then
@@ -472,8 +491,10 @@ for op in prefill dense prefill_portable dense_portable decode_ws prefill_ws den
     base=${base%_narrow}
     base=${base%_noroles}
     [[ $base == *_portable ]] && kernel=portable
+    [[ $base == *_compact ]] && kernel=compact
     [[ $base == *_ws ]] && ws=1
     base=${base%_portable}
+    base=${base%_compact}
     base=${base%_ws}
     LKV_SM90_WS=$ws LKV_DENSE_PACK=$pack LKV_TOKEN_GROUPS=$groups LKV_WIDE_LAYOUT=$wide LKV_ROLES=$roles ./build-gpu/latentkv bench $base --device cuda --kernel $kernel --json "$OUT/$op-h200.json" 2>&1 | tee "$OUT/bench-$op.log"
     note "bench $op: $(grep -E '_h128_d576_len$|^sq4096_skv65536_topk2048_h128_d576 |_h16_sq[12]|_h128_sq2|v32_b128_h128|peak' "$OUT/bench-$op.log" | tr -s ' ' | tr '\n' ';')"

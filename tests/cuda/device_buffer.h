@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <vector>
+
+#include "decode/cuda/config.h"
 
 namespace latentkv::testing {
 
@@ -48,6 +52,29 @@ class DeviceBuffer {
 inline bool has_cuda_device() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// Whether device 0 can run the portable attention kernel's largest layout (v32_fp8 records, one
+// key tile): not on 99 KB parts, which run the compact kernel instead.
+inline bool portable_kernel_fits() {
+  int bytes = 0;
+  return cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) == cudaSuccess &&
+         bytes >= latentkv::decode::cuda::SmemLayout<576, false>::total;
+}
+
+// The kernels of `all` that LKV_TEST_KERNELS (a comma-separated list of portable, compact, sm90)
+// names, or all of them when it is unset: sanitizer runs take one kernel at a time.
+template <class Choice>
+std::vector<Choice> only_listed_kernels(const std::vector<Choice>& all) {
+  const char* env = std::getenv("LKV_TEST_KERNELS");
+  if (!env || !*env) return all;
+  const std::string list = std::string(",") + env + ",";
+  std::vector<Choice> kept;
+  for (Choice k : all) {
+    const char* name = k == Choice::kSm90 ? "sm90" : k == Choice::kCompact ? "compact" : "portable";
+    if (list.find(std::string(",") + name + ",") != std::string::npos) kept.push_back(k);
+  }
+  return kept;
 }
 
 }  // namespace latentkv::testing

@@ -16,6 +16,7 @@
 
 #include "cuda/device_buffer.h"
 #include "cuda/switches.h"
+#include "decode/compact/config.h"
 #include "decode/cuda/launch.h"
 #include "decode/sm90/launch.h"
 #include "dense/cuda/launch.h"
@@ -43,10 +44,13 @@ using latentkv::decode::cuda::KernelChoice;
 
 // The kernels this device runs: the portable one always, the Hopper one on compute capability 9.0
 // (bf16 only: f16 cases run the portable kernel under either choice).
+// The compact kernel runs everywhere; the portable one where its layout fits.
 std::vector<KernelChoice> kernels() {
-  std::vector<KernelChoice> k{KernelChoice::kPortable};
+  std::vector<KernelChoice> k;
+  if (latentkv::testing::portable_kernel_fits()) k.push_back(KernelChoice::kPortable);
+  k.push_back(KernelChoice::kCompact);
   if (latentkv::decode::sm90::usable(0)) k.push_back(KernelChoice::kSm90);
-  return k;
+  return latentkv::testing::only_listed_kernels(k);
 }
 std::string g_kernel = "auto";  // printed with every case
 
@@ -54,7 +58,7 @@ std::string g_kernel = "auto";  // printed with every case
 struct UseKernel {
   explicit UseKernel(KernelChoice k) {
     latentkv::decode::cuda::set_kernel_choice(k);
-    g_kernel = k == KernelChoice::kSm90 ? "sm90" : "portable";
+    g_kernel = k == KernelChoice::kSm90 ? "sm90" : k == KernelChoice::kCompact ? "compact" : "portable";
   }
   ~UseKernel() {
     latentkv::decode::cuda::set_kernel_choice(KernelChoice::kAuto);
@@ -734,6 +738,46 @@ TEST(AttentionLaunch, CopyWarpsChoice) {
   dc::set_copy_warps_override(0);
   EXPECT_EQ(dc::copy_warps_for(geometry(128, 1), false, false), 4);
   for (int bad : {-1, 3, 5, 16}) EXPECT_THROW(dc::set_copy_warps_override(bad), Error) << bad;
+}
+
+// Which kernel a launch takes when the Hopper one does not run: the compact one where the device's
+// shared memory per block is below the portable layout the launch would use, or where forced; the
+// portable one otherwise. (The decode, prefill and dense suites run the compact kernel itself.)
+TEST(AttentionLaunch, CompactChoice) {
+  REQUIRE_GPU();
+  namespace dc = latentkv::decode::cuda;
+  int limit = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), cudaSuccess);
+  {
+    UseKernel use(KernelChoice::kAuto);
+    EXPECT_FALSE(dc::use_compact(0, limit));
+    EXPECT_TRUE(dc::use_compact(0, limit + 1));
+    EXPECT_EQ(std::string(dc::kernel_for_device(0)) == "compact", !latentkv::testing::portable_kernel_fits());
+  }
+  {
+    UseKernel use(KernelChoice::kPortable);
+    EXPECT_FALSE(dc::use_compact(0, limit + 1));  // forced: the portable launch then reports the sizes
+  }
+  {
+    UseKernel use(KernelChoice::kCompact);
+    EXPECT_TRUE(dc::use_compact(0, 0));
+    EXPECT_FALSE(dc::use_sm90(0));
+    EXPECT_STREQ(dc::kernel_for_device(0), "compact");
+  }
+  // Slices of 16 rows cover each portable CTA's rows: heads of one head block times packed queries.
+  auto slices = [](int64_t heads_per_kv, int64_t pack) {
+    dc::Geometry g{};
+    g.heads_per_kv = heads_per_kv;
+    g.pack = pack;
+    return latentkv::decode::compact::slice_count(g);
+  };
+  EXPECT_EQ(slices(1, 1), 1);
+  EXPECT_EQ(slices(16, 1), 1);
+  EXPECT_EQ(slices(17, 1), 2);
+  EXPECT_EQ(slices(70, 1), 4);
+  EXPECT_EQ(slices(128, 1), 4);
+  EXPECT_EQ(slices(16, 4), 4);
+  EXPECT_EQ(slices(3, 5), 1);
 }
 
 // The tile copies' issuing warps (Geometry::copy_warps, 1, 2, 4 or 8 on sm_90) change no

@@ -192,13 +192,18 @@ void check_case(const DecodeWorkloadOptions& o, const std::string& label, const 
 
 using latentkv::decode::cuda::KernelChoice;
 
-// The kernels this device runs: the portable one always, the Hopper one on compute capability 9.0.
+// The kernels this device runs: the portable one where its layout fits (every device but the 99 KB
+// parts), the compact one always, the Hopper one on compute capability 9.0.
 std::vector<KernelChoice> kernels() {
-  std::vector<KernelChoice> k{KernelChoice::kPortable};
+  std::vector<KernelChoice> k;
+  if (latentkv::testing::portable_kernel_fits()) k.push_back(KernelChoice::kPortable);
+  k.push_back(KernelChoice::kCompact);
   if (latentkv::decode::sm90::usable(0)) k.push_back(KernelChoice::kSm90);
-  return k;
+  return latentkv::testing::only_listed_kernels(k);
 }
-const char* kernel_name(KernelChoice k) { return k == KernelChoice::kSm90 ? "sm90" : "portable"; }
+const char* kernel_name(KernelChoice k) {
+  return k == KernelChoice::kSm90 ? "sm90" : k == KernelChoice::kCompact ? "compact" : "portable";
+}
 
 // Forces one kernel for its lifetime.
 struct UseKernel {

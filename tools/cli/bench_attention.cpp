@@ -44,8 +44,8 @@ Options parse_options(const Args& args, int default_reps) {
   o.reps = args.get_int("reps", default_reps);
   o.kernel = args.get("kernel", "auto");
   args.check_all_used();
-  LKV_CHECK(o.kernel == "auto" || o.kernel == "portable" || o.kernel == "sm90",
-            "--kernel must be auto, portable or sm90, got '", o.kernel, "'");
+  LKV_CHECK(o.kernel == "auto" || o.kernel == "portable" || o.kernel == "sm90" || o.kernel == "compact",
+            "--kernel must be auto, portable, sm90 or compact, got '", o.kernel, "'");
   return o;
 }
 
@@ -73,7 +73,9 @@ struct Bench {
       res.ceilings["bf16_dense_TFLOPS_datasheet"] = kDatasheetTFLOPS;
       using decode::cuda::KernelChoice;
       if (o.kernel != "auto")
-        decode::cuda::set_kernel_choice(o.kernel == "sm90" ? KernelChoice::kSm90 : KernelChoice::kPortable);
+        decode::cuda::set_kernel_choice(o.kernel == "sm90"      ? KernelChoice::kSm90
+                                        : o.kernel == "compact" ? KernelChoice::kCompact
+                                                                : KernelChoice::kPortable);
       // f16 cases run the portable kernel under either choice.
       res.notes["kernel"] = std::string(decode::cuda::kernel_for_device(0)) + " (bf16 cases)";
       if (decode::sm90::warp_specialised())

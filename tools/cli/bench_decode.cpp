@@ -309,8 +309,8 @@ int cmd_bench_decode(const Args& args) {
     forced_splits.push_back(v);
     at = end + 1;
   }
-  LKV_CHECK(kernel == "auto" || kernel == "portable" || kernel == "sm90",
-            "--kernel must be auto, portable or sm90, got '", kernel, "'");
+  LKV_CHECK(kernel == "auto" || kernel == "portable" || kernel == "sm90" || kernel == "compact",
+            "--kernel must be auto, portable, sm90 or compact, got '", kernel, "'");
 #ifdef LKV_WITH_CUDA
   const bool cuda = device != "cpu" && bench_cuda::device_count() > 0;
   LKV_CHECK(cuda || device != "cuda", "--device cuda: no CUDA device is visible");
@@ -347,7 +347,9 @@ int cmd_bench_decode(const Args& args) {
     res.ceilings["empty_launch_us"] = empty_launch;
     using decode::cuda::KernelChoice;
     if (kernel != "auto")
-      decode::cuda::set_kernel_choice(kernel == "sm90" ? KernelChoice::kSm90 : KernelChoice::kPortable);
+      decode::cuda::set_kernel_choice(kernel == "sm90"      ? KernelChoice::kSm90
+                                        : kernel == "compact" ? KernelChoice::kCompact
+                                                              : KernelChoice::kPortable);
     res.notes["kernel"] = decode::cuda::kernel_for_device(0);
     if (decode::sm90::warp_specialised())
       res.notes["kernel"] += " (warp-specialised variant, LKV_SM90_WS=1)";

@@ -10,6 +10,7 @@
 #include "cuda_common/device_cache.h"
 #include "cuda_common/pdl.cuh"
 #include "decode/cuda/kernel.cuh"
+#include "decode/compact/launch.cuh"
 #include "decode/cuda/launch.h"
 #include "decode/sm90/launch.cuh"
 #include "latentkv/tensor.h"
@@ -102,6 +103,19 @@ void launch_attend_once(const KernelParams<typename Source::Args>& p, Stream str
   static_assert(std::is_same_v<typename P::Args, typename Source::Args> && P::kDqk == Source::kDqk &&
                     P::kF16 == Source::kF16 && P::kStorage == Source::kStorage,
                 "the portable kernel's Source differs from the Hopper one only in the portable kernel's choices");
+  // The compact kernel where the portable kernel's narrow layout does not fit (or where forced);
+  // it takes none of the portable kernel's choices, so it runs with Source (one instantiation where
+  // the portable kernel has two).
+  {
+    constexpr bool kDirect = P::kStorage == KeyStorage::kDirect16;
+    int device = 0;
+    LKV_CUDA_CHECK(cudaGetDevice(&device));
+    if (use_compact(device, SmemLayout<P::kDqk, kDirect>::total)) {
+      compact::launch_attend<Source>(p, stream);
+      if (p.g.num_splits > 1) launch_combine(p.g, p.o, P::kF16, stream);
+      return;
+    }
+  }
   // The wide layout: quantized keys dequantized while the products run (any device with the
   // room); 16-bit keys three tiles deep, on sm_90 only (there the kernel's bulk copies keep two
   // tiles' copies in flight off the warps; with per-thread copies a third tile measured slower,

@@ -22,7 +22,8 @@ KernelChoice initial_choice() {
   if (!env || !*env || std::strcmp(env, "auto") == 0) return KernelChoice::kAuto;
   if (std::strcmp(env, "portable") == 0) return KernelChoice::kPortable;
   if (std::strcmp(env, "sm90") == 0) return KernelChoice::kSm90;
-  LKV_FAIL(ErrorKind::kValue, "LKV_DECODE_KERNEL must be auto, portable or sm90, got '", env, "'");
+  if (std::strcmp(env, "compact") == 0) return KernelChoice::kCompact;
+  LKV_FAIL(ErrorKind::kValue, "LKV_DECODE_KERNEL must be auto, portable, sm90 or compact, got '", env, "'");
 }
 
 std::atomic<KernelChoice>& choice_ref() {
@@ -37,7 +38,7 @@ KernelChoice kernel_choice() { return choice_ref(); }
 
 bool use_sm90(int device) {
   const KernelChoice c = kernel_choice();
-  if (c == KernelChoice::kPortable) return false;
+  if (c == KernelChoice::kPortable || c == KernelChoice::kCompact) return false;
   const bool sm90 = decode::sm90::usable(device);
   LKV_CHECK(sm90 || c == KernelChoice::kAuto, "the sm90 decode kernel was asked for (LKV_DECODE_KERNEL "
             "or set_kernel_choice) but device ", device, " cannot run it: it needs compute capability "
@@ -48,7 +49,16 @@ bool use_sm90(int device) {
   return sm90;
 }
 
-const char* kernel_for_device(int device) { return use_sm90(device) ? "sm90" : "portable"; }
+bool use_compact(int device, int portable_smem) {
+  const KernelChoice c = kernel_choice();
+  if (c == KernelChoice::kCompact) return true;
+  return c == KernelChoice::kAuto && cuda_common::max_smem_per_block(device) < portable_smem;
+}
+
+const char* kernel_for_device(int device) {
+  if (use_sm90(device)) return "sm90";
+  return use_compact(device, SmemLayout<576, false>::total) ? "compact" : "portable";
+}
 
 void sparse_decode(const Params& p, Stream stream) {
   KernelParams<SparseArgs> k{};

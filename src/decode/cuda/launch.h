@@ -23,15 +23,23 @@ bool wide_layout_allowed();
 
 // Which attention kernel runs (sparse decode, sparse prefill, dense decode). kAuto: the Hopper kernel
 // (decode/sm90) on compute capability 9.0 devices for bf16 queries, the portable one elsewhere and
-// for f16. Tests and benchmarks force either; the initial value comes from the environment variable
-// LKV_DECODE_KERNEL (auto, portable or sm90) when it is set.
-enum class KernelChoice { kAuto, kPortable, kSm90 };
+// for f16, and the compact one (decode/compact) where the device's shared memory per block cannot
+// hold the portable kernel's layout (99 KB parts: sm_86, sm_89, sm_120, sm_121). Tests and
+// benchmarks force any of them (a forced kernel that does not fit the device is an error); the
+// initial value comes from the environment variable LKV_DECODE_KERNEL (auto, portable, sm90 or
+// compact) when it is set.
+enum class KernelChoice { kAuto, kPortable, kSm90, kCompact };
 void set_kernel_choice(KernelChoice choice);
 KernelChoice kernel_choice();
 // Whether a launch on `device` uses the Hopper kernel under the current choice; an error when sm90
 // is forced on a device that cannot run it.
 bool use_sm90(int device);
-// The same as a name for reports: "sm90" or "portable".
+// Whether a launch that does not use the Hopper kernel runs the compact one: forced, or under
+// kAuto where the device allows fewer bytes per block than the portable kernel's layout needs
+// (`portable_smem`, the layout it would launch).
+bool use_compact(int device, int portable_smem);
+// The kernel a launch on `device` runs, as a name for reports: "sm90", "portable" or "compact"
+// (for the compact one the test is the portable kernel's largest layout, v32_fp8's).
 const char* kernel_for_device(int device);
 
 // Rows of a launch's CTAs that hold a (query, head): the heads of one head block times the packed
