@@ -22,19 +22,19 @@ inline constexpr int kWarps = 4;
 inline constexpr int kThreads = kWarps * 32;
 // Tokens per tile: 4 warps x 8 score columns, the portable kernel's tile.
 inline constexpr int kTileTokens = 32;
-// CTAs per SM the kernel is compiled for: 3 caps registers at 170 per thread (64 of them O), and
-// three CTAs' shared memory (78-95 KB each) fits a 228 KB SM; 99 KB parts hold one.
+// CTAs per SM the kernel is compiled for: 3 caps registers at 170 per thread (64 of them O; the
+// kernels use 156-162, no spills). Shared memory decides the rest (Layout: 70 KB for 512-wide
+// records, 78 KB for v32_fp8, 84-94 KB for 16-bit keys): a 228 KB H100/H200 SM holds three of the
+// first and two of the others, a 164 KB A100 SM two or one, and a 100 KB sm_86/sm_89/sm_120 SM one.
 inline constexpr int kMinCtasPerSm = 3;
 // Rows padded by 8 16-bit values (16 bytes): odd multiples of 16 bytes per row, so that ldmatrix
 // reads of 8 consecutive rows fall in 8 different bank groups (the portable kernel's reason).
 inline constexpr int kRowPad = 8;
 
-// Shared memory of one CTA. Quantized keys: records land in two staging tiles by cp.async (tiles
-// t + 1 and t + 2 in flight while tile t is dequantized and multiplied: with one, each tile waited
-// out a whole memory round trip, bench/NOTES.md v39) and are dequantized into one key tile. 16-bit
-// keys: two key tiles, the next tile copied straight into the other one (a third does not fit 99 KB
-// at d_qk 576).
-template <int kDqk, bool kDirect, bool kScaleRow = false>
+// Shared memory of one CTA. Quantized keys: records land in one staging tile by cp.async and are
+// dequantized into one key tile; the next tile's records are copied while the current one is
+// multiplied. 16-bit keys: two key tiles, the next tile copied straight into the other one.
+template <int kDqk, bool kDirect>
 struct Layout {
   static constexpr int q_stride = kDqk + kRowPad;            // 16-bit elements per Q row
   static constexpr int k_stride = kDqk + kRowPad;            // 16-bit elements per key row
@@ -44,17 +44,14 @@ struct Layout {
   static constexpr int k_bytes = key_tiles * kTileTokens * k_stride * 2;
   static constexpr int p_bytes = kRows * p_stride * 2;
   static constexpr int red_bytes = kWarps * kRows * 4;       // [warp][row] fp32: tile maxima, then sums
-  // Key pointers of three tiles: at the start of iteration t warp 0 writes tile t + 2's (quantized:
-  // its copies start in iteration t; 16-bit keys: tile t + 1's, a tile later) into the buffer of tile
-  // t - 1, whose readers (its mask, its dequantization, its copies) are all behind iteration t - 1's
-  // last barrier. A separate scale pointer only where the scales are not inside the record (v4_fp8's
-  // scale rows); the others find them at a fixed offset.
-  static constexpr int ptr_bufs = 3;
-  static constexpr int slot_bytes = ptr_bufs * (kScaleRow ? 2 : 1) * kTileTokens * 8;
+  // Key pointers (data, then scale) of two tiles: tile t + 1's are written (by warp 0) before the
+  // barrier that opens iteration t, into the buffer of tile t - 1, whose readers (its mask, its
+  // dequantization, its copies) are all before iteration t - 1's last barrier.
+  static constexpr int ptr_bufs = 2;
+  static constexpr int slot_bytes = ptr_bufs * 2 * kTileTokens * 8;
   // A staged record: v32 656 bytes; v4 576 data bytes and its 8 scale bytes at 576; v41 528.
   static constexpr int raw_record = kDqk == 576 ? 656 : 592;
-  static constexpr int raw_tiles = kDirect ? 0 : 2;
-  static constexpr int raw_bytes = raw_tiles * kTileTokens * raw_record;
+  static constexpr int raw_bytes = kDirect ? 0 : kTileTokens * raw_record;
   static constexpr int q_off = 0;
   static constexpr int k_off = q_off + q_bytes;
   static constexpr int p_off = k_off + k_bytes;
@@ -69,7 +66,7 @@ struct Layout {
 // 99 KB (101,376 bytes) is the per-block limit of sm_86, sm_89, sm_120 and sm_121.
 inline constexpr int kSmallSmemLimit = 99 * 1024;
 static_assert(Layout<576, false>::total <= kSmallSmemLimit, "v32_fp8 must fit 99 KB");
-static_assert(Layout<512, false, true>::total <= kSmallSmemLimit, "v4_fp8 / v41_fp8 must fit 99 KB");
+static_assert(Layout<512, false>::total <= kSmallSmemLimit, "v4_fp8 / v41_fp8 must fit 99 KB");
 static_assert(Layout<576, true>::total <= kSmallSmemLimit, "576-wide 16-bit keys must fit 99 KB");
 
 // Slices of 16 rows per head block (grid y = kv heads x head blocks x slices): enough for the

@@ -1,6 +1,6 @@
 // decode/compact/kernel.cuh: the compact attention kernel: what the portable kernel
 // (decode/cuda/kernel.cuh) computes, for the same Sources (sparse decode, sparse prefill, dense
-// decode), geometry and outputs, in 128 threads and at most 98 KB of shared memory, so that GPUs
+// decode), geometry and outputs, in 128 threads and at most 95 KB of shared memory, so that GPUs
 // with 99 KB per block (sm_86, sm_89, sm_120, sm_121) run every attention op.
 //
 // Grid: (row groups, (kv_heads * head blocks per kv head) * slices, num_splits); 128 threads. The
@@ -8,18 +8,19 @@
 // (slice_count: enough for the largest head block), so rows, packing, splits and partials keep
 // the portable kernel's meaning and its combine kernel merges this one's partials. Per CTA:
 //   1. Q (16 rows, zero past the CTA's) to shared memory.
-//   2. Per tile of 32 candidates: warp 0 resolves the keys of a later tile (index loads issued a
-//      tile earlier) while tile t's bytes land by cp.async. Quantized records alternate between two
-//      staging tiles (tiles t + 1 and t + 2 in flight while tile t is dequantized into the key tile
-//      and multiplied); 16-bit keys alternate between two key tiles (tile t + 1 in flight).
+//   2. Per tile of 32 candidates: warp 0 resolves tile t + 1's keys (its index loads issued a
+//      tile earlier) while tile t's bytes land by cp.async; quantized records are dequantized from
+//      one staging tile into the key tile, and the next tile's records are copied into the staging
+//      tile while this one is multiplied; 16-bit keys alternate between two key tiles.
 //   3. S = Q K^T (m16n8k16, fp32): warp w takes tokens 8 w .. 8 w + 7 over all of d_qk.
 //   4. Online softmax in the log2 domain: the warps' tile maxima meet in shared memory, every warp
 //      computes the same new row maxima from them, and writes P (16-bit) for its 8 tokens.
 //   5. O += P V: warp w accumulates dims 128 w .. 128 w + 127 over the tile's 32 tokens.
 //   6. The end: the warps' row sums added, then the portable kernel's epilogue (normalise, sink,
 //      out and lse, or the split's partials).
-// Three barriers per tile (four with quantized keys). On 99 KB parts one CTA of 4 warps fills an
-// SM's shared memory, so the copies in flight are what hides the memory latency.
+// Three barriers per tile (four with quantized keys): simple, and on 99 KB parts, where one CTA
+// of 4 warps fills an SM's shared memory, the copies of the next tile are the latency the loop
+// hides.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -113,16 +114,6 @@ __device__ __forceinline__ void dequantize_records(const uint8_t* const* data, c
   }
 }
 
-// The layout a Source's launch takes: quantized records with a separate scale row (v4_fp8) keep
-// a scale pointer per key.
-template <KeyStorage S>
-constexpr bool has_scale_row() {
-  if constexpr (S == KeyStorage::kDirect16) return false;
-  else return StorageTraits<S>::kScaleRow;
-}
-template <class Source>
-using SourceLayout = Layout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16, has_scale_row<Source::kStorage>()>;
-
 // Source: as for the portable kernel (decode/cuda/kernel.cuh lists what it provides).
 template <class Source>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attend_kernel(const KernelParams<typename Source::Args> p) {
@@ -134,16 +125,15 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attend_kernel(const K
   constexpr bool kF16 = Source::kF16;
   constexpr KeyStorage kStorage = Source::kStorage;
   constexpr bool kDirect = kStorage == KeyStorage::kDirect16;
-  using L = SourceLayout<Source>;
-  constexpr bool kScaleRow = has_scale_row<kStorage>();
+  using L = Layout<kDqk, kDirect>;
 
   extern __shared__ __align__(16) uint8_t smem[];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem + L::q_off);
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem + L::k_off);
   uint16_t* sP = reinterpret_cast<uint16_t*>(smem + L::p_off);   // [16][p_stride]
   float* sRed = reinterpret_cast<float*>(smem + L::red_off);     // [warp][16]
-  const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::slot_off);  // [3][32]
-  const uint8_t** sScale = sData + L::ptr_bufs * kTileTokens;                      // [3][32] (kScaleRow only)
+  const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::slot_off);  // [2][32]
+  const uint8_t** sScale = sData + L::ptr_bufs * kTileTokens;                      // [2][32]
   uint8_t* sRaw = smem + L::raw_off;
 
   const Geometry& g = p.g;
@@ -207,56 +197,44 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attend_kernel(const K
     const uint8_t* scale = nullptr;
     const uint8_t* data = pending_k >= 0 ? src.locate_index(p.src, pending_k, pending_index, &scale) : nullptr;
     sData[buf * kTileTokens + tid] = data;
-    if constexpr (kScaleRow) sScale[buf * kTileTokens + tid] = data ? scale : nullptr;
+    sScale[buf * kTileTokens + tid] = data ? scale : nullptr;
   };
-  // Starts tile `tile`'s copies (its pointers in buffer tile % 3; 16-bit keys into key tile tile % 2,
-  // records into staging tile tile % 2) as one cp.async group (an empty one past the last tile, so
-  // that every iteration's wait counts the same groups).
-  auto issue = [&](int tile) {
-    if (tile < num_tiles) {
-      const int pb = tile % L::ptr_bufs;
-      if constexpr (kDirect)
-        copy_keys16<kDqk, L::k_stride>(sData + pb * kTileTokens, sK + (tile % 2) * kTileTokens * L::k_stride, tid);
-      else
-        copy_records<kStorage, L::raw_record>(sData + pb * kTileTokens, sScale + pb * kTileTokens,
-                                              sRaw + (tile % 2) * kTileTokens * L::raw_record, tid);
-    }
+  auto issue = [&](int tile) {  // tile's copies (its pointers in buffer tile % 2)
+    const int pb = tile % L::ptr_bufs;
+    if constexpr (kDirect)
+      copy_keys16<kDqk, L::k_stride>(sData + pb * kTileTokens, sK + (tile % 2) * kTileTokens * L::k_stride, tid);
+    else
+      copy_records<kStorage, L::raw_record>(sData + pb * kTileTokens, sScale + pb * kTileTokens, sRaw, tid);
     cuda::cp_async_commit();
   };
-  // Tiles whose copies are in flight ahead of the one computed: quantized 2, 16-bit 1.
-  constexpr int kAhead = kDirect ? 1 : 2;
 
   if (tid < kTileTokens) {
-    for (int t = 0; t < kAhead; ++t) {
-      fetch(t);
-      resolve(t);
-    }
-    fetch(kAhead);
+    fetch(0);
+    resolve(0);
+    fetch(1);
   }
   __syncthreads();
-  for (int t = 0; t < kAhead; ++t) issue(t);
+  if (num_tiles > 0) issue(0);
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int pb = tile % L::ptr_bufs;
     const uint8_t* const* tile_data = sData + pb * kTileTokens;
-    // ---- 2. Tile t + kAhead's pointers (into tile t - 1's buffer), the next tile's index loads;
-    // then tile t's bytes (the newest kAhead - 1 groups stay in flight), everyone's, and every warp
-    // past tile t - 1 (its keys, P and maxima).
+    // ---- 2. Tile t + 1's pointers (into tile t - 1's buffer), tile t + 2's index loads; then
+    // tile t's bytes, everyone's, and every warp past tile t - 1 (its keys, P and maxima).
     if (tid < kTileTokens) {
-      resolve((tile + kAhead) % L::ptr_bufs);
-      fetch(tile + kAhead + 1);
+      resolve((tile + 1) % L::ptr_bufs);
+      fetch(tile + 2);
     }
-    cuda::cp_async_wait<kAhead - 1>();
+    cuda::cp_async_wait<0>();
     __syncthreads();
     const uint16_t* keys;
     if constexpr (kDirect) {
-      issue(tile + 1);  // into the key tile tile t - 1 used
+      if (tile + 1 < num_tiles) issue(tile + 1);  // into the key tile tile t - 1 used
       keys = sK + (tile % 2) * kTileTokens * L::k_stride;
     } else {
-      dequantize_records<kStorage, kDqk, L::raw_record, L::k_stride>(
-          tile_data, sRaw + (tile % 2) * kTileTokens * L::raw_record, sK, tid);
-      __syncthreads();  // keys written, staging tile t % 2 free
-      issue(tile + 2);
+      dequantize_records<kStorage, kDqk, L::raw_record, L::k_stride>(tile_data, sRaw, sK, tid);
+      __syncthreads();                            // keys written, staging free
+      if (tile + 1 < num_tiles) issue(tile + 1);
       keys = sK;
     }
 

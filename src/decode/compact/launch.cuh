@@ -15,7 +15,7 @@ namespace latentkv::decode::compact {
 // out as the portable kernel's). No host synchronisation.
 template <class Source>
 void launch_attend(const KernelParams<typename Source::Args>& p, Stream stream) {
-  constexpr int kSmem = SourceLayout<Source>::total;
+  constexpr int kSmem = Layout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16>::total;
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
   const int smem_limit = cuda_common::max_smem_per_block(device);
