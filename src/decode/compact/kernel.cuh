@@ -41,75 +41,106 @@ using cuda::OutRef;
 using cuda::PackedRows;
 using cuda::StorageTraits;
 
+// Threads per token in the record copies and the dequantization: 128 threads, 32 tokens.
+inline constexpr int kLanesPerToken = kThreads / kTileTokens;
+static_assert(kLanesPerToken == 4, "four threads per token");
+
 // The cp.async copies of a tile's quantized records into the staging tile (unattended tokens copy
-// nothing; they are zeroed at dequantization).
+// nothing; they are zeroed at dequantization). Thread t copies chunks t % 4, t % 4 + 4, .. of
+// token t / 4: one pointer read per thread (a loop over every chunk of the tile, one pointer read
+// and one division each, took 15% of the stall samples on the tensor-parallel case; bench/NOTES.md
+// v39), and each copy instruction still reads 64 contiguous bytes per token.
 template <KeyStorage S, int kRawRecord>
 __device__ __forceinline__ void copy_records(const uint8_t* const* data, const uint8_t* const* scale, uint8_t* raw,
                                              int tid) {
   using T = StorageTraits<S>;
-  constexpr int kPerToken = T::kDataChunks + (T::kScaleRow ? 1 : 0);
-  for (int c = tid; c < kTileTokens * kPerToken; c += kThreads) {
-    const int tok = c / kPerToken, part = c % kPerToken;
-    const uint8_t* src = data[tok];
-    if (!src) continue;
-    uint8_t* dst = raw + tok * kRawRecord;
-    if (part < T::kDataChunks) cuda::cp_async_16(dst + part * 16, src + part * 16);
-    else cuda::cp_async_8(dst + T::kScaleOffset, scale[tok]);  // v4: the scale row, staged at 576
+  const int tok = tid / kLanesPerToken, q = tid % kLanesPerToken;
+  const uint8_t* src = data[tok];
+  if (!src) return;
+  uint8_t* dst = raw + tok * kRawRecord;
+#pragma unroll
+  for (int part = q; part < T::kDataChunks; part += kLanesPerToken) cuda::cp_async_16(dst + part * 16, src + part * 16);
+  if constexpr (T::kScaleRow) {
+    if (q == 0) cuda::cp_async_8(dst + T::kScaleOffset, scale[tok]);  // v4: the scale row, staged at 576
   }
 }
 
 // The cp.async copies of a tile's 16-bit keys straight into a key tile; unattended tokens get zero
-// rows (plain stores), so that P = 0 never meets garbage (0 x NaN is NaN) in P V.
+// rows (plain stores), so that P = 0 never meets garbage (0 x NaN is NaN) in P V. Thread t takes
+// chunks t % 4, t % 4 + 4, .. of token t / 4, as copy_records does.
 template <int kDqk, int kStride>
 __device__ __forceinline__ void copy_keys16(const uint8_t* const* data, uint16_t* keys, int tid) {
   constexpr int kChunks = kDqk * 2 / 16;
-  for (int c = tid; c < kTileTokens * kChunks; c += kThreads) {
-    const int tok = c / kChunks, part = c % kChunks;
-    uint16_t* dst = keys + tok * kStride + part * 8;
-    if (data[tok]) cuda::cp_async_16(dst, data[tok] + part * 16);
-    else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+  const int tok = tid / kLanesPerToken, q = tid % kLanesPerToken;
+  const uint8_t* src = data[tok];
+  uint16_t* row = keys + tok * kStride;
+  if (src) {
+#pragma unroll
+    for (int part = q; part < kChunks; part += kLanesPerToken) cuda::cp_async_16(row + part * 8, src + part * 16);
+  } else {
+#pragma unroll
+    for (int part = q; part < kChunks; part += kLanesPerToken)
+      *reinterpret_cast<uint4*>(row + part * 8) = make_uint4(0, 0, 0, 0);
   }
 }
 
 // Staged records to bf16 keys, exactly as the portable kernel converts them (the same primitives,
-// so both give the same key bytes); unattended tokens become zeros without reading their staging
-// bytes (never written for this tile).
+// so both give the same key bytes); unattended tokens become zeros. Thread t converts chunks t % 4,
+// t % 4 + 4, .. of token t / 4 (neighbouring threads on neighbouring chunks, so a quarter warp's
+// 16-byte accesses spread over the banks), with one pointer read, and the loads of four chunks
+// issued before their conversions. An unattended token's staging bytes (stale, never written for
+// this tile, but inside the buffer) are converted like the others and the result replaced by zeros,
+// so no branch separates the loads (the per-chunk branch and pointer read of the first form left
+// the conversion waiting on each load in turn: 41% of the stall samples, bench/NOTES.md v39).
 template <KeyStorage S, int kDqk, int kRawRecord, int kStride>
 __device__ __forceinline__ void dequantize_records(const uint8_t* const* data, const uint8_t* raw, uint16_t* keys,
                                                    int tid) {
   using T = StorageTraits<S>;
   constexpr int kChunksNope = T::kNope / 16;  // 16 e4m3 bytes per chunk
+  constexpr int kPer = kChunksNope / kLanesPerToken;
+  static_assert(kChunksNope % kLanesPerToken == 0, "whole chunks per thread");
   static_assert(T::kNope + T::kRopeDims == kDqk, "NoPE + RoPE dims");
-#pragma unroll 2
-  for (int c = tid; c < kTileTokens * kChunksNope; c += kThreads) {
-    const int tok = c / kChunksNope, part = c % kChunksNope;
-    uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-    if (data[tok]) {
-      const uint8_t* rec = raw + tok * kRawRecord;
-      const int group = part * 16 / T::kGroup;
-      float s;
-      if constexpr (S == KeyStorage::kV32Fp8) s = reinterpret_cast<const float*>(rec + T::kScaleOffset)[group];
-      else s = num::ue8m0_to_f32(rec[T::kScaleOffset + group]);
-      const uint4 nope = *reinterpret_cast<const uint4*>(rec + part * 16);
+  const int tok = tid / kLanesPerToken, q = tid % kLanesPerToken;
+  const bool live = data[tok] != nullptr;
+  const uint8_t* rec = raw + tok * kRawRecord;
+  uint16_t* row = keys + tok * kStride;
+  constexpr int kBatch = 4;
+#pragma unroll
+  for (int j0 = 0; j0 < kPer; j0 += kBatch) {
+    uint4 nope[kBatch];
+    float sc[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (j0 + j >= kPer) break;
+      const int part = q + kLanesPerToken * (j0 + j), group = part * 16 / T::kGroup;
+      if constexpr (S == KeyStorage::kV32Fp8) sc[j] = reinterpret_cast<const float*>(rec + T::kScaleOffset)[group];
+      else sc[j] = num::ue8m0_to_f32(rec[T::kScaleOffset + group]);
+      nope[j] = *reinterpret_cast<const uint4*>(rec + part * 16);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (j0 + j >= kPer) break;
+      const int part = q + kLanesPerToken * (j0 + j);
+      uint4 lo, hi;
       // The portable kernel's choice of form (decode/cuda/kernel.cuh, dequantize_tile): fp32 where
       // the hardware converts e4m3, the exact fast form where it does not.
 #if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890) || (defined(LKV_PORTABLE_F32_DEQUANT) && LKV_PORTABLE_F32_DEQUANT)
-      cuda::dequant16_f32(nope, s, lo, hi);
+      cuda::dequant16_f32(nope[j], sc[j], lo, hi);
 #else
-      cuda::dequant16(nope, s, lo, hi);
+      cuda::dequant16(nope[j], sc[j], lo, hi);
 #endif
+      if (!live) lo = hi = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(row + part * 16) = lo;
+      *reinterpret_cast<uint4*>(row + part * 16 + 8) = hi;
     }
-    uint16_t* dst = keys + tok * kStride + part * 16;
-    *reinterpret_cast<uint4*>(dst) = lo;
-    *reinterpret_cast<uint4*>(dst + 8) = hi;
   }
   if constexpr (T::kRopeDims > 0) {
     constexpr int kChunksRope = T::kRopeDims * 2 / 16;  // 8 bf16 per chunk
-    for (int c = tid; c < kTileTokens * kChunksRope; c += kThreads) {
-      const int tok = c / kChunksRope, part = c % kChunksRope;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (data[tok]) v = *reinterpret_cast<const uint4*>(raw + tok * kRawRecord + T::kRopeOffset + part * 16);
-      *reinterpret_cast<uint4*>(keys + tok * kStride + T::kNope + part * 8) = v;
+#pragma unroll
+    for (int part = q; part < kChunksRope; part += kLanesPerToken) {
+      uint4 v = *reinterpret_cast<const uint4*>(rec + T::kRopeOffset + part * 16);
+      if (!live) v = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(row + T::kNope + part * 8) = v;
     }
   }
 }
