@@ -23,7 +23,7 @@ inline constexpr int kThreads = kWarps * 32;
 // Tokens per tile: 4 warps x 8 score columns, the portable kernel's tile.
 inline constexpr int kTileTokens = 32;
 // CTAs per SM the kernel is compiled for: 3 caps registers at 170 per thread (64 of them O; the
-// kernels use 156-162, no spills). Shared memory decides the rest (Layout: 70 KB for 512-wide
+// kernels use 155-168, no spills). Shared memory decides the rest (Layout: 70 KB for 512-wide
 // records, 78 KB for v32_fp8, 84-94 KB for 16-bit keys): a 228 KB H100/H200 SM holds three of the
 // first and two of the others, a 164 KB A100 SM two or one, and a 100 KB sm_86/sm_89/sm_120 SM one.
 inline constexpr int kMinCtasPerSm = 3;
