@@ -18,9 +18,9 @@
 //   5. O += P V: warp w accumulates dims 128 w .. 128 w + 127 over the tile's 32 tokens.
 //   6. The end: the warps' row sums added, then the portable kernel's epilogue (normalise, sink,
 //      out and lse, or the split's partials).
-// Three barriers per tile (four with quantized keys): simple, and on 99 KB parts, where one CTA
-// of 4 warps fills an SM's shared memory, the copies of the next tile are the latency the loop
-// hides.
+// Three barriers per tile (four with quantized keys). On the H200 the loop is paced by its own
+// per-tile work, not by the copies in flight (a second staging tile measured level or slower,
+// bench/NOTES.md v39); on 99 KB parts one CTA of 4 warps fills an SM's shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
