@@ -90,9 +90,9 @@ void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream strea
 // compiled twice.
 template <class Source, class PortableSource = Source>
 void launch_attend_once(const KernelParams<typename Source::Args>& p, Stream stream) {
+  int device = 0;
+  LKV_CUDA_CHECK(cudaGetDevice(&device));
   if constexpr (!Source::kF16) {
-    int device = 0;
-    LKV_CUDA_CHECK(cudaGetDevice(&device));
     if (use_sm90(device)) {
       decode::sm90::launch_attend<Source>(p, stream);
       if (p.g.num_splits > 1) launch_combine(p.g, p.o, false, stream);
@@ -103,18 +103,14 @@ void launch_attend_once(const KernelParams<typename Source::Args>& p, Stream str
   static_assert(std::is_same_v<typename P::Args, typename Source::Args> && P::kDqk == Source::kDqk &&
                     P::kF16 == Source::kF16 && P::kStorage == Source::kStorage,
                 "the portable kernel's Source differs from the Hopper one only in the portable kernel's choices");
+  constexpr bool kDirect = P::kStorage == KeyStorage::kDirect16;
   // The compact kernel where the portable kernel's narrow layout does not fit (or where forced);
   // it takes none of the portable kernel's choices, so it runs with Source (one instantiation where
   // the portable kernel has two).
-  {
-    constexpr bool kDirect = P::kStorage == KeyStorage::kDirect16;
-    int device = 0;
-    LKV_CUDA_CHECK(cudaGetDevice(&device));
-    if (use_compact(device, SmemLayout<P::kDqk, kDirect>::total)) {
-      compact::launch_attend<Source>(p, stream);
-      if (p.g.num_splits > 1) launch_combine(p.g, p.o, P::kF16, stream);
-      return;
-    }
+  if (use_compact(device, SmemLayout<P::kDqk, kDirect>::total)) {
+    compact::launch_attend<Source>(p, stream);
+    if (p.g.num_splits > 1) launch_combine(p.g, p.o, P::kF16, stream);
+    return;
   }
   // The wide layout: quantized keys dequantized while the products run (any device with the
   // room); 16-bit keys three tiles deep, on sm_90 only (there the kernel's bulk copies keep two
@@ -122,15 +118,9 @@ void launch_attend_once(const KernelParams<typename Source::Args>& p, Stream str
   // bench NOTES v6 and v11c) and only where deep_keys_pay (CTAs of fewer than 64 rows); within it,
   // CTAs of at most 32 rows take score and value warps with four key tiles (launch_attend_as,
   // which checks that their larger layout fits).
-  bool wide = false;
-  {
-    constexpr bool kDirect = P::kStorage == KeyStorage::kDirect16;
-    int device = 0;
-    LKV_CUDA_CHECK(cudaGetDevice(&device));
-    wide = wide_layout_allowed() &&
-           cuda_common::max_smem_per_block(device) >= SmemLayout<P::kDqk, kDirect, true>::total &&
-           (!kDirect || (cuda_common::compute_capability(device) / 10 == 9 && deep_keys_pay(p.g)));
-  }
+  const bool wide = wide_layout_allowed() &&
+                    cuda_common::max_smem_per_block(device) >= SmemLayout<P::kDqk, kDirect, true>::total &&
+                    (!kDirect || (cuda_common::compute_capability(device) / 10 == 9 && deep_keys_pay(p.g)));
   if (wide) launch_attend_as<P, true>(p, stream);
   else launch_attend_as<P, false>(p, stream);
   if (p.g.num_splits > 1) launch_combine(p.g, p.o, P::kF16, stream);
