@@ -58,13 +58,22 @@ stamp() { [ -z "$clock_pid" ] || echo "# $(date '+%Y/%m/%d %H:%M:%S.%3N') $1" >>
 # on half the cores.
 targets=()
 for t in ${LKV_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+# LKV_VARIANT_TARGETS: the variant build's targets (default: LKV_BUILD_TARGETS'), e.g. "latentkv"
+# alone when only its benches are compared.
+vtargets=()
+for t in ${LKV_VARIANT_TARGETS:-${LKV_BUILD_TARGETS:-}}; do vtargets+=(--target "$t"); done
 # variant_trace alone builds the variant with the Hopper kernel's phase stamps unless told otherwise.
 if has variant_trace && ! has variant_ab && [ -z "${LKV_VARIANT_CMAKE:-}" ]; then
   LKV_VARIANT_CMAKE=-DLKV_SM90_TRACE=ON
 fi
+# LKV_VARIANT_SRC: the variant's source tree (default: this one). Another revision's tree, for a
+# same-run A/B of a change that has no switch (a refactor), e.g. made here with
+#   mkdir -p build-ab-base && git archive BASE CMakeLists.txt include src tools | tar -x -C build-ab-base
+# and carried to the device (build*/ is ignored); its binaries then run as "variant".
+variant_key() { printf '%s|%s' "${LKV_VARIANT_SRC:-.}" "${LKV_VARIANT_CMAKE:-}"; }
 # The flags build-gpu-variant's binaries were last built with (written only after a build that
 # succeeded); the variant stages run only binaries built with the current LKV_VARIANT_CMAKE.
-variant_built() { [ -f build-gpu-variant/lkv-variant-built ] && [ "$(cat build-gpu-variant/lkv-variant-built)" = "${LKV_VARIANT_CMAKE:-}" ]; }
+variant_built() { [ -f build-gpu-variant/lkv-variant-built ] && [ "$(cat build-gpu-variant/lkv-variant-built)" = "$(variant_key)" ]; }
 if has build; then
   start=$(date +%s)
   jobs=$(nproc)
@@ -74,15 +83,15 @@ if has build; then
     # A CMake cache keeps every -D it was ever given, so a directory configured with other flags
     # (or with no record of them) is started afresh.
     if ! { [ -f build-gpu-variant/lkv-variant-flags ] &&
-           [ "$(cat build-gpu-variant/lkv-variant-flags)" = "${LKV_VARIANT_CMAKE:-}" ]; }; then
+           [ "$(cat build-gpu-variant/lkv-variant-flags)" = "$(variant_key)" ]; }; then
       rm -rf build-gpu-variant
     fi
-    mkdir -p build-gpu-variant && printf '%s' "${LKV_VARIANT_CMAKE:-}" >build-gpu-variant/lkv-variant-flags
+    mkdir -p build-gpu-variant && variant_key >build-gpu-variant/lkv-variant-flags
     rm -f build-gpu-variant/lkv-variant-built
-    (cmake -S . -B build-gpu-variant -G Ninja -DCMAKE_BUILD_TYPE=Release ${LKV_VARIANT_CMAKE:-} \
+    (cmake -S "${LKV_VARIANT_SRC:-.}" -B build-gpu-variant -G Ninja -DCMAKE_BUILD_TYPE=Release ${LKV_VARIANT_CMAKE:-} \
        -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" >"$OUT/build-variant.log" 2>&1 &&
-     cmake --build build-gpu-variant -j "$jobs" "${targets[@]}" >>"$OUT/build-variant.log" 2>&1 &&
-     printf '%s' "${LKV_VARIANT_CMAKE:-}" >build-gpu-variant/lkv-variant-built) &
+     cmake --build build-gpu-variant -j "$jobs" "${vtargets[@]}" >>"$OUT/build-variant.log" 2>&1 &&
+     variant_key >build-gpu-variant/lkv-variant-built) &
     upid=$!
   fi
   # build-gpu takes LKV_CMAKE_EXTRA (e.g. a variant's option, so that the stages which run
@@ -414,11 +423,13 @@ fi
 # (built into build-gpu-variant by the build stage, beside the default one), after the variant's
 # attention suites (LKV_VARIANT_TEST_FILTER).
 if has variant_ab && ! variant_built; then
-  note "variant_ab skipped: build-gpu-variant was not built with '${LKV_VARIANT_CMAKE:-}' (add the build stage)"
+  note "variant_ab skipped: build-gpu-variant was not built with '$(variant_key)' (add the build stage)"
 elif has variant_ab; then
-  timeout 300 ./build-gpu-variant/lkv_cuda_tests --gtest_filter="${LKV_VARIANT_TEST_FILTER:-Decode*:Prefill*:Dense*:Attention*}" \
-    >"$OUT/cuda_tests-variant.log" 2>&1
-  note "cuda tests (variant) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests-variant.log" | tr '\n' ' ')"
+  if [ -x build-gpu-variant/lkv_cuda_tests ]; then  # (not built when LKV_VARIANT_TARGETS leaves it out)
+    timeout 300 ./build-gpu-variant/lkv_cuda_tests --gtest_filter="${LKV_VARIANT_TEST_FILTER:-Decode*:Prefill*:Dense*:Attention*}" \
+      >"$OUT/cuda_tests-variant.log" 2>&1
+    note "cuda tests (variant) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda_tests-variant.log" | tr '\n' ' ')"
+  fi
   mkdir -p "$OUT/variant-ab"
   for rep in ${LKV_AB_REPS:-a b}; do
     ab_bench "$OUT/variant-ab" default ./build-gpu/latentkv $rep
@@ -426,7 +437,7 @@ elif has variant_ab; then
   done
   ab_tables "$OUT/variant-ab" "$OUT/ab-variant.txt" default variant
   (cd "$OUT" && tar czf variant-ab.tgz variant-ab && rm -rf variant-ab)
-  note "variant_ab ($LKV_VARIANT_CMAKE): see ab-variant.txt"
+  note "variant_ab ($(variant_key)): see ab-variant.txt"
 fi
 
 # racecheck_variant: the racecheck stage's check on the variant build's suites.

@@ -354,43 +354,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attend_kernel(const K
     sRed[warp * kRows + gr + 8] = row_sum[1];
   }
   __syncthreads();
-  const OutRef& o = p.o;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int hr = gr + 8 * r, lr = lr0 + hr;
     if (lr >= rows_here) continue;
-    const int64_t h = h0 + pr.head(lr, heads_here), r2 = pr.r2(lr, heads_here);
     const float sum = (sRed[hr] + sRed[kRows + hr]) + (sRed[2 * kRows + hr] + sRed[3 * kRows + hr]);
-    // Lonely: no valid key (the best key alone contributes exp2(0) = 1). A NaN sum is not lonely.
-    const bool lonely = sum == 0.0f;
-    const float lse_split = lonely ? -INFINITY : (row_max[r] + __log2f(sum)) * cuda::kLn2;
-    const float max_logit = lonely ? -INFINITY : row_max[r] * cuda::kLn2;
-    float factor = lonely ? 0.0f : 1.0f / sum;
-    if (g.num_splits == 1 && !lonely && o.sink) {
-      const float sink = o.sink[h];
-      factor *= (sink == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sink - lse_split));
-    }
-    if (g.num_splits == 1) {
-      uint16_t* out = o.out + r1 * o.stride_out_r1 + r2 * o.stride_out_r2 + h * o.stride_out_h + warp * 128;
-#pragma unroll
-      for (int n = 0; n < 16; ++n)
-        *reinterpret_cast<uint32_t*>(out + n * 8 + 2 * t4) =
-            cuda::pack2<kF16>(acc[n][2 * r] * factor, acc[n][2 * r + 1] * factor);
-      if (warp == 0 && t4 == 0) {
-        o.lse[r1 * o.stride_lse_r1 + r2 * o.stride_lse_r2 + h * o.stride_lse_h] = lonely ? INFINITY : lse_split;
-        if (o.max_logits) o.max_logits[r1 * o.stride_max_r1 + r2 * o.stride_max_r2 + h * o.stride_max_h] = max_logit;
-      }
-    } else {
-      const int64_t prow = (pr.row(g, lr, heads_here) * g.h_q + h) * g.num_splits + split;
-      float* out = g.partial_out + prow * 512 + warp * 128;
-#pragma unroll
-      for (int n = 0; n < 16; ++n)
-        *reinterpret_cast<float2*>(out + n * 8 + 2 * t4) = make_float2(acc[n][2 * r] * factor, acc[n][2 * r + 1] * factor);
-      if (warp == 0 && t4 == 0) {
-        g.partial_lse[prow] = lse_split;
-        if (g.partial_max) g.partial_max[prow] = max_logit;
-      }
-    }
+    cuda::finish_row<kF16>(g, p.o, pr, lr, heads_here, h0, split, sum, row_max[r], acc, r, warp * 128, warp == 0 && t4 == 0, t4);
   }
 }
 

@@ -657,6 +657,49 @@ struct PackedRows {
   }
 };
 
+// ---- the end of a query row (this kernel and the compact one, decode/compact/kernel.cuh) -----------
+// CTA row lr's normalisation and stores, by the thread holding its element rows 2 r, 2 r + 1 of
+// kTiles n8 tiles of O (dims dim0 + 8 n + 2 t4), once its sum over every key and its final maximum
+// (row_max, log2 domain) are known. Lonely means no valid key (sum exactly 0: the best key alone
+// contributes exp2(0) = 1); a NaN sum is not lonely, so NaN reaches out and lse, as on the CPU.
+// Unsplit: out (16-bit) and, by the thread with `stats`, the natural-log lse (+inf when lonely) and
+// max_logits, the sink's factor applied. Split: the fp32 partial row and its lse (-inf when lonely,
+// so that the combine gives the split no weight) and maximum; the sink is the combine's.
+template <bool kF16, int kTiles, bool kPacks>
+__device__ __forceinline__ void finish_row(const Geometry& g, const OutRef& o, const PackedRows<kPacks>& pr, int lr,
+                                           int64_t heads_here, int64_t h0, int64_t split, float sum, float row_max,
+                                           const float (&acc)[kTiles][4], int r, int dim0, bool stats, int t4) {
+  const int64_t h = h0 + pr.head(lr, heads_here), r2 = pr.r2(lr, heads_here), r1 = pr.r1;
+  const bool lonely = sum == 0.0f;
+  const float lse_split = lonely ? -INFINITY : (row_max + __log2f(sum)) * kLn2;
+  const float max_logit = lonely ? -INFINITY : row_max * kLn2;
+  float factor = lonely ? 0.0f : 1.0f / sum;
+  if (g.num_splits == 1 && !lonely && o.sink) {
+    const float sink = o.sink[h];
+    factor *= (sink == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sink - lse_split));
+  }
+  if (g.num_splits == 1) {
+    uint16_t* out = o.out + r1 * o.stride_out_r1 + r2 * o.stride_out_r2 + h * o.stride_out_h + dim0;
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n)
+      *reinterpret_cast<uint32_t*>(out + n * 8 + 2 * t4) = pack2<kF16>(acc[n][2 * r] * factor, acc[n][2 * r + 1] * factor);
+    if (stats) {
+      o.lse[r1 * o.stride_lse_r1 + r2 * o.stride_lse_r2 + h * o.stride_lse_h] = lonely ? INFINITY : lse_split;
+      if (o.max_logits) o.max_logits[r1 * o.stride_max_r1 + r2 * o.stride_max_r2 + h * o.stride_max_h] = max_logit;
+    }
+  } else {
+    const int64_t prow = (pr.row(g, lr, heads_here) * g.h_q + h) * g.num_splits + split;
+    float* out = g.partial_out + prow * kDimV + dim0;
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n)
+      *reinterpret_cast<float2*>(out + n * 8 + 2 * t4) = make_float2(acc[n][2 * r] * factor, acc[n][2 * r + 1] * factor);
+    if (stats) {
+      g.partial_lse[prow] = lse_split;
+      if (g.partial_max) g.partial_max[prow] = max_logit;
+    }
+  }
+}
+
 // ---- the kernel -----------------------------------------------------------------------------------
 // Source requirements (see the three source.cuh files):
 //   typename Args;                            the op's key-side arguments
@@ -1334,48 +1377,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       }
     }
   }
-  const OutRef& o = p.o;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int hr = rt * 16 + gr + 8 * r;  // CTA row
     if (hr >= rows_here) continue;
-    const int64_t h = h0 + pr.head(hr, heads_here), r2 = pr.r2(hr, heads_here);
     const float sum = kGroups == 1 ? sSum[hr] + sSum[kHeadsPerCta + hr] : merged_sum[r];
-    // Lonely means no valid key (sum exactly 0: the best key alone contributes exp2(0) = 1). A NaN
-    // sum is not lonely: NaN then reaches out and lse, as on the CPU.
-    const bool lonely = sum == 0.0f;
-    // lse in natural log; +inf for a lonely query (a split with no valid key in the split case is
-    // reported as -inf so that the combine gives it no weight).
-    const float lse_split = lonely ? -INFINITY : (row_max[r] + __log2f(sum)) * kLn2;
-    const float max_logit = lonely ? -INFINITY : row_max[r] * kLn2;
-    float factor = lonely ? 0.0f : 1.0f / sum;
-    if (g.num_splits == 1 && !lonely && o.sink) {
-      const float sink = o.sink[h];
-      factor *= (sink == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sink - lse_split));
-    }
-    if (g.num_splits == 1) {
-      uint16_t* out = o.out + r1 * o.stride_out_r1 + r2 * o.stride_out_r2 + h * o.stride_out_h + nh * 256;
-#pragma unroll
-      for (int n = 0; n < 32; ++n)
-        *reinterpret_cast<uint32_t*>(out + n * 8 + 2 * t4) =
-            pack2<kF16>(acc[n][2 * r] * factor, acc[n][2 * r + 1] * factor);
-      if (nh == 0 && t4 == 0) {
-        o.lse[r1 * o.stride_lse_r1 + r2 * o.stride_lse_r2 + h * o.stride_lse_h] = lonely ? INFINITY : lse_split;
-        if (o.max_logits)
-          o.max_logits[r1 * o.stride_max_r1 + r2 * o.stride_max_r2 + h * o.stride_max_h] = max_logit;
-      }
-    } else {
-      const int64_t prow = (pr.row(g, hr, heads_here) * g.h_q + h) * g.num_splits + split;
-      float* out = g.partial_out + prow * kDimV + nh * 256;
-#pragma unroll
-      for (int n = 0; n < 32; ++n)
-        *reinterpret_cast<float2*>(out + n * 8 + 2 * t4) =
-            make_float2(acc[n][2 * r] * factor, acc[n][2 * r + 1] * factor);
-      if (nh == 0 && t4 == 0) {
-        g.partial_lse[prow] = lse_split;
-        if (g.partial_max) g.partial_max[prow] = max_logit;
-      }
-    }
+    finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r], acc, r, nh * 256, nh == 0 && t4 == 0, t4);
   }
 }
 
