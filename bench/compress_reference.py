@@ -30,6 +30,10 @@ synchronised.  The median in microseconds is reported.  (On --device cpu: perf_c
 The eager sequence (~40 small ops) is partly host-launch-bound, so as an extra the same measurement
 is repeated with the call captured in one CUDA graph and replayed (`reference_graph_time_us`, the
 GPU-side time of the same kernels; --no-graph skips it).
+Because of that host share, one burst of reps can land on a slow or a fast stretch of the host:
+the eager timing is taken in --rounds rounds (default 3) over all cases in turn (each round builds
+the same inputs again), `reference_time_us` is the median of the rounds' medians and
+`reference_time_us_rounds` lists them, so a run's spread is on record beside its figure.
 
 Comparison
 ----------
@@ -469,6 +473,8 @@ def main():
     ap.add_argument("--cli-device", default="cuda", help="--device passed to the latentkv CLI")
     ap.add_argument("--no-shuffled", action="store_true", help="skip the shuffled-table timings")
     ap.add_argument("--no-graph", action="store_true", help="skip the extra CUDA-graph timing")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="eager timings per case, in rounds over all cases; the median is reported")
     args = ap.parse_args()
 
     device = torch.device(args.device)
@@ -512,6 +518,7 @@ def main():
             }
             t_us = bench(lambda: run_reference(inp, fp8=False), device, args.warmup, args.reps)
             entry["reference_time_us"] = t_us
+            entry["reference_time_us_rounds"] = [t_us]
             # SPEC section 8: bytes = state rows read + records written
             nbytes = n_out * C * 4 * 2 * HEAD_DIM + n_out * RECORD_BYTES
             entry["bytes"] = nbytes
@@ -571,12 +578,32 @@ def main():
     if own_dump_root:
         shutil.rmtree(dump_root, ignore_errors=True)
 
+    # Rounds 2.. of the eager timing: every case again, in the same order, with the same inputs.
+    by_name = {e["name"]: e for e in results}
+    for rnd in range(1, max(1, args.rounds)):
+        for ci, (reqs, tokens, C) in enumerate(case_list(args.cases)):
+            for shuffled in variants:
+                name = "r%d_t%d_c%d%s" % (reqs, tokens, C, "_shuffled" if shuffled else "")
+                seed = args.seed * 1000 + ci * 2 + int(shuffled)
+                inp = make_contest_inputs(reqs, tokens, C, seed, device, shuffled=shuffled)
+                t_us = bench(lambda: run_reference(inp, fp8=False), device, args.warmup, args.reps)
+                by_name[name]["reference_time_us_rounds"].append(t_us)
+                print("[%s] round %d: reference %.1f us" % (name, rnd + 1, t_us), flush=True)
+                del inp
+                gc.collect()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+    for e in results:
+        e["reference_time_us"] = statistics.median(e["reference_time_us_rounds"])
+        e["reference_gbps"] = e["bytes"] / (e["reference_time_us"] * 1e-6) / 1e9
+
     doc = {
         "op": "compress_reference",
         "device": dev_name,
         "torch": torch.__version__,
-        "timing": "do_bench style: %d warm-up, median of %d reps, 256 MB L2 flush (a read) per rep, CUDA events"
-        % (args.warmup, args.reps),
+        "timing": "do_bench style: %d warm-up, median of %d reps, 256 MB L2 flush (a read) per rep, CUDA events; "
+        "eager: the median of %d such rounds over all cases" % (args.warmup, args.reps, max(1, args.rounds)),
+        "rounds": max(1, args.rounds),
         "cases": results,
     }
     out_dir = os.path.dirname(os.path.abspath(args.out))
@@ -586,16 +613,18 @@ def main():
 
     # short table
     print()
-    hdr = "%-26s %8s %12s %9s %12s" % ("case", "outputs", "ref_us", "GB/s", "graph_us")
+    hdr = "%-26s %8s %12s %19s %9s %12s" % ("case", "outputs", "ref_us", "rounds min-max", "GB/s", "graph_us")
     if args.latentkv:
         hdr += "  %-28s %-28s" % ("int8 diff (all/nope+-1/sc/rope)", "fp8 diff (all/nope+-1/sc/rope)")
     print(hdr)
     for e in results:
         g = e.get("reference_graph_time_us")
-        line = "%-26s %8d %12.1f %9.1f %12s" % (
+        rr = e["reference_time_us_rounds"]
+        line = "%-26s %8d %12.1f %19s %9.1f %12s" % (
             e["name"],
             e["num_outputs"],
             e["reference_time_us"],
+            "%.1f-%.1f" % (min(rr), max(rr)),
             e["reference_gbps"],
             "-" if g is None else "%.1f" % g,
         )
