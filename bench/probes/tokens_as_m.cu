@@ -16,7 +16,10 @@
 // beside it. Records are gathered 8 lanes per token (128-byte runs per load instruction) a block
 // ahead into registers and two blocks ahead into L2 (prefetch), as the Hopper kernel does.
 // Workload: the bench's tp_v32_b128_h16 shape, 256 CTAs (b 128 x s_q 2) of 2048
-// random candidates from a 1M-token cache (688 MB, past the L2), L2 flushed before each call.
+// random candidates from a 1M-token cache (688 MB, past the L2), then the same CTAs over 2048
+// consecutive records each (the token count of dense v32_fp8 pages at b 128, s_k 4096, h_q 16,
+// s_q 1); L2 flushed (a 256 MB memset) before each call. Two forms: plain (warpgroup 0 alone
+// computes S^T) and split-S (warpgroup 1 takes k-steps 20-35 and hands its partial over).
 // Checked against a host computation on a few CTAs (max relative error of out).
 //
 // Build and run on the device (from the repository root):
@@ -56,7 +59,8 @@ constexpr int64_t kCacheTokens = 1 << 20;
 constexpr int kQBytes = 9 * kRows * 128;   // [9 chunks][16 rows][64 bf16]
 constexpr int kStageBytes = 9 * kTok * 128;  // [9 chunks][64 tokens][64 bf16]
 constexpr int kPBytes = kRows * 128;       // [16 rows][64 tokens] bf16
-constexpr int kSmemUsed = kQBytes + kStageBytes + kPBytes + 4 * kRows * 4 + 2 * kRows * 4;
+constexpr int kSBytes = kTok * kRows * 4;  // warpgroup 1's partial S^T (kSplitS)
+constexpr int kSmemUsed = kQBytes + kStageBytes + kPBytes + kSBytes + 4 * kRows * 4 + 2 * kRows * 4;
 constexpr int kSmem = kSmemUsed + 1024;  // alignment slack
 
 // D[64 x 16] (+)= A[64 x 16] B[16 x 16], A and B in shared memory; kTa: A is MN-major.
@@ -82,6 +86,11 @@ __device__ __forceinline__ void bar_wg0() { asm volatile("bar.sync 1, 128;\n" ::
 
 // Accumulator element i of an m64n16 fragment: row 16 warp + lane / 4 + 8 ((i / 2) % 2), column
 // 8 (i / 4) + 2 (lane % 4) + i % 2.
+// kSplitS: warpgroup 1 computes the score product over dims 320.. (k-steps 20-35) into its own
+// accumulators and hands them to warpgroup 0 through shared memory, which adds them to its own
+// (dims 0-319), so that the 36 wgmma of a block run in two chains of 20 and 16.
+__device__ __forceinline__ void bar_all2() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
+template <bool kSplitS>
 __global__ void __launch_bounds__(kThreads, 2)
 probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const uint16_t* __restrict__ q,
       float* __restrict__ out, float scale_log2) {
@@ -91,7 +100,8 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
   uint8_t* sQ = sm;
   uint8_t* sK = sQ + kQBytes;
   uint8_t* sP = sK + kStageBytes;
-  float* sRed = reinterpret_cast<float*>(sP + kPBytes);  // [4 warps][16]
+  float* sS = reinterpret_cast<float*>(sP + kPBytes);     // [8 elements][128 threads]
+  float* sRed = sS + kTok * kRows;                        // [4 warps][16]
   float* sAlpha = sRed + 4 * kRows;                      // [16]
   float* sSum = sAlpha + kRows;                          // [16]
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -162,18 +172,40 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
   __syncthreads();
   for (int n = 0; n < kBlocks; ++n) {
     if (n + 3 < kBlocks) prefetch(n + 3);
+    constexpr int kSplitStep = kSplitS ? 20 : kDqk / 16;  // warpgroup 0's k-steps 0 .. kSplitStep - 1
+    if (kSplitS && wg == 1) {
+      float s1[8];
+      const uint64_t dk = smem_desc(sK, 16, 1024), dq = smem_desc(sQ, 16, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int st = kSplitStep; st < kDqk / 16; ++st) {
+        const uint32_t ok = (st / 4) * kTok * 128 + (st % 4) * 32, oq = (st / 4) * kRows * 128 + (st % 4) * 32;
+        mma_m64n16<0>(s1, dk + (ok >> 4), dq + (oq >> 4), st > kSplitStep);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(s1);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sS[e * 128 + tid - 128] = s1[e];
+      bar_all2();
+    }
     if (wg == 0) {
       float s[8];
       const uint64_t dk = smem_desc(sK, 16, 1024), dq = smem_desc(sQ, 16, 1024);
       wgmma_fence();
 #pragma unroll
-      for (int st = 0; st < kDqk / 16; ++st) {
+      for (int st = 0; st < kSplitStep; ++st) {
         const uint32_t ok = (st / 4) * kTok * 128 + (st % 4) * 32, oq = (st / 4) * kRows * 128 + (st % 4) * 32;
         mma_m64n16<0>(s, dk + (ok >> 4), dq + (oq >> 4), st > 0);
       }
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(s);
+      if constexpr (kSplitS) {
+        bar_all2();
+#pragma unroll
+        for (int e = 0; e < 8; ++e) s[e] += sS[e * 128 + tid];
+      }
       // Per query row j (0..3: q2, q2 + 1, q2 + 8, q2 + 9): elements j % 2 + 4 (j / 2) and + 2.
       float bm[4];
 #pragma unroll
@@ -331,76 +363,79 @@ int main() {
   CK(cudaMemcpy(d_idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d_q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMemset(d_flush, 0, flush_n * 4));
-  CK(cudaFuncSetAttribute(probe, cudaFuncAttributeMaxDynamicSharedMemorySize, 140 * 1024));
-  int regs = 0;
-  cudaFuncAttributes fa;
-  CK(cudaFuncGetAttributes(&fa, probe));
-  regs = fa.numRegs;
-  std::printf("tokens_as_m probe: %d CTAs x %d rows x %d candidates, smem %d B, %d registers, %d local bytes\n", kCtas,
-              kRows, kTopk, kSmem, regs, static_cast<int>(fa.localSizeBytes));
-
-  // Check a few CTAs against the host.
-  probe<<<kCtas, kThreads, kSmem>>>(d_cache, d_idx, d_q, d_out, scale_log2);
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  std::vector<float> out(static_cast<size_t>(kCtas) * kRows * kDv);
-  CK(cudaMemcpy(out.data(), d_out, out.size() * 4, cudaMemcpyDeviceToHost));
-  double worst = 0;
-  for (int cta : {0, 1, 137, kCtas - 1}) {
-    std::vector<float> keys(static_cast<size_t>(kTopk) * kDqk);
-    for (int k = 0; k < kTopk; ++k) {
-      const uint8_t* r = cache.data() + static_cast<int64_t>(idx[static_cast<size_t>(cta) * kTopk + k]) * kRec;
-      for (int d = 0; d < 512; ++d) {
-        float s;
-        std::memcpy(&s, r + 512 + 4 * (d / 128), 4);
-        keys[static_cast<size_t>(k) * kDqk + d] = e4m3_to_f(r[d]) * s;
-      }
-      for (int d = 0; d < 64; ++d) {
-        uint16_t h;
-        std::memcpy(&h, r + 528 + 2 * d, 2);
-        keys[static_cast<size_t>(k) * kDqk + 512 + d] = bf16_to_f(h);
-      }
-    }
-    for (int row = 0; row < kRows; ++row) {
-      std::vector<double> sc(kTopk);
-      double mx = -1e300;
-      for (int k = 0; k < kTopk; ++k) {
-        double a = 0;
-        for (int d = 0; d < kDqk; ++d)
-          a += static_cast<double>(bf16_to_f(q[(static_cast<size_t>(cta) * kRows + row) * kDqk + d])) *
-               keys[static_cast<size_t>(k) * kDqk + d];
-        sc[k] = a * scale;
-        mx = std::max(mx, sc[k]);
-      }
-      double sum = 0;
-      for (auto& v : sc) sum += (v = std::exp(v - mx));
-      double amax = 0, emax = 0;
-      for (int d = 0; d < kDv; ++d) {
-        double ref = 0;
-        for (int k = 0; k < kTopk; ++k) ref += sc[k] * keys[static_cast<size_t>(k) * kDqk + d];
-        ref /= sum;
-        amax = std::max(amax, std::fabs(ref));
-        emax = std::max(emax, std::fabs(ref - out[(static_cast<size_t>(cta) * kRows + row) * kDv + d]));
-      }
-      worst = std::max(worst, emax / amax);
-    }
+  using Kernel = void (*)(const uint8_t*, const int32_t*, const uint16_t*, float*, float);
+  const Kernel kernels[2] = {probe<false>, probe<true>};
+  const char* names[2] = {"plain", "split-S"};
+  for (Kernel k : kernels) {
+    CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 140 * 1024));
+    cudaFuncAttributes fa;
+    CK(cudaFuncGetAttributes(&fa, k));
+    std::printf("tokens_as_m probe (%s): %d CTAs x %d rows x %d candidates, smem %d B, %d registers, %d local bytes\n",
+                k == kernels[0] ? names[0] : names[1], kCtas, kRows, kTopk, kSmem, fa.numRegs,
+                static_cast<int>(fa.localSizeBytes));
   }
-  std::printf("check: max |out - ref| / max |ref| over 4 CTAs x 16 rows = %.3e (%s)\n", worst,
-              worst < 2e-2 ? "ok" : "MISMATCH");
-
-  // Time: flushed calls, median of 15, at two CTAs per SM (kSmem) and one (a request that leaves
-  // room for one).
+  std::vector<float> out(static_cast<size_t>(kCtas) * kRows * kDv);
+  // A few CTAs against the host.
+  auto check = [&](Kernel kern, const char* label) {
+    kern<<<kCtas, kThreads, kSmem>>>(d_cache, d_idx, d_q, d_out, scale_log2);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(out.data(), d_out, out.size() * 4, cudaMemcpyDeviceToHost));
+    double worst = 0;
+    for (int cta : {0, 137, kCtas - 1}) {
+      std::vector<float> keys(static_cast<size_t>(kTopk) * kDqk);
+      for (int k = 0; k < kTopk; ++k) {
+        const uint8_t* r = cache.data() + static_cast<int64_t>(idx[static_cast<size_t>(cta) * kTopk + k]) * kRec;
+        for (int d = 0; d < 512; ++d) {
+          float sc;
+          std::memcpy(&sc, r + 512 + 4 * (d / 128), 4);
+          keys[static_cast<size_t>(k) * kDqk + d] = e4m3_to_f(r[d]) * sc;
+        }
+        for (int d = 0; d < 64; ++d) {
+          uint16_t h;
+          std::memcpy(&h, r + 528 + 2 * d, 2);
+          keys[static_cast<size_t>(k) * kDqk + 512 + d] = bf16_to_f(h);
+        }
+      }
+      for (int row = 0; row < kRows; row += 5) {
+        std::vector<double> sc(kTopk);
+        double mx = -1e300;
+        for (int k = 0; k < kTopk; ++k) {
+          double a = 0;
+          for (int d = 0; d < kDqk; ++d)
+            a += static_cast<double>(bf16_to_f(q[(static_cast<size_t>(cta) * kRows + row) * kDqk + d])) *
+                 keys[static_cast<size_t>(k) * kDqk + d];
+          sc[k] = a * scale;
+          mx = std::max(mx, sc[k]);
+        }
+        double sum = 0;
+        for (auto& v : sc) sum += (v = std::exp(v - mx));
+        double amax = 0, emax = 0;
+        for (int d = 0; d < kDv; ++d) {
+          double ref = 0;
+          for (int k = 0; k < kTopk; ++k) ref += sc[k] * keys[static_cast<size_t>(k) * kDqk + d];
+          ref /= sum;
+          amax = std::max(amax, std::fabs(ref));
+          emax = std::max(emax, std::fabs(ref - out[(static_cast<size_t>(cta) * kRows + row) * kDv + d]));
+        }
+        worst = std::max(worst, emax / amax);
+      }
+    }
+    std::printf("check %-28s max |out - ref| / max |ref| over 3 CTAs x 4 rows = %.3e (%s)\n", label, worst,
+                worst < 2e-2 ? "ok" : "MISMATCH");
+  };
+  // Flushed calls (a 256 MB memset before each), median of 15.
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int smem : {kSmem, 130 * 1024}) {
+  auto time_it = [&](Kernel kern, int smem, const char* label) {
     int per_sm = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, probe, kThreads, smem));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads, smem));
     std::vector<float> ts;
     for (int rep = 0; rep < 17; ++rep) {
       CK(cudaMemsetAsync(d_flush, rep, flush_n * 4));
       CK(cudaEventRecord(e0));
-      probe<<<kCtas, kThreads, smem>>>(d_cache, d_idx, d_q, d_out, scale_log2);
+      kern<<<kCtas, kThreads, smem>>>(d_cache, d_idx, d_q, d_out, scale_log2);
       CK(cudaEventRecord(e1));
       CK(cudaEventSynchronize(e1));
       float ms;
@@ -410,10 +445,26 @@ int main() {
     std::sort(ts.begin(), ts.end());
     const double us = ts[ts.size() / 2];
     const double bytes = static_cast<double>(kCtas) * kTopk * kRec;
-    std::printf("%d CTA(s) per SM (dynamic smem %d B): %.1f us median (min %.1f), %.0f GB/s of records, %.2f us per "
-                "64-token block per CTA-wave\n",
-                per_sm, smem, us, ts.front(), bytes / (us * 1e-6) / 1e9,
-                us / (static_cast<double>(kCtas) / (132.0 * per_sm)) / (kTopk / kTok));
+    std::printf("%-28s %d CTA(s) per SM: %.1f us median (min %.1f), %.0f GB/s of records\n", label, per_sm, us,
+                ts.front(), bytes / (us * 1e-6) / 1e9);
+  };
+  // Random candidates (sparse decode), then each CTA's 2048 candidates in one run of consecutive
+  // records (dense pages: a request's cache split in two, as dense decode's plan splits b 128).
+  for (int mode = 0; mode < 2; ++mode) {
+    if (mode == 1) {
+      for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i % kCacheTokens);
+      CK(cudaMemcpy(d_idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+    }
+    const char* m = mode == 0 ? "random" : "consecutive";
+    for (int v = 0; v < 2; ++v) {
+      char label[64];
+      std::snprintf(label, sizeof label, "%s, %s", m, names[v]);
+      check(kernels[v], label);
+      time_it(kernels[v], kSmem, label);
+    }
+    char label[64];
+    std::snprintf(label, sizeof label, "%s, %s", m, names[0]);
+    time_it(kernels[0], 130 * 1024, label);
   }
   return 0;
 }
