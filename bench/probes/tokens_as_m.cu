@@ -368,6 +368,9 @@ int main() {
   const char* names[2] = {"plain", "split-S"};
   for (Kernel k : kernels) {
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 140 * 1024));
+    // The largest shared-memory carveout: two CTAs of ~98 KB need the 228 KB one, and with no
+    // preference the driver ran them one per SM (this probe's third run, bench/NOTES.md v40).
+    CK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     cudaFuncAttributes fa;
     CK(cudaFuncGetAttributes(&fa, k));
     std::printf("tokens_as_m probe (%s): %d CTAs x %d rows x %d candidates, smem %d B, %d registers, %d local bytes\n",
