@@ -60,8 +60,12 @@ constexpr int kQBytes = 9 * kRows * 128;   // [9 chunks][16 rows][64 bf16]
 constexpr int kStageBytes = 9 * kTok * 128;  // [9 chunks][64 tokens][64 bf16]
 constexpr int kPBytes = kRows * 128;       // [16 rows][64 tokens] bf16
 constexpr int kSBytes = kTok * kRows * 4;  // warpgroup 1's partial S^T (kSplitS)
-constexpr int kSmemUsed = kQBytes + kStageBytes + kPBytes + kSBytes + 4 * kRows * 4 + 2 * kRows * 4;
-constexpr int kSmem = kSmemUsed + 1024;  // alignment slack
+// Two such CTAs per SM leave the rest of the SM's 256 KB to the L1, which holds the gathered
+// lines in flight: the plain form (93 KB + slack) keeps ~60 KB of it, the split form's 4 KB more
+// push the carveout to 228 KB and the L1 to ~28 KB (bench/NOTES.md v40).
+constexpr int kSmemUsed = kQBytes + kStageBytes + kPBytes + 4 * kRows * 4 + 2 * kRows * 4;
+template <bool kSplitS>
+constexpr int kSmem = kSmemUsed + (kSplitS ? kSBytes : 0) + 1024;  // alignment slack
 
 // D[64 x 16] (+)= A[64 x 16] B[16 x 16], A and B in shared memory; kTa: A is MN-major.
 template <int kTa>
@@ -100,10 +104,10 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
   uint8_t* sQ = sm;
   uint8_t* sK = sQ + kQBytes;
   uint8_t* sP = sK + kStageBytes;
-  float* sS = reinterpret_cast<float*>(sP + kPBytes);     // [8 elements][128 threads]
-  float* sRed = sS + kTok * kRows;                        // [4 warps][16]
+  float* sRed = reinterpret_cast<float*>(sP + kPBytes);  // [4 warps][16]
   float* sAlpha = sRed + 4 * kRows;                      // [16]
   float* sSum = sAlpha + kRows;                          // [16]
+  float* sS = sSum + kRows;                              // [8 elements][128 threads] (kSplitS)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;
   const int cta = blockIdx.x;
@@ -365,22 +369,20 @@ int main() {
   CK(cudaMemset(d_flush, 0, flush_n * 4));
   using Kernel = void (*)(const uint8_t*, const int32_t*, const uint16_t*, float*, float);
   const Kernel kernels[2] = {probe<false>, probe<true>};
+  const int smems[2] = {kSmem<false>, kSmem<true>};
   const char* names[2] = {"plain", "split-S"};
   for (Kernel k : kernels) {
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 140 * 1024));
-    // The largest shared-memory carveout: two CTAs of ~98 KB need the 228 KB one, and with no
-    // preference the driver ran them one per SM (this probe's third run, bench/NOTES.md v40).
-    CK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     cudaFuncAttributes fa;
     CK(cudaFuncGetAttributes(&fa, k));
     std::printf("tokens_as_m probe (%s): %d CTAs x %d rows x %d candidates, smem %d B, %d registers, %d local bytes\n",
-                k == kernels[0] ? names[0] : names[1], kCtas, kRows, kTopk, kSmem, fa.numRegs,
+                k == kernels[0] ? names[0] : names[1], kCtas, kRows, kTopk, smems[k == kernels[0] ? 0 : 1], fa.numRegs,
                 static_cast<int>(fa.localSizeBytes));
   }
   std::vector<float> out(static_cast<size_t>(kCtas) * kRows * kDv);
   // A few CTAs against the host.
-  auto check = [&](Kernel kern, const char* label) {
-    kern<<<kCtas, kThreads, kSmem>>>(d_cache, d_idx, d_q, d_out, scale_log2);
+  auto check = [&](Kernel kern, int smem, const char* label) {
+    kern<<<kCtas, kThreads, smem>>>(d_cache, d_idx, d_q, d_out, scale_log2);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(out.data(), d_out, out.size() * 4, cudaMemcpyDeviceToHost));
@@ -462,8 +464,8 @@ int main() {
     for (int v = 0; v < 2; ++v) {
       char label[64];
       std::snprintf(label, sizeof label, "%s, %s", m, names[v]);
-      check(kernels[v], label);
-      time_it(kernels[v], kSmem, label);
+      check(kernels[v], smems[v], label);
+      time_it(kernels[v], smems[v], label);
     }
     char label[64];
     std::snprintf(label, sizeof label, "%s, %s", m, names[0]);
