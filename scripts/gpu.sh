@@ -68,7 +68,7 @@ if has variant_trace && ! has variant_ab && [ -z "${LKV_VARIANT_CMAKE:-}" ]; the
 fi
 # LKV_VARIANT_SRC: the variant's source tree (default: this one). Another revision's tree, for a
 # same-run A/B of a change that has no switch (a refactor), e.g. made here with
-#   mkdir -p build-ab-base && git archive BASE CMakeLists.txt include src tools | tar -x -C build-ab-base
+#   mkdir -p build-ab-base && git archive BASE CMakeLists.txt include src tools tests | tar -x -C build-ab-base
 # and carried to the device (build*/ is ignored); its binaries then run as "variant".
 variant_key() { printf '%s|%s' "${LKV_VARIANT_SRC:-.}" "${LKV_VARIANT_CMAKE:-}"; }
 # The flags build-gpu-variant's binaries were last built with (written only after a build that
