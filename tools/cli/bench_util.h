@@ -113,5 +113,8 @@ void write_svg(const BenchResult& r, const std::string& metric, const std::strin
                const std::string& unit, const std::string& path);
 // Reads {"cases": [{"name": ..., "reference_time_us": ...}]} written by bench/compress_reference.py.
 std::map<std::string, double> read_reference_times(const std::string& path);
+// Each case's eager timings per round ("reference_time_us_rounds", bench/compress_reference.py
+// --rounds); cases without them are absent.
+std::map<std::string, std::vector<double>> read_reference_rounds(const std::string& path);
 
 }  // namespace latentkv::cli
