@@ -322,53 +322,51 @@ void write_svg(const BenchResult& r, const std::string& metric, const std::strin
      << "); bars: achieved per case</text>\n</svg>\n";
 }
 
-std::map<std::string, double> read_reference_times(const std::string& path) {
+namespace {
+
+// A deliberately small reader for the one shape the reference driver writes: calls
+// found(name, s, at) for every case whose object holds `"key"` (at: the key's position in s).
+template <class Found>
+void for_each_reference_key(const std::string& path, const char* key, Found found) {
   std::ifstream is(path);
   LKV_CHECK(is.good(), "cannot read reference times from ", path);
   std::stringstream ss;
   ss << is.rdbuf();
   const std::string s = ss.str();
-  // A deliberately small reader for the one shape the reference driver writes.
-  std::map<std::string, double> out;
+  const std::string quoted = std::string("\"") + key + "\"";
   size_t at = 0;
   while ((at = s.find("\"name\"", at)) != std::string::npos) {
     const size_t q1 = s.find('"', s.find(':', at) + 1);
     const size_t q2 = s.find('"', q1 + 1);
     const std::string name = s.substr(q1 + 1, q2 - q1 - 1);
     const size_t next = s.find("\"name\"", q2);
-    const size_t t = s.find("\"reference_time_us\"", q2);
-    if (t != std::string::npos && (next == std::string::npos || t < next))
-      out[name] = std::stod(s.substr(s.find(':', t) + 1));
+    const size_t t = s.find(quoted, q2);
+    if (t != std::string::npos && (next == std::string::npos || t < next)) found(name, s, t);
     at = q2;
   }
+}
+
+}  // namespace
+
+std::map<std::string, double> read_reference_times(const std::string& path) {
+  std::map<std::string, double> out;
+  for_each_reference_key(path, "reference_time_us", [&](const std::string& name, const std::string& s, size_t t) {
+    out[name] = std::stod(s.substr(s.find(':', t) + 1));
+  });
   return out;
 }
 
 std::map<std::string, std::vector<double>> read_reference_rounds(const std::string& path) {
-  std::ifstream is(path);
-  LKV_CHECK(is.good(), "cannot read reference times from ", path);
-  std::stringstream ss;
-  ss << is.rdbuf();
-  const std::string s = ss.str();
   std::map<std::string, std::vector<double>> out;
-  size_t at = 0;
-  while ((at = s.find("\"name\"", at)) != std::string::npos) {
-    const size_t q1 = s.find('"', s.find(':', at) + 1);
-    const size_t q2 = s.find('"', q1 + 1);
-    const std::string name = s.substr(q1 + 1, q2 - q1 - 1);
-    const size_t next = s.find("\"name\"", q2);
-    const size_t t = s.find("\"reference_time_us_rounds\"", q2);
-    if (t != std::string::npos && (next == std::string::npos || t < next)) {
-      const size_t open = s.find('[', t), close = s.find(']', open);
-      LKV_CHECK(open != std::string::npos && close != std::string::npos, "malformed reference_time_us_rounds in ",
-                path, " (case ", name, ")");
-      std::stringstream list(s.substr(open + 1, close - open - 1));
-      std::string item;
-      std::vector<double>& rounds = out[name];
-      while (std::getline(list, item, ',')) rounds.push_back(std::stod(item));
-    }
-    at = q2;
-  }
+  for_each_reference_key(path, "reference_time_us_rounds", [&](const std::string& name, const std::string& s, size_t t) {
+    const size_t open = s.find('[', t), close = open == std::string::npos ? open : s.find(']', open);
+    LKV_CHECK(open != std::string::npos && close != std::string::npos, "malformed reference_time_us_rounds in ", path,
+              " (case ", name, ")");
+    std::stringstream list(s.substr(open + 1, close - open - 1));
+    std::string item;
+    std::vector<double>& rounds = out[name];
+    while (std::getline(list, item, ',')) rounds.push_back(std::stod(item));
+  });
   return out;
 }
 
