@@ -446,6 +446,12 @@ SHAPES = [(1, 8192), (4, 32768), (8, 65536), (8, 131072)]
 RATIOS = [128, 256, 512]
 
 
+def case_name_seed(ci, reqs, tokens, C, shuffled, base_seed):
+    """A case's name and its inputs' seed (case ci of case_list; the same in every timing round)."""
+    name = "r%d_t%d_c%d%s" % (reqs, tokens, C, "_shuffled" if shuffled else "")
+    return name, base_seed * 1000 + ci * 2 + int(shuffled)
+
+
 def case_list(which):
     if which == "tiny":  # CPU smoke test sizes (not contest cases)
         shapes = [(1, 1024), (2, 2048)]
@@ -502,9 +508,8 @@ def main():
     variants = [False] if args.no_shuffled else [False, True]
     for ci, (reqs, tokens, C) in enumerate(case_list(args.cases)):
         for shuffled in variants:
-            name = "r%d_t%d_c%d%s" % (reqs, tokens, C, "_shuffled" if shuffled else "")
+            name, seed = case_name_seed(ci, reqs, tokens, C, shuffled, args.seed)
             print("[%s] building inputs" % name, flush=True)
-            seed = args.seed * 1000 + ci * 2 + int(shuffled)
             inp = make_contest_inputs(reqs, tokens, C, seed, device, shuffled=shuffled)
             n_out = inp["boundary_token_indices"].numel()
             entry = {
@@ -583,8 +588,7 @@ def main():
     for rnd in range(1, max(1, args.rounds)):
         for ci, (reqs, tokens, C) in enumerate(case_list(args.cases)):
             for shuffled in variants:
-                name = "r%d_t%d_c%d%s" % (reqs, tokens, C, "_shuffled" if shuffled else "")
-                seed = args.seed * 1000 + ci * 2 + int(shuffled)
+                name, seed = case_name_seed(ci, reqs, tokens, C, shuffled, args.seed)
                 inp = make_contest_inputs(reqs, tokens, C, seed, device, shuffled=shuffled)
                 t_us = bench(lambda: run_reference(inp, fp8=False), device, args.warmup, args.reps)
                 by_name[name]["reference_time_us_rounds"].append(t_us)

@@ -313,9 +313,11 @@ int cmd_bench_compress(const Args& args) {
                                    "launches)"
                              : "median of " + std::to_string(reps) + " wall-clock calls";
   std::map<std::string, double> ref;
-  if (!ref_path.empty()) ref = read_reference_times(ref_path);
-  const std::map<std::string, std::vector<double>> ref_rounds =
-      ref_path.empty() ? std::map<std::string, std::vector<double>>{} : read_reference_rounds(ref_path);
+  std::map<std::string, std::vector<double>> ref_rounds;
+  if (!ref_path.empty()) {
+    ref = read_reference_times(ref_path);
+    ref_rounds = read_reference_rounds(ref_path);
+  }
   double hbm = 0, empty_launch = 0;
   int wave_ctas = 0;
 #ifdef LKV_WITH_CUDA
