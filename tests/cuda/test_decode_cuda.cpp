@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <initializer_list>
 #include <cstdlib>
 #include <cstring>
 #include <cmath>
@@ -298,16 +299,19 @@ TEST(DecodeCuda, FlashMlaStyleGrid) {
   }
 }
 
+// h_q 70: not a multiple of 64, padded head rows inside the kernel; h_q 16: the sm90 kernel's
+// narrow form (decode/sm90/narrow.cuh), where the head count fits one 16-row CTA.
 TEST(DecodeCuda, CornerCases) {
   REQUIRE_GPU();
   for (KernelChoice kernel : kernels())
+  for (int64_t h_q : {70, 16})
   for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
     UseKernel use(kernel);
-    const std::string fmt = std::string(kernel_name(kernel)) + " " + format_info(f).name;
+    const std::string fmt = std::string(kernel_name(kernel)) + " h_q " + std::to_string(h_q) + " " + format_info(f).name;
     DecodeWorkloadOptions o;
     o.b = 6;
     o.s_q = 2;
-    o.h_q = 70;  // not a multiple of 64: padded head rows inside the kernel
+    o.h_q = h_q;
     o.topk = 200;
     o.page_size = 53;
     o.format = f;
@@ -812,6 +816,53 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
         EXPECT_GE(d.cos_sim, latentkv::testing::kDecodeCosTol) << label;
         EXPECT_EQ(d.mask_mismatch, 0) << label;
         EXPECT_EQ(d.nan_out, 0) << label;
+      }
+}
+
+// The narrow Hopper kernel (decode/sm90/narrow.cuh: CTAs of at most 16 rows, the tokens as wgmma's M)
+// against the 64-row one (kernel.cuh, with sm90::set_narrow_rows(false)) and the oracle: each
+// format, h_q 1, 5 and 16 (15, 11 and 0 padding columns), with lengths, sink, extra caches,
+// adversarial indices and NaN in unused slots, unsplit (b 70 h_q 16: the planner's choice) and in
+// one-launch and two-launch split plans (partials and the combine). Both kernels within the
+// oracle's tolerance with the same lonely-row masks and no NaN, each other within bf16 rounding,
+// and the narrow kernel bitwise the same across three runs.
+TEST(DecodeCuda, Sm90NarrowRowsAgreeWithWideRows) {
+  REQUIRE_GPU();
+  namespace s9 = latentkv::decode::sm90;
+  if (!s9::usable(0)) GTEST_SKIP() << "no sm_90a device";
+  UseKernel use(KernelChoice::kSm90);
+  latentkv::testing::RestoreSwitch<bool> restore(s9::narrow_rows, s9::set_narrow_rows);
+  int n = 0;
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
+    for (int64_t h_q : {1, 5, 16})
+      for (int64_t b : {3, 70}) {
+        const bool hostile = n % 2 == 0;
+        const DecodeWorkloadOptions o = variant_case(f, b, h_q, b == 3 ? 700 : 300, hostile, 3100 + n++);
+        DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+        const GpuResult ref = run_oracle(w);
+        DecodePlan split = splits_of_256(o), two = split;
+        two.unsplit_b = 1;
+        for (const DecodePlan* plan : std::initializer_list<const DecodePlan*>{nullptr, &split, &two}) {
+          const std::string label = std::string(format_info(f).name) + " h_q " + std::to_string(h_q) + " b " +
+                                    std::to_string(b) + (hostile ? " hostile" : "") +
+                                    (plan == nullptr ? ", planner" : plan == &split ? ", split" : ", two launches");
+          GpuResult got[2];
+          for (int narrow = 0; narrow < 2; ++narrow) {
+            s9::set_narrow_rows(narrow == 1);
+            got[narrow] = rerun_gpu(w, plan);
+            const auto d = latentkv::testing::compare_decode(w, got[narrow].out, got[narrow].lse, ref.out, ref.lse);
+            std::printf("[decode] sm90 %-6s %-44s max_rel %.2e cos %.7f\n", narrow ? "narrow" : "64-row",
+                        label.c_str(), d.max_rel, d.cos_sim);
+            EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label;
+            EXPECT_GE(d.cos_sim, latentkv::testing::kDecodeCosTol) << label;
+            EXPECT_EQ(d.mask_mismatch, 0) << label;
+            EXPECT_EQ(d.nan_out, 0) << label;
+          }
+          const auto d = latentkv::testing::compare_decode(w, got[1].out, got[1].lse, got[0].out, got[0].lse);
+          EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label << ": narrow against 64-row";
+          EXPECT_EQ(d.mask_mismatch, 0) << label << ": narrow against 64-row";
+          for (int run = 0; run < 2; ++run) expect_same(got[1], rerun_gpu(w, plan), label + ": narrow rerun");
+        }
       }
 }
 

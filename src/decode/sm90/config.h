@@ -65,4 +65,46 @@ static_assert(Layout<576>::stat_off == Layout<576>::alpha_off + kHeads * 4 &&
 static_assert(Layout<576>::total <= 227 * 1024, "v32_fp8 layout must fit an H100/H200 CTA");
 static_assert(Layout<512>::total <= 227 * 1024, "v4_fp8 layout must fit an H100/H200 CTA");
 
+// ---- The narrow kernel (narrow.cuh): CTAs of at most 16 query rows, the tokens as wgmma's M.
+// Where a CTA has at most 16 real rows (tensor-parallel shards of V3.2's 128 heads, dense decode of
+// h_q 16 at s_q 1), the kernel above still pays for 64: M is 64 in every wgmma shape, and its
+// 227 KB layout holds one CTA per SM. With the tokens as M (S^T = K Q^T and O^T = V^T P^T,
+// m64n16k16), Q is 16 rows, O^T is 32 fp32 registers per thread and one key stage suffices, so two
+// CTAs share an SM and each one's gather and dequantization overlap the other's products.
+inline constexpr int kNarrowRows = 16;  // N of both products
+// 256 threads, two CTAs per SM: __launch_bounds__(256, 2) leaves 128 registers per thread. O^T 32,
+// S^T 8 (warpgroup 0), one block of raw records 48 (v32: two tokens of 8 lanes, each 4 NoPE + 1
+// RoPE + 1 scale uint4) or 40 (v4: one token of 4 lanes), row statistics 12, the rest addresses.
+inline constexpr int kNarrowCtasPerSm = 2;
+// The largest fp32 row stride of the epilogue's staging buffer that keeps the fragment's writes
+// free of bank conflicts: rows 2 (lane % 4) land 4 x 2 banks apart, dims lane / 4 on consecutive
+// banks.
+inline constexpr int kNarrowOutStride = 516;
+
+template <int kDqk>
+struct NarrowLayout {
+  static constexpr int chunks = kDqk / 64;
+  static constexpr int q_chunk = kNarrowRows * 128;               // [16 rows][64 bf16] swizzled
+  static constexpr int q_off = 0;                                  // Q [chunks][16][64] bf16
+  static constexpr int k_off = q_off + chunks * q_chunk;          // one key stage [chunks][64][64] bf16
+  static constexpr int p_off = k_off + chunks * kChunkBytes;      // P [16 rows][64 tokens] bf16
+  static constexpr int ptr_off = p_off + kNarrowRows * 128;       // [2 blocks] record and scale pointers
+  static constexpr int valid_off = ptr_off + 2 * 2 * kBlockTokens * 8;  // u32 [4 blocks][2]: attended
+  static constexpr int red_off = valid_off + 32;                  // f32 [4 warps][16]: block maxima, sums
+  static constexpr int alpha_off = red_off + 4 * kNarrowRows * 4;  // f32 [16]: a block's rescale
+  static constexpr int stat_off = alpha_off + kNarrowRows * 4;    // f32 [2][16]: final base, true maximum
+  static constexpr int lim_off = stat_off + 2 * kNarrowRows * 4;  // i64 [16]: packed causal rows' limits
+  static constexpr int used = lim_off + kNarrowRows * 8;
+  static constexpr int total = used + kAlignSlack;
+};
+// Two CTAs per SM must fit the 196 KB shared-memory carveout (200,704 bytes, 1 KB of it reserved per
+// CTA): a layout past that takes the 228 KB one, which leaves the L1 ~28 KB instead of ~60, and the
+// gathered lines pass through the L1 while in flight: a probe of this loop with a 4 KB larger layout
+// (99,712 B) took 1.24x as long (bench/NOTES.md v40 item 5).
+inline constexpr int kNarrowSmemLimit = 200704 / kNarrowCtasPerSm - 1024;
+static_assert(NarrowLayout<576>::total <= kNarrowSmemLimit, "two v32_fp8 narrow CTAs must fit the 196 KB carveout");
+static_assert(NarrowLayout<512>::total <= kNarrowSmemLimit, "two v4_fp8 narrow CTAs must fit the 196 KB carveout");
+// The epilogue stages [16][kNarrowOutStride] fp32 in the key stage.
+static_assert(kNarrowRows * kNarrowOutStride * 4 <= 8 * kChunkBytes, "the narrow epilogue's staging must fit the key stage");
+
 }  // namespace latentkv::decode::sm90

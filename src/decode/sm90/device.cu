@@ -21,6 +21,14 @@ std::atomic<bool>& pairs_flag() {
   return flag;
 }
 
+std::atomic<bool>& narrow_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LKV_SM90_NARROW");
+    return !(e && std::strcmp(e, "0") == 0);
+  }()};
+  return flag;
+}
+
 }  // namespace
 
 bool warp_specialised() {
@@ -33,6 +41,9 @@ bool warp_specialised() {
 
 bool cta_pairs() { return pairs_flag().load(std::memory_order_relaxed); }
 void set_cta_pairs(bool on) { pairs_flag().store(on, std::memory_order_relaxed); }
+
+bool narrow_rows() { return narrow_flag().load(std::memory_order_relaxed); }
+void set_narrow_rows(bool on) { narrow_flag().store(on, std::memory_order_relaxed); }
 
 bool usable(int device) {
   // Compute capability 9.0 exactly (sm_90a code runs nowhere else), room for the shared memory, and

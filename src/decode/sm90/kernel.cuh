@@ -298,19 +298,25 @@ struct RowEnd {
   bool lonely;
   float lse, max_logit, factor;
 };
-__device__ __forceinline__ RowEnd row_end(const float* sRowMax, const float* sRowSum, int hr, int64_t h,
-                                          bool unsplit, const float* sink) {
-  const float m = sRowMax[hr], sum = sRowSum[hr];
+// m: the row's final exponent base, sum: its sum against that base, top: its true maximum (all
+// log2 domain).
+__device__ __forceinline__ RowEnd row_end_of(float m, float sum, float top, int64_t h, bool unsplit,
+                                             const float* sink) {
   RowEnd e;
   e.lonely = sum == 0.0f;
   e.lse = e.lonely ? -INFINITY : (m + __log2f(sum)) * cuda::kLn2;
-  e.max_logit = e.lonely ? -INFINITY : sRowMax[hr - kHeads] * cuda::kLn2;  // the true maximum
+  e.max_logit = e.lonely ? -INFINITY : top * cuda::kLn2;
   e.factor = e.lonely ? 0.0f : 1.0f / sum;
   if (unsplit && !e.lonely && sink) {
     const float sk = sink[h];
     e.factor *= (sk == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sk - e.lse));
   }
   return e;
+}
+__device__ __forceinline__ RowEnd row_end(const float* sRowMax, const float* sRowSum, int hr, int64_t h,
+                                          bool unsplit, const float* sink) {
+  // The true maximum sits kHeads floats before the bases (publish_row_stats).
+  return row_end_of(sRowMax[hr], sRowSum[hr], sRowMax[hr - kHeads], h, unsplit, sink);
 }
 
 // An unsplit row's lse (+inf when lonely) and max logit.

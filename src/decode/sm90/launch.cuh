@@ -10,6 +10,7 @@
 
 #include "decode/sm90/kernel.cuh"
 #include "decode/sm90/kernel_ws.cuh"
+#include "decode/sm90/narrow.cuh"
 #include "decode/sm90/launch.h"
 #include "latentkv/error.h"
 
@@ -76,6 +77,16 @@ void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream st
   const auto& q = traced;
 #else
   const auto& q = p;
+#endif
+  // CTAs of at most 16 rows over quantized keys: the narrow kernel (launch.h narrow_rows).
+#if !defined(LKV_SM90_TRACE)
+  if constexpr (Source::kStorage != cuda::KeyStorage::kDirect16) {
+    if (narrow_rows() && cuda::cta_rows(p.g) <= kNarrowRows) {
+      launch_kernel<false>(narrow_kernel<Source>, q, grid, kThreads, NarrowLayout<Source::kDqk>::total, s);
+      LKV_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
 #endif
   // Pairs: head blocks 2 k and 2 k + 1 of a row are neighbours in x (head block fastest); only
   // quantized keys are shared (16-bit keys are copied, and have no pair instantiation).

@@ -25,6 +25,16 @@ bool warp_specialised();
 bool cta_pairs();
 void set_cta_pairs(bool on);
 
+// Whether CTAs of at most kNarrowRows (16) rows over quantized keys run the narrow kernel
+// (narrow.cuh: the tokens as wgmma's M, two CTAs per SM) instead of kernel.cuh's 64-row one: sparse
+// decode with h_q <= 16 (per kv head) and dense decode of v32_fp8 pages with heads x packed query
+// tokens <= 16. On by default; LKV_SM90_NARROW=0 (read once per process) or set_narrow_rows(false)
+// turns it off, so that tests and benchmarks can run both on the same cases. Neither the
+// warp-specialised variant nor CTA pairs apply to such CTAs (one head block per row), and the
+// narrow kernel has no phase stamps: a build with LKV_SM90_TRACE runs kernel.cuh for them.
+bool narrow_rows();
+void set_narrow_rows(bool on);
+
 // Phase stamps of the two-warpgroup kernel, for `latentkv bench decode --trace`: compiled in only
 // with the CMake option LKV_SM90_TRACE (off, so the default kernels carry no stamping code). While
 // on (set_trace), every launch of the kernel has thread 0 of each CTA write %globaltimer (ns) at

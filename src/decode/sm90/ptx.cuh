@@ -1,6 +1,6 @@
 // decode/sm90/ptx.cuh: the Hopper (sm_90a) building blocks of the planned sparse decode kernel
 // (docs/design/hopper-sparse-decode.md, step 1): wgmma fences and groups, shared-memory matrix
-// descriptors for the 128-byte-swizzled layout, and the three wgmma shapes the kernel needs.
+// descriptors for the 128-byte-swizzled layout, and the wgmma shapes the kernels need.
 // Work in progress: checked by tests/cuda/test_sm90_primitives.cpp against CPU products before any
 // kernel uses them.
 //
@@ -178,6 +178,30 @@ template <int N>
 __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D[64 x 16] (+)= A[64 x 16] B[16 x 16], bf16 in, fp32 accumulators, both operands in shared memory,
+// B K-major; kTransA: A is MN-major (its M contiguous), else K-major. The narrow kernel's two
+// products (narrow.cuh): S^T = K Q^T (A the key stage, K-major) and O^T = V^T P^T (A the same stage
+// read MN-major). Accumulator element e: row (M) 16 warp + lane / 4 + 8 ((e / 2) % 2), column (N)
+// 8 (e / 4) + 2 (lane % 4) + e % 2.
+template <int kTransA>
+__device__ __forceinline__ void wgmma_m64n16k16_ss(float (&d)[8], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransA));
+#else
+  (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
+  __trap();
+#endif
+}
+
+// Barrier `id` (1-15) over warpgroup 0 alone (128 threads).
+__device__ __forceinline__ void named_barrier_sync_wg0(int id) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
 }
 
 // D[64 x 64] (+)= A[64 x 16] B[16 x 64], bf16 in, fp32 accumulators; A and B in shared memory.
