@@ -8,12 +8,14 @@
 #include "decode/cpu/decode_cpu.h"
 #include "decode/cuda/config.h"  // tile constants only; no CUDA headers
 #include "decode/params.h"
+#include "decode/plan.h"
 #include "latentkv/decode.h"
 #include "latentkv/error.h"
 #ifdef LKV_WITH_CUDA
 #include "cuda_common/cuda_check.h"
 #include "cuda_common/device_cache.h"
 #include "decode/cuda/launch.h"
+#include "decode/sm90/launch.h"  // narrow_rows
 #endif
 
 namespace latentkv {
@@ -28,7 +30,8 @@ using decode::cuda::kSplitUnit;
 // ---- The split-KV planner's cost model ----------------------------------------------------------
 // A work item is one (request, query token, block of 64 heads); with s splits the attention kernel
 // (decode/cuda/kernel.cuh) runs items * s CTAs, each over at most keys_per_split candidates. The
-// GPU holds num_sms * kCtasPerSm of them at once (one per SM), so they run in waves, and a launch
+// GPU holds num_sms * kCtasPerSm of them at once (one per SM; two for the narrow Hopper kernel,
+// plan_ctas_per_sm), so they run in waves, and a launch
 // takes about waves(s) * keys_per_split(s) key steps (a key step: the time a CTA takes to attend
 // one candidate for its 64 heads). Splitting helps only as far as it fills the waves: on 132 SMs,
 // V3.2's b 74 (296 items) runs unsplit in 3 waves, the last one 24% full, so 25% of the launched
@@ -113,11 +116,29 @@ DecodePlanKernel resolve_plan_kernel(DecodePlanKernel kernel) {
 
 }  // namespace
 
+int plan_ctas_per_sm(DecodePlanKernel kernel, int64_t cta_rows, bool quantized) {
+  // The narrow Hopper kernel (decode/sm90/narrow.cuh) holds two CTAs per SM: CTAs of at most 16
+  // rows over quantized keys, while its switch (LKV_SM90_NARROW, decode/sm90/launch.h) is on. A
+  // build without CUDA plans as with the switch at its default.
+  if (resolve_plan_kernel(kernel) != DecodePlanKernel::kSm90 || !quantized || cta_rows > 16) return kCtasPerSm;
+#ifdef LKV_WITH_CUDA
+  if (!decode::sm90::narrow_rows()) return kCtasPerSm;
+#endif
+  return 2;
+}
+
 DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_t extra_topk,
                        int num_sms, DecodePlanKernel kernel) {
-  LKV_CHECK(b >= 1 && s_q >= 1 && h_q >= 1 && topk >= 1 && extra_topk >= 0 && num_sms >= 1,
+  // Sparse decode: one kv head, a CTA per query token and 64-head block, quantized records.
+  return plan_decode_slots(b, s_q, h_q, topk, extra_topk, num_sms, kernel,
+                           plan_ctas_per_sm(kernel, std::min<int64_t>(h_q, kHeadsPerCta), true));
+}
+
+DecodePlan plan_decode_slots(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_t extra_topk,
+                             int num_sms, DecodePlanKernel kernel, int ctas_per_sm) {
+  LKV_CHECK(b >= 1 && s_q >= 1 && h_q >= 1 && topk >= 1 && extra_topk >= 0 && num_sms >= 1 && ctas_per_sm >= 1,
             "plan_decode: bad shape b=", b, " s_q=", s_q, " h_q=", h_q, " topk=", topk,
-            " extra_topk=", extra_topk, " num_sms=", num_sms);
+            " extra_topk=", extra_topk, " num_sms=", num_sms, " ctas_per_sm=", ctas_per_sm);
   DecodePlan plan;
   plan.b = b;
   plan.s_q = s_q;
@@ -132,7 +153,7 @@ DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_
   // splits and no combine is the familiar items * s / (slots * ceil(items * s / slots)).
   const int64_t total = topk + extra_topk;
   const int64_t items = b * s_q * ((h_q + kHeadsPerCta - 1) / kHeadsPerCta);
-  const int64_t slots = static_cast<int64_t>(num_sms) * kCtasPerSm;
+  const int64_t slots = static_cast<int64_t>(num_sms) * ctas_per_sm;
   const int64_t max_splits = std::min(kMaxGridSplits, std::max<int64_t>(1, total / kSplitUnit));
   // The combine's cost per split: b * s_q * h_q head rows, spread over the GPU.
   const bool sm90 = resolve_plan_kernel(kernel) == DecodePlanKernel::kSm90;

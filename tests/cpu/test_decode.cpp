@@ -16,6 +16,7 @@
 
 #include "decode/sm90/nan_bits.h"
 
+#include "decode/plan.h"
 #include "latentkv/decode.h"
 #include "latentkv/error.h"
 #include "latentkv/numerics.h"
@@ -694,9 +695,9 @@ TEST(DecodePlan, HopperKernelSplitsLess) {
   EXPECT_EQ(odd.keys_per_split, 64);
   // Full waves stay unsplit under both models.
   EXPECT_EQ(plan_decode(128, 2, 128, 2048, 0, 132, kSm90).num_splits, 1);
-  // Never more splits than the portable model takes, over a grid of shapes.
+  // Never more splits than the portable model takes, over a grid of shapes with 64-row CTAs.
   for (int64_t b : {1, 2, 9, 64, 74, 148})
-    for (int64_t h_q : {16, 64, 128})
+    for (int64_t h_q : {64, 128})
       for (int64_t total : {128, 640, 2048, 16384}) {
         const DecodePlan hop = plan_decode(b, 2, h_q, total, 0, 132, kSm90);
         const DecodePlan por = plan_decode(b, 2, h_q, total, 0, 132, kPortablePlan);
@@ -705,6 +706,21 @@ TEST(DecodePlan, HopperKernelSplitsLess) {
         }
         EXPECT_GE(hop.num_splits * hop.keys_per_split, total);
       }
+}
+
+TEST(DecodePlan, NarrowHopperCtasTwoPerSm) {
+  // h_q <= 16 runs the narrow Hopper kernel (decode/sm90/narrow.cuh), two CTAs per SM, so the waves
+  // hold 264 CTAs on 132 SMs: b 128 / s_q 2 (256 items) stays unsplit in one wave, b 64 (128
+  // items, half a wave) splits in two; the portable model, one CTA per SM, splits neither.
+  constexpr DecodePlanKernel kSm90 = DecodePlanKernel::kSm90;
+  EXPECT_EQ(plan_ctas_per_sm(kSm90, 16, true), 2);
+  EXPECT_EQ(plan_ctas_per_sm(kSm90, 17, true), 1);
+  EXPECT_EQ(plan_ctas_per_sm(kSm90, 16, false), 1) << "16-bit keys run the 64-row kernel";
+  EXPECT_EQ(plan_ctas_per_sm(kPortablePlan, 16, true), 1);
+  EXPECT_EQ(plan_decode(128, 2, 16, 2048, 0, 132, kSm90).num_splits, 1);
+  EXPECT_EQ(plan_decode(64, 2, 16, 2048, 0, 132, kSm90).num_splits, 2);
+  EXPECT_EQ(plan_decode(64, 2, 16, 2048, 0, 132, kPortablePlan).num_splits, 1);
+  EXPECT_EQ(plan_decode(64, 2, 32, 2048, 0, 132, kSm90).num_splits, 1) << "32 rows: the 64-row kernel";
 }
 
 TEST(DecodePlan, TwoLaunchesForALeftover) {

@@ -23,6 +23,7 @@
 #include "cuda_common/bench.h"
 #include "decode/cuda/launch.h"
 #include "decode/sm90/launch.h"
+#include "dense/cuda/launch.h"
 #endif
 
 namespace latentkv::cli {
@@ -302,9 +303,28 @@ int cmd_bench_dense(const Args& args) {
     bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
     if (bench.hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / bench.hbm;
     add_roofline(bc, flops, bytes, bench.hbm, kDatasheetTFLOPS, bench.empty_launch);
-    const DecodePlan plan = bench.plan(c.b, c.s_q, (c.h_q + 63) / 64 * 64, pages_per_req * kP);
-    bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
-    bc.numbers["unsplit_rows"] = static_cast<double>(plan.unsplit_b);
+    // The plan dense decode makes for this case (dense/cuda plan_splits: packed query tokens, and
+    // the CTAs per SM of the kernel the rows run on); one split on the CPU.
+    int64_t num_splits = 1, unsplit_rows = 0;
+#ifdef LKV_WITH_CUDA
+    if (bench.cuda) {
+      dense::Params dp{};
+      dp.b = c.b;
+      dp.s_q = c.s_q;
+      dp.h_q = c.h_q;
+      dp.h_kv = 1;
+      dp.d_qk = kD;
+      dp.dtype = dense::Half::bf16;
+      dp.fp8 = c.fp8;
+      dp.page_size = kP;
+      dp.max_pages = pages_per_req;
+      const dense::cuda::SplitPlan sp = dense::cuda::plan_splits(dp, bench_cuda::sm_count(0));
+      num_splits = sp.num_splits;
+      unsplit_rows = sp.unsplit_r1;
+    }
+#endif
+    bc.numbers["num_splits"] = static_cast<double>(num_splits);
+    bc.numbers["unsplit_rows"] = static_cast<double>(unsplit_rows);
     print_case(bc, bench.hbm);
     res.cases.push_back(bc);
   }

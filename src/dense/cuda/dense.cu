@@ -7,6 +7,7 @@
 
 #include "dense/cuda/launch.h"
 #include "dense/cuda/source.cuh"
+#include "decode/plan.h"
 #include "latentkv/decode.h"
 
 namespace latentkv::dense::cuda {
@@ -44,10 +45,14 @@ SplitPlan plan_splits(const Params& p, int num_sms) {
   // The decode planner's rule; the candidates are every token a request could hold (lengths live
   // on the device, and reading them would synchronise). Splits past a request's length end at once.
   // f16 queries always run the portable kernel; bf16 the one the current device picks.
+  // The CTAs' rows (heads of one head block times packed query tokens) tell whether the narrow
+  // Hopper kernel runs them, two per SM (plan_ctas_per_sm).
   const int64_t pack = pack_of(p);
-  const DecodePlan d = plan_decode(p.b, (p.s_q + pack - 1) / pack, p.h_kv * head_blocks_per_kv(p) * kHeadsPerCta,
-                                   p.max_pages * p.page_size, 0, num_sms,
-                                   p.dtype == Half::f16 ? DecodePlanKernel::kPortable : DecodePlanKernel::kAuto);
+  const DecodePlanKernel kernel = p.dtype == Half::f16 ? DecodePlanKernel::kPortable : DecodePlanKernel::kAuto;
+  const int64_t cta_rows = std::min<int64_t>(p.h_q / p.h_kv, kHeadsPerCta) * pack;
+  const DecodePlan d = plan_decode_slots(p.b, (p.s_q + pack - 1) / pack, p.h_kv * head_blocks_per_kv(p) * kHeadsPerCta,
+                                         p.max_pages * p.page_size, 0, num_sms, kernel,
+                                         plan_ctas_per_sm(kernel, cta_rows, p.fp8));
   return {d.num_splits, d.keys_per_split, d.unsplit_b};
 }
 
