@@ -18,7 +18,8 @@
 // 256 threads; iteration n (the stage holds block n, dequantized; registers hold block n + 1's raw
 // records; pointer slot n & 1 holds block n + 2's pointers):
 //   warps 4-5: resolve block n + 3 into pointer slot (n + 1) & 1, prefetch its records into L2
-//   WG0:       S^T, the masked online softmax, P and the rows' rescale to shared memory
+//   WG0:       S^T and its masked block maxima per row (to shared memory)
+//   -- barrier 1 --      WG0: the online softmax, P and the rows' rescale to shared memory
 //   -- __syncthreads --  both: O^T rescaled, += V^T P^T
 //   -- __syncthreads --  all: block n + 1 dequantized into the stage, block n + 2's records loaded
 //   -- __syncthreads --
@@ -234,15 +235,17 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
       // ---- Masked block maxima per row: this thread's two tokens, the 8 lanes of its rows, then the
       // 4 warps through shared memory. Scores stay unscaled until the exponent (the scale is
       // positive), as in kernel.cuh online_softmax.
-      const uint64_t valid = block_attended(sValid, n);
-      const bool att0 = (valid >> t0) & 1, att1 = (valid >> (t0 + 8)) & 1;
+      // (Tokens t0 and t0 + 8 share one word of the block's attended mask: t0 % 32 < 24.)
+      const uint32_t word = sValid[(n & 3) * 2 + wq / 2];
+      const bool att0 = (word >> (t0 % 32)) & 1u, att1 = (word >> (t0 % 32 + 8)) & 1u;
       const int64_t base = static_cast<int64_t>(n) * kBlockTokens;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int e = narrow_elem(j);
         bool ok0 = att0, ok1 = att1;
         if constexpr (kPacks) {
-          const int64_t lim = sLim[narrow_row(q2, j)] - base;
+          const int64_t seen = sLim[narrow_row(q2, j)] - base;  // of this block's tokens, the row sees
+          const int lim = seen < 0 ? 0 : seen > kBlockTokens ? kBlockTokens : static_cast<int>(seen);  // those below
           ok0 = ok0 && t0 < lim;
           ok1 = ok1 && t0 + 8 < lim;
         }
@@ -254,7 +257,12 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
         if (lane < 4) sRed[wq * kNarrowRows + narrow_row(q2, j)] = m;
       }
-      named_barrier_sync_wg0(1);
+      // The block maxima, at a barrier of all 256 threads (warpgroup 1 meets it in its branch
+      // below) although only warpgroup 0 reads them: warpgroup 1 has nothing to do until P is
+      // ready, and compute-sanitizer's racecheck did not credit the CTA-wide barriers that followed
+      // a 128-thread barrier of warpgroup 0 alone (it reported hazards on sAlpha and the row sums
+      // across them).
+      named_barrier_sync(1);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int r = narrow_row(q2, j), e = narrow_elem(j);
@@ -276,6 +284,8 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
         if (warp == 0 && lane < 4) sAlpha[r] = alpha;
       }
       fence_proxy_async();
+    } else {
+      named_barrier_sync(1);  // warpgroup 0's block maxima
     }
     __syncthreads();  // P and the rows' rescale
     {

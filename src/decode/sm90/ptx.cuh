@@ -199,11 +199,6 @@ __device__ __forceinline__ void wgmma_m64n16k16_ss(float (&d)[8], uint64_t desc_
 #endif
 }
 
-// Barrier `id` (1-15) over warpgroup 0 alone (128 threads).
-__device__ __forceinline__ void named_barrier_sync_wg0(int id) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
-}
-
 // D[64 x 64] (+)= A[64 x 16] B[16 x 64], bf16 in, fp32 accumulators; A and B in shared memory.
 // B is K-major.
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
