@@ -17,10 +17,11 @@
 // Grid and work as kernel.cuh (CtaWork: one row group, one split; head_blocks_per_kv is 1 here).
 // 256 threads; iteration n (the stage holds block n, dequantized; registers hold block n + 1's raw
 // records; pointer slot n & 1 holds block n + 2's pointers):
-//   warps 4-5: resolve block n + 3 into pointer slot (n + 1) & 1, prefetch its records into L2
+//   warps 4-5: issue block n + 3's index loads
 //   WG0:       S^T and its masked block maxima per row (to shared memory)
 //   -- barrier 1 --      WG0: the online softmax, P and the rows' rescale to shared memory
-//   -- __syncthreads --  both: O^T rescaled, += V^T P^T
+//   -- __syncthreads --  both: O^T rescaled, += V^T P^T; meanwhile warps 4-5 resolve block n + 3
+//                        into pointer slot (n + 1) & 1 and prefetch its records into L2
 //   -- __syncthreads --  all: block n + 1 dequantized into the stage, block n + 2's records loaded
 //   -- __syncthreads --
 #pragma once
@@ -141,11 +142,20 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
     if (prefetch && data != nullptr) prefetch_record<kStorage>(data, scale);
     resolve_store(b, data, scale);
   };
-  auto resolve = [&](int64_t blk) {
+  // In the loop a block is resolved in two steps: its index load issued at the iteration's start
+  // (resolve_issue, nothing waits for it there), the rest under warpgroup 1's value product
+  // (resolve_finish). Resolved whole at the start, warps 4-5 waited out the index load before
+  // barrier 1, and warpgroup 0's softmax with them (bench/NOTES.md v41).
+  auto resolve_issue = [&](int64_t blk) -> int32_t {
+    if (!resolver) return -1;
+    const int64_t k = k_begin + blk * kBlockTokens + rt;
+    return k < k_end ? src.raw_index(p.src, k) : -1;
+  };
+  auto resolve_finish = [&](int64_t blk, int32_t index) {
     if (!resolver) return;
     const int64_t k = k_begin + blk * kBlockTokens + rt;
     const uint8_t* scale = nullptr;
-    const uint8_t* data = k < k_end ? src.locate(p.src, k, &scale) : nullptr;
+    const uint8_t* data = k < k_end ? src.locate_index(p.src, k, index, &scale) : nullptr;
     if (data != nullptr) prefetch_record<kStorage>(data, scale);
     resolve_store(blk, data, scale);
   };
@@ -218,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
   const int t0 = 16 * wq + lane / 4;  // this thread's tokens in S^T: t0 and t0 + 8
 
   for (int n = 0; n < nb; ++n) {
-    resolve(n + 3);
+    const int32_t next_index = resolve_issue(n + 3);
     if (wg == 0) {
       // ---- S^T = K Q^T.
       float s[8];
@@ -311,6 +321,7 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
           wgmma_m64n16k16_ss<1>(o[i], dv + (ov >> 4), dp + (op >> 4), true);
         }
       wgmma_commit();
+      resolve_finish(n + 3, next_index);  // warps 4-5, while the product runs
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < 4; ++i) fence_operands(o[i]);
