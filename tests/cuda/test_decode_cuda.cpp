@@ -260,6 +260,18 @@ void expect_same(const GpuResult& a, const GpuResult& b, const std::string& labe
   EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4)) << label;
 }
 
+// One kernel's result (`kernel` names it in the printed line) within the oracle's tolerance, with
+// the oracle's lonely-row masks and no NaN.
+void expect_near_oracle(const DecodeWorkload& w, const GpuResult& got, const GpuResult& ref, const char* kernel,
+                        const std::string& label) {
+  const auto d = latentkv::testing::compare_decode(w, got.out, got.lse, ref.out, ref.lse);
+  std::printf("[decode] %-8s %-44s max_rel %.2e cos %.7f\n", kernel, label.c_str(), d.max_rel, d.cos_sim);
+  EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << kernel << " " << label;
+  EXPECT_GE(d.cos_sim, latentkv::testing::kDecodeCosTol) << kernel << " " << label;
+  EXPECT_EQ(d.mask_mismatch, 0) << kernel << " " << label;
+  EXPECT_EQ(d.nan_out, 0) << kernel << " " << label;
+}
+
 }  // namespace
 
 TEST(DecodeCuda, FlashMlaStyleGrid) {
@@ -753,15 +765,7 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
         got[k] = run_gpu(w);
       }
       const std::string label = std::string(format_info(f).name) + (odd_scales ? " odd scales" : "");
-      for (int k = 0; k < 2; ++k) {
-        const auto d = latentkv::testing::compare_decode(w, got[k].out, got[k].lse, ref.out, ref.lse);
-        std::printf("[decode] %-8s %-30s max_rel %.2e cos %.7f\n", k ? "sm90" : "portable",
-                    label.c_str(), d.max_rel, d.cos_sim);
-        EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label;
-        EXPECT_GE(d.cos_sim, latentkv::testing::kDecodeCosTol) << label;
-        EXPECT_EQ(d.mask_mismatch, 0) << label;
-        EXPECT_EQ(d.nan_out, 0) << label;
-      }
+      for (int k = 0; k < 2; ++k) expect_near_oracle(w, got[k], ref, k ? "sm90" : "portable", label);
       const auto d = latentkv::testing::compare_decode(w, got[1].out, got[1].lse, got[0].out, got[0].lse);
       std::printf("[decode] sm90 vs portable %-22s max_rel %.2e cos %.7f\n", label.c_str(), d.max_rel,
                   d.cos_sim);
@@ -850,13 +854,7 @@ TEST(DecodeCuda, Sm90NarrowRowsAgreeWithWideRows) {
           for (int narrow = 0; narrow < 2; ++narrow) {
             s9::set_narrow_rows(narrow == 1);
             got[narrow] = rerun_gpu(w, plan);
-            const auto d = latentkv::testing::compare_decode(w, got[narrow].out, got[narrow].lse, ref.out, ref.lse);
-            std::printf("[decode] sm90 %-6s %-44s max_rel %.2e cos %.7f\n", narrow ? "narrow" : "64-row",
-                        label.c_str(), d.max_rel, d.cos_sim);
-            EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label;
-            EXPECT_GE(d.cos_sim, latentkv::testing::kDecodeCosTol) << label;
-            EXPECT_EQ(d.mask_mismatch, 0) << label;
-            EXPECT_EQ(d.nan_out, 0) << label;
+            expect_near_oracle(w, got[narrow], ref, narrow ? "narrow" : "64-row", label);
           }
           const auto d = latentkv::testing::compare_decode(w, got[1].out, got[1].lse, got[0].out, got[0].lse);
           EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label << ": narrow against 64-row";
