@@ -67,19 +67,11 @@ constexpr int kSmemUsed = kQBytes + kStageBytes + kPBytes + 4 * kRows * 4 + 2 * 
 template <bool kSplitS>
 constexpr int kSmem = kSmemUsed + (kSplitS ? kSBytes : 0) + 1024;  // alignment slack
 
-// D[64 x 16] (+)= A[64 x 16] B[16 x 16], A and B in shared memory; kTa: A is MN-major.
+// D[64 x 16] (+)= A[64 x 16] B[16 x 16], A and B in shared memory; kTa: A is MN-major (the
+// library's wrapper, which the narrow kernel uses; the probe's own copy of it was the same PTX).
 template <int kTa>
 __device__ __forceinline__ void mma_m64n16(float (&d)[8], uint64_t da, uint64_t db, bool acc) {
-#if defined(LKV_SM90_WGMMA)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "l"(da), "l"(db), "r"(static_cast<int>(acc)), "n"(kTa));
-#else
-  (void)d, (void)da, (void)db, (void)acc;
-  __trap();
-#endif
+  latentkv::decode::sm90::wgmma_m64n16k16_ss<kTa>(d, da, db, acc);
 }
 template <int N>
 __device__ __forceinline__ void fence_regs(float (&d)[N]) {
