@@ -7,6 +7,7 @@
 
 #include "decode/cpu/decode_cpu.h"
 #include "decode/cuda/config.h"  // tile constants only; no CUDA headers
+#include "decode/sm90/config.h"  // the narrow kernel's rows and CTAs per SM; no CUDA headers
 #include "decode/params.h"
 #include "decode/plan.h"
 #include "latentkv/decode.h"
@@ -120,11 +121,12 @@ int plan_ctas_per_sm(DecodePlanKernel kernel, int64_t cta_rows, bool quantized) 
   // The narrow Hopper kernel (decode/sm90/narrow.cuh) holds two CTAs per SM: CTAs of at most 16
   // rows over quantized keys, while its switch (LKV_SM90_NARROW, decode/sm90/launch.h) is on. A
   // build without CUDA plans as with the switch at its default.
-  if (resolve_plan_kernel(kernel) != DecodePlanKernel::kSm90 || !quantized || cta_rows > 16) return kCtasPerSm;
+  if (resolve_plan_kernel(kernel) != DecodePlanKernel::kSm90 || !quantized || cta_rows > decode::sm90::kNarrowRows)
+    return kCtasPerSm;
 #ifdef LKV_WITH_CUDA
   if (!decode::sm90::narrow_rows()) return kCtasPerSm;
 #endif
-  return 2;
+  return decode::sm90::kNarrowCtasPerSm;
 }
 
 DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_t extra_topk,
