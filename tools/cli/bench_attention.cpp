@@ -23,6 +23,7 @@
 #include "cuda_common/bench.h"
 #include "decode/cuda/launch.h"
 #include "decode/sm90/launch.h"
+#include "decode/plan.h"
 #include "dense/cuda/launch.h"
 #endif
 
@@ -115,11 +116,13 @@ struct Bench {
 #endif
     allocations.clear();
   }
-  // The plan the op's planner makes (the decode planner's rule, as src/prefill/cuda and
-  // src/dense/cuda apply it: its splits and unsplit rows); one split on the CPU.
+  // The plan sparse prefill's planner makes (the decode planner's rule, as src/prefill/cuda applies
+  // it for bf16 keys: its splits and unsplit rows); one split on the CPU.
   DecodePlan plan(int64_t rows, int64_t s_q, int64_t head_rows, int64_t candidates) const {
 #ifdef LKV_WITH_CUDA
-    if (cuda) return plan_decode(rows, s_q, head_rows, candidates, 0, bench_cuda::sm_count(0));
+    if (cuda)
+      return plan_decode_slots(rows, s_q, head_rows, candidates, 0, bench_cuda::sm_count(0), DecodePlanKernel::kAuto,
+                               plan_ctas_per_sm(DecodePlanKernel::kAuto, head_rows, false));
 #endif
     (void)rows, (void)s_q, (void)head_rows, (void)candidates;
     return DecodePlan{};

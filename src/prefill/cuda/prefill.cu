@@ -1,5 +1,6 @@
 // prefill/cuda/prefill.cu: sparse prefill's CUDA host side: splits from the shared planner, the
 // parameters mapped onto the attention kernel's geometry and output addressing, the launch.
+#include "decode/plan.h"
 #include "latentkv/decode.h"
 #include "prefill/cuda/launch.h"
 #include "prefill/cuda/source.cuh"
@@ -12,8 +13,10 @@ using decode::cuda::OutRef;
 
 SplitPlan plan_splits(const Params& p, int num_sms) {
   // The decode planner's rule with one query token per row: split the candidates only when the
-  // rows x head blocks leave SMs idle.
-  const DecodePlan d = plan_decode(p.s_q, 1, p.h_q, p.topk, 0, num_sms);
+  // rows x head blocks leave SMs idle. bf16 keys run one CTA per SM whatever its rows (the narrow
+  // Hopper kernel, two per SM, takes quantized keys only).
+  const DecodePlan d = plan_decode_slots(p.s_q, 1, p.h_q, p.topk, 0, num_sms, DecodePlanKernel::kAuto,
+                                         plan_ctas_per_sm(DecodePlanKernel::kAuto, p.h_q, false));
   return {d.num_splits, d.keys_per_split, d.unsplit_b};
 }
 
