@@ -277,7 +277,7 @@ fi
 
 # profile: Nsight Compute on one launch of the decode kernel (V3.2 b 128), clocks left alone.
 if has profile; then
-  timeout 300 ncu --clock-control none -k regex:attend_kernel -c 1 --section SpeedOfLight \
+  timeout 300 ncu --clock-control none -k 'regex:attend_kernel|narrow_kernel' -c 1 --section SpeedOfLight \
     --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section Occupancy --section LaunchStats \
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
@@ -292,7 +292,7 @@ fi
 # and SM throughputs, the shared-memory wavefronts of the LSU data pipe, which also count wgmma's
 # shared-memory operand reads, and the L1 data-bank reads and writes); LKV_PROFILE_KERNEL as above.
 if has profile_pipes; then
-  timeout 120 ncu --clock-control none -k regex:attend_kernel -c 1 \
+  timeout 120 ncu --clock-control none -k 'regex:attend_kernel|narrow_kernel' -c 1 \
     --metrics breakdown:l1tex__throughput.avg.pct_of_peak_sustained_elapsed,breakdown:sm__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed,sm__inst_executed_pipe_tensor_op_gmma.sum,sm__cycles_elapsed.avg \
     ./build-gpu/latentkv bench decode --device cuda --kernel "${LKV_PROFILE_KERNEL:-auto}" \
     --filter "${LKV_PROFILE_FILTER:-v32_b128_h128}" --reps 1 >"$OUT/ncu-pipes.log" 2>&1
@@ -313,7 +313,7 @@ if has profile_sass; then
     dense) prof_op=dense; prof_filter=bf16_b128_sk8192_h128_sq2 ;;
     *) prof_op=decode; prof_filter=v32_b128_h128 ;;
   esac
-  timeout 300 ncu --clock-control none -k regex:attend_kernel -c 1 --section SourceCounters \
+  timeout 300 ncu --clock-control none -k 'regex:attend_kernel|narrow_kernel' -c 1 --section SourceCounters \
     --section WarpStateStats -f -o "$OUT/prof" ./build-gpu/latentkv bench "$prof_op" --device cuda \
     --kernel "${LKV_PROFILE_KERNEL:-auto}" --filter "${LKV_PROFILE_FILTER:-$prof_filter}" --reps 1 >"$OUT/ncu-sass.log" 2>&1
   rc=$?
