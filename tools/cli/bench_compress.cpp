@@ -294,7 +294,7 @@ int cmd_bench_compress(const Args& args) {
   LKV_CHECK(!trace || cuda, "bench compress: --trace needs --device cuda");
   LKV_CHECK(trace_dir.empty() || trace, "bench compress: --trace-dir needs --trace");
   // CPU: 11 calls, as single calls on a shared 2-core machine swing by 2x (bench/NOTES.md).
-  const int reps = args.get_int("reps", cuda ? 50 : 11);
+  const int reps = args.get_reps(cuda ? 50 : 11);
   args.check_all_used();
   LKV_CHECK(which == "contest" || which == "quick", "--cases must be contest or quick, got ",
             which);

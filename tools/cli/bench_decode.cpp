@@ -281,7 +281,9 @@ int cmd_bench_decode(const Args& args) {
   const std::string json = args.get("json", "");
   const std::string filter = args.get("filter", "");
   const std::string plot = args.get("plot", "");
-  const int reps = args.get_int("reps", 20);
+  const bool reps_given = !args.get("reps", "").empty();
+  const int reps = args.get_reps(20);
+  const int cpu_reps = reps_given ? reps : 3;  // CPU calls are slow: 3 unless --reps says
   const std::string kernel = args.get("kernel", "auto");
   // --splits 1,2,4: each case also runs with each of these split counts (candidates divided into
   // that many equal whole blocks of 64) beside the planner's, to measure the planner's choice.
@@ -335,7 +337,7 @@ int cmd_bench_decode(const Args& args) {
   res.device = "cpu";
   res.notes["timing"] = cuda ? "median of " + std::to_string(reps) +
                                    " event-timed calls (main kernel through combine), L2 flushed before each"
-                             : "median wall time";
+                             : "median wall time of " + std::to_string(cpu_reps) + " calls after one warm-up call";
   res.notes["flops"] = "2 * h_q * attended * (d_qk + d_v), attended = b * s_q * (topk + extra_topk)";
   res.notes["bytes"] = "2*b*s_q*h_q*d_qk + unique_tokens_read * bytes_per_token + 2*b*s_q*h_q*d_v";
   double hbm = 0, empty_launch = 0;
@@ -454,7 +456,7 @@ int cmd_bench_decode(const Args& args) {
         }
 #endif
       } else {
-        bc.time_us = cpu_time_us([&] { sparse_decode(a); }, 3);
+        bc.time_us = cpu_time_us([&] { sparse_decode(a); }, cpu_reps);
       }
       bc.numbers["TFLOPS"] = flops / (bc.time_us * 1e-6) / 1e12;
       bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;

@@ -45,11 +45,21 @@ std::string Args::get(const std::string& key, const std::string& fallback) const
 int Args::get_int(const std::string& key, int fallback) const {
   const std::string v = get(key, "");
   if (v.empty()) return fallback;
+  size_t end = 0;
+  int x = 0;
   try {
-    return std::stoi(v);
+    x = std::stoi(v, &end);
   } catch (...) {
-    LKV_FAIL(ErrorKind::kValue, "option --", key, " needs an integer, got '", v, "'");
+    end = 0;
   }
+  LKV_CHECK(end > 0 && end == v.size(), "option --", key, " needs an integer, got '", v, "'");
+  return x;
+}
+
+int Args::get_reps(int fallback) const {
+  const int reps = get_int("reps", fallback);
+  LKV_CHECK(reps >= 1, "option --reps must be >= 1, got ", reps);
+  return reps;
 }
 
 bool Args::flag(const std::string& key) const {
@@ -64,6 +74,7 @@ void Args::check_all_used() const {
 }
 
 double cpu_time_us(const std::function<void()>& fn, int reps, int warmup) {
+  LKV_CHECK(reps >= 1, "cpu_time_us: reps must be >= 1, got ", reps);
   for (int i = 0; i < warmup; ++i) fn();
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {

@@ -18,7 +18,10 @@ class Args {
  public:
   Args(int argc, char** argv, int first);
   std::string get(const std::string& key, const std::string& fallback) const;
+  // The whole value must be an integer ("5x" is an error, not 5).
   int get_int(const std::string& key, int fallback) const;
+  // --reps: at least 1.
+  int get_reps(int fallback) const;
   bool flag(const std::string& key) const;
   const std::string& command_line() const { return command_; }
   // Throws naming every option that was given but never read.

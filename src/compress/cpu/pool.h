@@ -12,22 +12,17 @@
 #include <cstdint>
 
 #include "compress/params.h"
+#include "cpu_common/isa.h"
 
 namespace latentkv::compress {
 
-// kSse4: the library's baseline, x86-64-v2 (4 lanes). kAvx2: AVX2 and FMA (8 lanes). kAvx512:
-// AVX-512F (16 lanes).
-enum class CpuIsa : uint8_t { kSse4, kAvx2, kAvx512 };
-
-// Whether this CPU (and its OS) can run a build; kSse4 is the library's baseline (x86-64-v2).
-bool cpu_supports(CpuIsa isa);
-// The widest build this CPU runs.
-CpuIsa best_cpu_isa();
-// The build compress_cpu_fast runs unless told otherwise: LKV_CPU_ISA=sse4|avx2|avx512 forces one
-// (to time it, or to reproduce another machine's bytes), unset or auto takes best_cpu_isa(). Read
-// once; a build this CPU cannot run is an error.
-CpuIsa default_cpu_isa();
-const char* cpu_isa_name(CpuIsa isa);
+// The instruction sets and their run-time choice (LKV_CPU_ISA) are cpu_common's (isa.h), shared
+// with the attention ops' head block.
+using cpu_common::best_cpu_isa;
+using cpu_common::cpu_isa_name;
+using cpu_common::cpu_supports;
+using cpu_common::CpuIsa;
+using cpu_common::default_cpu_isa;
 
 // Dimension ranges handed to a pooling kernel start and end on multiples of this (the widest
 // vector, 16 fp32 lanes), so every build covers them with whole vectors.

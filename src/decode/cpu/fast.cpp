@@ -9,6 +9,7 @@
 // The result of a pair depends only on its inputs and the compiled order of operations, never on the
 // thread that ran it, so the output is bitwise identical from run to run.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -24,12 +25,63 @@ using cpu_common::kHeadBlock;
 struct Scratch {
   std::vector<const CacheRef*> cache;  // [n] the cache of each attended token
   std::vector<int64_t> slot;           // [n] its slot
-  std::vector<uint16_t> row;           // [d_qk] one dequantized token, bf16
+  std::vector<uint16_t> row;           // [d_qk] one dequantized token, bf16 (v41_fp4)
   std::vector<float> k;                // [n, d_qk] the attended keys
   std::vector<float> q;                // [kHeadBlock, d_qk] scaled queries of the block
   std::vector<float> s;                // [kHeadBlock, n] scores, then exp(s - max)
   alignas(64) float acc[kHeadBlock][kDimV];
 };
+
+// e4m3 byte -> fp32, every code (NaN codes included) as num::e4m3_to_f32 gives it.
+const float* e4m3_table() {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b) t[b] = num::e4m3_to_f32(static_cast<uint8_t>(b));
+    return t;
+  }();
+  return table.data();
+}
+
+// One token's dequantized row as fp32 [d_qk]: round_bf16(payload x scale) per quantized dim and the
+// bf16 RoPE dims widened, which is num::bf16_to_f32 of formats::decode_unit's bf16 row bit for bit
+// (the same product and rounding, with the payload decoded by a table instead of per byte). About
+// 4x faster than decoding to bf16 and widening, which took ~30% of a V3.2 h_q 128 call.
+template <CacheFormat F>
+void dequantize_f32(const CacheRef& c, int64_t slot, uint16_t* row, float* out) {
+  constexpr formats::CodecLayout L = formats::codec_layout(F);
+  if constexpr (F == CacheFormat::v41_fp4) {
+    dequantize_token<F>(c, slot, row);
+    for (int d = 0; d < L.d_qk; ++d) out[d] = num::bf16_to_f32(row[d]);
+  } else {
+    const formats::RecordByteOffsets o = formats::record_byte_offsets(F, c.page_size, c.page_stride, slot);
+    const uint8_t* data = c.base + o.data;
+    const uint8_t* scale = c.base + o.scale;
+    const float* e4m3 = e4m3_table();
+    for (int g = 0; g < L.num_groups; ++g) {
+      float sc;
+      if constexpr (F == CacheFormat::v32_fp8) sc = num::bits_f32(formats::load_u32_le(scale + 4 * g));
+      else sc = num::ue8m0_to_f32(scale[g]);
+      const uint8_t* payload = data + g * L.group;
+      float* o_g = out + g * L.group;
+      for (int k = 0; k < L.group; ++k) {
+        const float v = F == CacheFormat::v4_int8 ? static_cast<float>(static_cast<int8_t>(payload[k])) : e4m3[payload[k]];
+        o_g[k] = num::round_bf16(v * sc);
+      }
+    }
+    for (int k = 0; k < L.rope_dims; ++k)
+      out[L.quant_dims + k] = num::bf16_to_f32(formats::load_u16_le(data + L.rope_offset + 2 * k));
+  }
+}
+
+void dequantize_f32(CacheFormat f, const CacheRef& c, int64_t slot, uint16_t* row, float* out) {
+  switch (f) {
+    case CacheFormat::v32_fp8: return dequantize_f32<CacheFormat::v32_fp8>(c, slot, row, out);
+    case CacheFormat::v4_fp8: return dequantize_f32<CacheFormat::v4_fp8>(c, slot, row, out);
+    case CacheFormat::v4_int8: return dequantize_f32<CacheFormat::v4_int8>(c, slot, row, out);
+    case CacheFormat::v41_fp8: return dequantize_f32<CacheFormat::v41_fp8>(c, slot, row, out);
+    case CacheFormat::v41_fp4: return dequantize_f32<CacheFormat::v41_fp4>(c, slot, row, out);
+  }
+}
 
 // Gathers the attended tokens of (i, j), main then extra, and dequantizes each once.
 int64_t gather(const Params& p, int64_t i, int64_t j, Scratch& w) {
@@ -47,11 +99,8 @@ int64_t gather(const Params& p, int64_t i, int64_t j, Scratch& w) {
   const int64_t n = static_cast<int64_t>(w.slot.size());
   if (static_cast<int64_t>(w.k.size()) < n * p.d_qk) w.k.resize(static_cast<size_t>(n * p.d_qk));
   if (static_cast<int64_t>(w.s.size()) < kHeadBlock * n) w.s.resize(static_cast<size_t>(kHeadBlock * n));
-  for (int64_t t = 0; t < n; ++t) {
-    dequantize_token(p.format, *w.cache[t], w.slot[t], w.row.data());
-    float* kt = w.k.data() + t * p.d_qk;
-    for (int d = 0; d < p.d_qk; ++d) kt[d] = num::bf16_to_f32(w.row[d]);
-  }
+  for (int64_t t = 0; t < n; ++t)
+    dequantize_f32(p.format, *w.cache[t], w.slot[t], w.row.data(), w.k.data() + t * p.d_qk);
   return n;
 }
 

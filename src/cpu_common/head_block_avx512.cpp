@@ -1,0 +1,13 @@
+// The attention ops' CPU head block (head_block.h, body in head_block_kernel.h) built for
+// AVX-512F (-mavx512f): 16 lanes. CMakeLists.txt gives this file its flags; head_block_fn hands it out only
+// where cpu_supports(CpuIsa::kAvx512) holds.
+#include "cpu_common/head_block_kernel.h"
+
+namespace latentkv::cpu_common {
+
+void attend_head_block_avx512(const float* q, int nh, const float* k, int64_t n, int64_t key_stride,
+                              int d_qk, int d_v, float* s, float (*acc)[kMaxDimV], float* max, float* sum) {
+  head_block_w<16>(q, nh, k, n, key_stride, d_qk, d_v, s, acc, max, sum);
+}
+
+}  // namespace latentkv::cpu_common
