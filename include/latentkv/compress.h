@@ -33,7 +33,9 @@ struct CompressArgs {
   TensorView kv_cache;                // u8 [num_pages, P * 584 (+pad)] or [num_pages, P, 1, 584]
   int64_t block_size = 0;             // tokens per state-cache block (>= 1)
   int64_t compress_ratio = 0;         // C (>= 1)
-  int64_t page_size = 64;             // P, tokens per kv-cache page (the 4-D form fixes it)
+  // P, tokens per kv-cache page. < 0 (the default): the 4-D form's shape[1], or 64 (the contest's
+  // page) for the 2-D form. Given with a 4-D cache, it must equal shape[1].
+  int64_t page_size = -1;
   float rms_norm_eps = 1.0e-6f;
   CacheFormat format = CacheFormat::v4_int8;  // v4_int8 or v4_fp8
   CompressMode mode = CompressMode::kInPlace;

@@ -140,7 +140,7 @@ def positions_to_slots(block_table: Any, positions: Any, page_size: int, *,
 def compress_kv(state_cache: Any, token_to_req: Any, positions: Any, boundary_token_indices: Any,
                 block_table: Any, rms_norm_weight: Any, cos_sin_cache: Any,
                 kv_slot_mapping: Any, kv_cache: Any, block_size: int, compress_ratio: int,
-                rms_norm_eps: float = 1.0e-6, *, page_size: int = 64, format: str = "v4_int8",
+                rms_norm_eps: float = 1.0e-6, *, page_size: int = -1, format: str = "v4_int8",
                 mode: str = "inplace", check_indices: bool = True, impl: str = "auto",
                 workspace: Any = None, overlap_prologue: bool = False) -> Any:
     """The KV compressor (DeepSeek V4): one 584-byte record per boundary token.
@@ -154,7 +154,8 @@ def compress_kv(state_cache: Any, token_to_req: Any, positions: Any, boundary_to
     cos_sin_cache:          f32 [max_pos, 64] (32 cos, then 32 sin)
     kv_slot_mapping:        i64 [num_tokens] (a slot < 0 skips its output)
     kv_cache:               u8 [num_pages, P * 584 (+pad)] or [num_pages, P, 1, 584]
-    format: "v4_int8" (the contest) or "v4_fp8" (DeepSeek V4). page_size: P (the 4-D form fixes it).
+    format: "v4_int8" (the contest) or "v4_fp8" (DeepSeek V4). page_size: P; -1 (default) takes the
+    4-D form's shape[1], or 64 (the contest's page) for the 2-D form.
 
     mode="inplace" writes exactly the target records into ``kv_cache`` and returns it;
     mode="functional" leaves ``kv_cache`` untouched and returns a new cache of its shape that is

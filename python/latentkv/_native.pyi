@@ -41,7 +41,7 @@ def positions_to_slots(block_table: Arr, positions: Arr, page_size: int, slots: 
 
 def compress_kv(state_cache: Arr, token_to_req: Arr, positions: Arr, boundary_token_indices: Arr,
                 block_table: Arr, rms_norm_weight: Arr, cos_sin_cache: Arr, kv_slot_mapping: Arr,
-                kv_cache: Arr, block_size: int, compress_ratio: int, page_size: int = 64,
+                kv_cache: Arr, block_size: int, compress_ratio: int, page_size: int = -1,
                 rms_norm_eps: float = 1e-6, format: str = "v4_int8", mode: str = "inplace",
                 check_indices: bool = True, impl: str = "auto", workspace: Optional[Arr] = None,
                 stream: int = 0) -> None:
@@ -58,7 +58,7 @@ def compress_kv(state_cache: Arr, token_to_req: Arr, positions: Arr, boundary_to
 def compress_workspace_bytes(state_cache: Arr, token_to_req: Arr, positions: Arr,
                              boundary_token_indices: Arr, block_table: Arr, rms_norm_weight: Arr,
                              cos_sin_cache: Arr, kv_slot_mapping: Arr, kv_cache: Arr,
-                             block_size: int, compress_ratio: int, page_size: int = 64,
+                             block_size: int, compress_ratio: int, page_size: int = -1,
                              format: str = "v4_int8") -> int:
     """Bytes of caller-provided workspace compress_kv needs (0 on the CPU)."""
 

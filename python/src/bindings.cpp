@@ -261,11 +261,14 @@ CompressMode parse_mode(const std::string& s) {
   LKV_FAIL(ErrorKind::kValue, "unknown compress mode '", s, "'; valid: inplace, functional");
 }
 
-// The workspace is a byte array on the tensors' device; its size is its byte count.
-void set_workspace(nb::handle ws, Keep& keep, void*& ptr, size_t& bytes) {
+// The workspace is a byte array on the tensors' device (`device`: the op's output's); its size is
+// its byte count. The ops see only a pointer, so the device is checked here (a host array handed to
+// a CUDA op would be written by the kernels as device scratch).
+void set_workspace(nb::handle ws, Keep& keep, void*& ptr, size_t& bytes, const Device& device) {
   const TensorView w = to_view(ws, "workspace", keep, Access::kWrite);
   if (!w.data) return;
-  LKV_CHECK(w.is_contiguous(), "workspace must be contiguous");
+  check_device(w, "workspace", device);
+  LKV_CHECK(w.is_contiguous(), "workspace must be contiguous, got a strided view of shape ", w.shape_str());
   ptr = w.data;
   bytes = static_cast<size_t>(w.numel()) * dtype_size(w.dtype);
 }
@@ -297,7 +300,7 @@ CompressArgs compress_args(nb::handle state_cache, nb::handle token_to_req, nb::
       .check_indices = check_indices,
       .overlap_prologue = overlap_prologue,
   };
-  set_workspace(workspace, keep, a.workspace, a.workspace_bytes);
+  set_workspace(workspace, keep, a.workspace, a.workspace_bytes, a.kv_cache.device);
   return a;
 }
 
@@ -430,7 +433,7 @@ NB_MODULE(_native, m) {
   }, nb::arg("state_cache"), nb::arg("token_to_req"), nb::arg("positions"),
      nb::arg("boundary_token_indices"), nb::arg("block_table"), nb::arg("rms_norm_weight"),
      nb::arg("cos_sin_cache"), nb::arg("kv_slot_mapping"), nb::arg("kv_cache"),
-     nb::arg("block_size"), nb::arg("compress_ratio"), nb::arg("page_size") = 64,
+     nb::arg("block_size"), nb::arg("compress_ratio"), nb::arg("page_size") = -1,
      nb::arg("rms_norm_eps") = 1.0e-6f, nb::arg("format") = "v4_int8",
      nb::arg("mode") = "inplace", nb::arg("check_indices") = true, nb::arg("impl") = "auto",
      nb::arg("workspace").none() = nb::none(), nb::arg("stream") = 0,
@@ -452,7 +455,7 @@ NB_MODULE(_native, m) {
   }, nb::arg("state_cache"), nb::arg("token_to_req"), nb::arg("positions"),
      nb::arg("boundary_token_indices"), nb::arg("block_table"), nb::arg("rms_norm_weight"),
      nb::arg("cos_sin_cache"), nb::arg("kv_slot_mapping"), nb::arg("kv_cache"),
-     nb::arg("block_size"), nb::arg("compress_ratio"), nb::arg("page_size") = 64,
+     nb::arg("block_size"), nb::arg("compress_ratio"), nb::arg("page_size") = -1,
      nb::arg("format") = "v4_int8");
 
   nb::class_<DecodePlan>(m, "DecodePlan")
@@ -522,7 +525,7 @@ NB_MODULE(_native, m) {
         .lse = to_view(lse, "lse", keep, Access::kWrite),
         .plan = plan,
     };
-    set_workspace(workspace, keep, a.workspace, a.workspace_bytes);
+    set_workspace(workspace, keep, a.workspace, a.workspace_bytes, a.out.device);
     const DecodeImpl i = parse_decode_impl(impl);
     nb::gil_scoped_release release;
     sparse_decode(a, to_stream(stream), i);

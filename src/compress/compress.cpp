@@ -158,7 +158,8 @@ CacheGeometry check_args(const CompressArgs& a) {
                                 {&a.rms_norm_weight, "rms_norm_weight"}})
     LKV_CHECK(t->ndim != 1 || t->size(0) <= 1 || t->stride(0) == 1, name,
               " must be contiguous, got stride ", t->stride(0));
-  const CacheGeometry g = cache_geometry(a.kv_cache, a.format, a.page_size);
+  const CacheGeometry g =
+      cache_geometry(a.kv_cache, a.format, a.page_size >= 0 || a.kv_cache.ndim != 2 ? a.page_size : 64);
 
   // ---- Devices.
   const Device dev = a.state_cache.device;

@@ -234,6 +234,9 @@ DecodePlan plan_decode_slots(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, 
 
 size_t sparse_decode_workspace_bytes(const DecodePlan& plan) {
   if (plan.num_splits <= 1) return 0;
+  LKV_CHECK(plan.b >= 1 && plan.s_q >= 1 && plan.h_q >= 1 && plan.num_splits <= 65535,
+            "sparse_decode_workspace_bytes: the plan's b=", plan.b, " s_q=", plan.s_q, " h_q=", plan.h_q,
+            " num_splits=", plan.num_splits, " are not a plan's (b, s_q, h_q >= 1, num_splits <= 65535)");
   LKV_CHECK(plan.unsplit_b >= 0 && plan.unsplit_b < plan.b,
             "sparse_decode_workspace_bytes: the plan's unsplit_b must be in [0, b) = [0, ", plan.b, "), got ",
             plan.unsplit_b);
@@ -292,8 +295,9 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   for (const auto& [t, name] : {std::pair{&a.topk_length, "topk_length"},
                                 {&a.extra_topk_length, "extra_topk_length"},
                                 {&a.attn_sink, "attn_sink"}})
-    LKV_CHECK(!t->data || t->size(0) <= 1 || t->stride(0) == 1, name, " must be contiguous");
-  LKV_CHECK(a.lse.stride(2) == 1 || s_q == 1, "lse must be contiguous in s_q");
+    LKV_CHECK(!t->data || t->size(0) <= 1 || t->stride(0) == 1, name, " must be contiguous, got stride ",
+              t->data ? t->stride(0) : 0);
+  LKV_CHECK(a.lse.stride(2) == 1 || s_q == 1, "lse must be contiguous in s_q, got stride(2)=", a.lse.stride(2));
   LKV_CHECK(std::isfinite(a.softmax_scale) && a.softmax_scale >= 0.0f,
             "sparse_decode: softmax_scale must be finite and >= 0 (0 = d_qk^-0.5), got ",
             a.softmax_scale);
@@ -352,9 +356,14 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
               plan->h_q, " topk=", plan->topk, " extra_topk=", plan->extra_topk, ", not for b=", b,
               " s_q=", s_q, " h_q=", h_q, " topk=", p.main.topk, " extra_topk=", p.extra.topk);
     // A plan is a plain struct a caller can edit: it must still cover every candidate once.
+    // (Products with an overflow test: an edited keys_per_split near 2^62 would otherwise wrap and
+    // pass, and a split's first candidate wrap back to 0.)
+    const int64_t candidates = p.main.topk + p.extra.topk;
+    int64_t all = 0, before_last = 0;
+    const bool all_wraps = __builtin_mul_overflow(plan->num_splits, plan->keys_per_split, &all);
+    const bool before_last_wraps = __builtin_mul_overflow(plan->num_splits - 1, plan->keys_per_split, &before_last);
     LKV_CHECK(plan->num_splits >= 1 && plan->num_splits <= 65535 && plan->keys_per_split >= 1 &&
-                  plan->num_splits * plan->keys_per_split >= p.main.topk + p.extra.topk &&
-                  (plan->num_splits - 1) * plan->keys_per_split < p.main.topk + p.extra.topk,
+                  (all_wraps || all >= candidates) && !before_last_wraps && before_last < candidates,
               "sparse_decode: the plan's ", plan->num_splits, " splits of ", plan->keys_per_split,
               " candidates do not cover topk + extra_topk = ", p.main.topk + p.extra.topk,
               " exactly once");

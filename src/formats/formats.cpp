@@ -172,13 +172,19 @@ CacheGeometry cache_geometry(const TensorView& cache, CacheFormat f, int64_t pag
     LKV_CHECK(page_size > 0, "page_size must be given (> 0) for a 2-D cache, got ", page_size);
     LKV_CHECK(cache.stride(1) == 1 || cache.size(1) <= 1,
               "cache must be contiguous within a page: stride(1)=", cache.stride(1));
-    LKV_CHECK(cache.size(1) >= page_size * bpt, "cache page_bytes=", cache.size(1),
-              " is smaller than page_size * bytes_per_token = ", page_size, " * ", bpt, " = ",
-              page_size * bpt, " for format ", fi.name);
+    // (Divided rather than multiplied: page_size * bpt could wrap past INT64_MAX and pass.)
+    LKV_CHECK(page_size <= cache.size(1) / bpt, "cache page_bytes=", cache.size(1),
+              " is smaller than page_size * bytes_per_token = ", page_size, " * ", bpt,
+              " for format ", fi.name);
     g.page_size = page_size;
   }
   g.num_pages = cache.size(0);
   g.page_stride = cache.stride(0);
+  // Slot numbers and record offsets are int64: num_slots and a page's bytes must not wrap.
+  LKV_CHECK(g.page_size <= INT64_MAX / bpt, "cache page_size ", g.page_size,
+            " is too large: page_size * bytes_per_token overflows int64 for format ", fi.name);
+  LKV_CHECK(g.num_pages <= 1 || g.page_size <= INT64_MAX / g.num_pages, "cache of ", g.num_pages,
+            " pages of ", g.page_size, " slots: the slot count overflows int64");
   // Pages may not overlap; with a single page the stride is never used.
   LKV_CHECK(g.num_pages <= 1 || g.page_stride >= g.page_size * bpt, "cache page stride ",
             g.page_stride, " is smaller than page_size * bytes_per_token = ", g.page_size * bpt);

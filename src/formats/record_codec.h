@@ -215,11 +215,12 @@ LKV_HD void decode_unit(int unit, const uint8_t* data, const uint8_t* scale, uin
 // [0, max_blocks * P), the table entry is negative, or the slot does not fit in i32.
 LKV_HD int32_t position_to_slot(const int32_t* table_row, int64_t stride_block, int64_t max_blocks,
                                 int64_t page_size, int32_t pos) {
-  if (pos < 0 || pos >= max_blocks * page_size) return -1;
+  // Compared by division, not multiplication: max_blocks * P or block * P could wrap for a huge P.
+  if (pos < 0 || pos / page_size >= max_blocks) return -1;
   const int64_t block = table_row[(pos / page_size) * stride_block];
-  if (block < 0) return -1;
-  const int64_t slot = block * page_size + pos % page_size;
-  return slot > INT32_MAX ? -1 : static_cast<int32_t>(slot);
+  const int64_t within = pos % page_size;
+  if (block < 0 || block > (INT32_MAX - within) / page_size) return -1;
+  return static_cast<int32_t>(block * page_size + within);
 }
 
 }  // namespace latentkv::formats

@@ -44,7 +44,8 @@ prefill::Params make_params(const SparsePrefillArgs& a) {
     check_inner_contiguous(*t, name);
   for (const auto& [t, name] :
        {std::pair{&a.topk_length, "topk_length"}, {&a.attn_sink, "attn_sink"}})
-    LKV_CHECK(!t->data || t->size(0) <= 1 || t->stride(0) == 1, name, " must be contiguous");
+    LKV_CHECK(!t->data || t->size(0) <= 1 || t->stride(0) == 1, name, " must be contiguous, got stride ",
+              t->data ? t->stride(0) : 0);
   LKV_CHECK(std::isfinite(a.sm_scale) && a.sm_scale > 0.0f,
             "sparse_prefill: sm_scale must be finite and > 0, got ", a.sm_scale);
 
@@ -146,7 +147,7 @@ void sparse_prefill_batched(const SparsePrefillArgs& a, const TensorView& seq_of
   LKV_CHECK(num_seqs >= 1, "sparse_prefill_batched: needs at least one sequence (offsets of length 2)");
   for (const auto& [t, name] :
        {std::pair{&seq_offsets_q, "seq_offsets_q"}, {&seq_offsets_kv, "seq_offsets_kv"}})
-    LKV_CHECK(t->stride(0) == 1, name, " must be contiguous");
+    LKV_CHECK(t->stride(0) == 1, name, " must be contiguous, got stride ", t->stride(0));
   impl = resolve_impl(a, &seq_offsets_q, &seq_offsets_kv, impl);
 
   // The offsets' values are checked on the host only where they live there. On CUDA, reading them

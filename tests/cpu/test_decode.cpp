@@ -796,6 +796,30 @@ TEST(DecodePlan, UnsplitRequestsChecked) {
   EXPECT_THROW(sparse_decode_workspace_bytes(split), Error);
   split.unsplit_b = 1;
   EXPECT_GT(sparse_decode_workspace_bytes(split), 0u);
+  // Fields no plan has are refused by the workspace size too (before: a garbage size).
+  split.h_q = -4;
+  EXPECT_NE(latentkv::testing::error_of([&] { sparse_decode_workspace_bytes(split); }).find("h_q=-4"), std::string::npos);
+}
+
+TEST(DecodePlan, EditedSplitSizesThatWrapAreRefused) {
+  // 5 splits of 2^62 candidates: 5 * 2^62 wraps to 2^62 (>= 128) and 4 * 2^62 to 0 (< 128), so
+  // unguarded products passed, and split 4's first candidate wrapped to 0 (every candidate attended
+  // a second time on the GPU). The coverage test must see the true products.
+  DecodeWorkloadOptions o;
+  o.b = 2;
+  o.h_q = 16;
+  o.topk = 128;
+  DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+  SparseDecodeArgs a = w.args();
+  DecodePlan p = plan_decode(2, o.s_q, 16, 128, 0, 1, kPortablePlan);
+  p.num_splits = 5;
+  p.keys_per_split = int64_t{1} << 62;
+  a.plan = &p;
+  const std::string e = latentkv::testing::error_of([&] { sparse_decode(a, nullptr, DecodeImpl::kCpuFast); });
+  EXPECT_NE(e.find("do not cover topk + extra_topk = 128 exactly once"), std::string::npos) << e;
+  // One split of any size >= 128 covers them.
+  p.num_splits = 1;
+  EXPECT_NO_THROW(sparse_decode(a, nullptr, DecodeImpl::kCpuFast));
 }
 
 // The Hopper kernel's two-instruction NaN check (decode/sm90/nan_bits.h) against a byte-by-byte one:

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -501,6 +502,45 @@ TEST(FormatGeometry, BadCacheViewsAreRejected) {
   EXPECT_EQ(cache_geometry(TensorView(buf.data(), DType::u8, {0, 64, 1, 584}), f).num_slots(), 0);
 }
 
+// A page size whose page bytes or slot count wrap past INT64_MAX must be refused, not wrap into a
+// small product that passes (2^60 * 656 and 2^61 * 584 are 0 mod 2^64): with the 2-D form such a
+// page_size made every slot look in range, and quantize, dequantize, compress_kv and sparse_decode
+// then read and wrote outside the cache.
+TEST(FormatGeometry, OverflowingPageSizesAreRefused) {
+  std::vector<uint8_t> buf(4096);
+  const int64_t p60 = int64_t{1} << 60, p61 = int64_t{1} << 61;
+  auto geom = [&](TensorView v, CacheFormat f, int64_t P) {
+    return latentkv::testing::error_of([&] { cache_geometry(v, f, P); });
+  };
+  EXPECT_TRUE(has(geom(TensorView(buf.data(), DType::u8, {1, 16}), CacheFormat::v32_fp8, p60), "page_bytes=16"));
+  EXPECT_TRUE(has(geom(TensorView(buf.data(), DType::u8, {1, 16}), CacheFormat::v4_int8, p61), "page_bytes=16"));
+  EXPECT_TRUE(has(geom(TensorView(buf.data(), DType::u8, {1, 16}), CacheFormat::v4_fp8, INT64_MAX), "page_bytes=16"));
+  // A 4-D view claiming 2^61 slots per page over 4 pages: the slot count would wrap.
+  EXPECT_TRUE(has(geom(TensorView(buf.data(), DType::u8, {4, p61, 1, 584}, {0, 584, 584, 1}), CacheFormat::v4_fp8, -1),
+                  "overflows int64"));
+  // The ops refuse before writing: quantize into the 16-byte view leaves it untouched.
+  std::vector<float> lat(576, 1.0f);
+  std::vector<int64_t> slot = {0};
+  std::fill(buf.begin(), buf.end(), uint8_t{0xab});
+  EXPECT_TRUE(has(latentkv::testing::error_of([&] {
+    quantize(CacheFormat::v32_fp8, TensorView(lat.data(), DType::f32, {1, 576}), TensorView(slot.data(), DType::i64, {1}),
+             TensorView(buf.data(), DType::u8, {1, 16}), p60);
+  }), "page_bytes=16"));
+  EXPECT_TRUE(std::all_of(buf.begin(), buf.end(), [](uint8_t b) { return b == 0xab; }));
+}
+
+// A negative dimension in a shape is named (before, std::vector threw length_error).
+TEST(FormatValidation, NegativeDimensionIsNamed) {
+  std::vector<uint8_t> buf(4096);
+  std::vector<float> lat(576, 1.0f);
+  std::vector<int64_t> slot = {0};
+  const std::string e = latentkv::testing::error_of([&] {
+    quantize(CacheFormat::v32_fp8, TensorView(lat.data(), DType::f32, {-1, 576}), TensorView(slot.data(), DType::i64, {-1}),
+             TensorView(buf.data(), DType::u8, {1, 4, 1, 656}));
+  });
+  EXPECT_TRUE(has(e, "dimension 0 is negative")) << e;
+}
+
 // ---- slots --------------------------------------------------------------------------------------------
 
 TEST(FormatSlots, NegativeSlotsAreSkipped) {
@@ -708,4 +748,20 @@ TEST(FormatPositions, StridedViewsAndOverflow) {
     positions_to_slots(TensorView(table.data(), DType::i32, {2, 2}), TensorView(pos_t.data(), DType::i32, {1, 4}),
                        16, TensorView(slots.data(), DType::i32, {1, 4}));
   }), "b is 2 elsewhere"));
+}
+
+// Block x page size past INT32_MAX is -1 even where the int64 product would wrap (P = 2^33 and a
+// block near 2^31 gave a small positive slot before), and max_blocks x P past INT64_MAX does not
+// let a position through.
+TEST(FormatPositions, HugePageSizesGiveMinusOne) {
+  std::vector<int32_t> table = {INT32_MAX, 0};
+  std::vector<int32_t> pos = {5, 0};
+  std::vector<int32_t> slots(2, 7);
+  positions_to_slots(TensorView(table.data(), DType::i32, {1, 2}), TensorView(pos.data(), DType::i32, {1, 2}),
+                     int64_t{1} << 33, TensorView(slots.data(), DType::i32, {1, 2}));
+  EXPECT_EQ(slots, (std::vector<int32_t>{-1, -1}));  // block INT32_MAX: beyond i32; position 0: block INT32_MAX
+  table = {0, 1};
+  positions_to_slots(TensorView(table.data(), DType::i32, {1, 2}), TensorView(pos.data(), DType::i32, {1, 2}),
+                     INT64_MAX / 2, TensorView(slots.data(), DType::i32, {1, 2}));
+  EXPECT_EQ(slots, (std::vector<int32_t>{5, 0}));  // block 0: slots 5 and 0
 }

@@ -97,6 +97,21 @@ def test_inplace_writes_only_records_functional_returns_new_cache():
     np.testing.assert_array_equal(inp["kv_cache"][written], functional[written])
 
 
+def test_page_size_defaults_to_the_4d_shape_or_64():
+    # P = 16: the 2-D form needs page_size=16; the 4-D view [pages, 16, 1, 584] of the same bytes
+    # takes it from its shape when page_size is left out (before, the default 64 was refused).
+    inp = compress_inputs(C=16, P=16, seed=5)
+    two_d = call(inp, page_size=16, mode="functional")
+    four = inp["kv_cache"].reshape(inp["kv_cache"].shape[0], 16, 1, 584)
+    inp4 = dict(inp, kv_cache=four)
+    np.testing.assert_array_equal(call(inp4, mode="functional").reshape(two_d.shape), two_d)
+    with pytest.raises(ValueError, match="page_size=64 disagrees with the cache's shape"):
+        call(inp4, page_size=64)
+    # The 2-D form's default is the contest's 64 pages, as before.
+    inp64 = compress_inputs(C=16, seed=5)
+    np.testing.assert_array_equal(call(inp64, mode="functional"), call(inp64, page_size=64, mode="functional"))
+
+
 def test_overlap_prologue_is_accepted_and_changes_no_byte():
     # A GPU launch option (programmatic dependent launch); on the CPU it changes nothing.
     inp = compress_inputs(C=16, seed=5)

@@ -643,6 +643,20 @@ int cmd_run_compress(const Args& args) {
   meta >> num_blocks >> block_size >> num_tokens >> num_outputs >> num_reqs >> blocks_per_req >>
       max_pos >> num_pages >> page_bytes >> C >> P;
   LKV_CHECK(!meta.fail(), dir, "/meta.txt: expected 11 integers");
+  const std::pair<const char*, int64_t> counts[] = {
+      {"num_blocks", num_blocks}, {"block_size", block_size},         {"num_tokens", num_tokens},
+      {"num_outputs", num_outputs}, {"num_reqs", num_reqs},           {"blocks_per_req", blocks_per_req},
+      {"max_pos", max_pos},         {"num_pages", num_pages},         {"page_bytes", page_bytes},
+      {"compress_ratio", C},        {"page_size", P}};
+  for (const auto& [name, v] : counts) LKV_CHECK(v >= 0, dir, "/meta.txt: ", name, " must be >= 0, got ", v);
+  // An element count of a buffer read or allocated here; a product that overflows is refused (the
+  // op validates the sizes' meaning itself).
+  auto product = [&](const char* what, int64_t a, int64_t b) {
+    int64_t r = 0;
+    LKV_CHECK(!__builtin_mul_overflow(a, b, &r) && r <= (int64_t{1} << 40), dir, "/meta.txt: ", what, " = ", a,
+              " * ", b, " is too large");
+    return r;
+  };
   auto load = [&](const std::string& name, auto& vec, int64_t n) {
     vec.resize(static_cast<size_t>(n));
     std::ifstream is(dir + "/" + name, std::ios::binary);
@@ -665,15 +679,16 @@ int cmd_run_compress(const Args& args) {
   w.max_pos = max_pos;
   w.num_pages = num_pages;
   w.page_stride = page_bytes;
-  load("state.f32", w.state, num_blocks * block_size * 1024);
+  load("state.f32", w.state, product("num_blocks * block_size * 1024", product("num_blocks * block_size", num_blocks, block_size), 1024));
   load("token_to_req.i32", w.token_to_req, num_tokens);
   load("positions.i64", w.positions, num_tokens);
   load("boundary.i64", w.boundary, num_outputs);
-  load("block_table.i32", w.block_table, num_reqs * blocks_per_req);
+  load("block_table.i32", w.block_table, product("num_reqs * blocks_per_req", num_reqs, blocks_per_req));
   load("weight.bf16", w.weight, 512);
-  load("cos_sin.f32", w.cos_sin, max_pos * 64);
+  load("cos_sin.f32", w.cos_sin, product("max_pos * 64", max_pos, 64));
   load("slots.i64", w.slot_mapping, num_tokens);
-  w.kv.assign(static_cast<size_t>(num_pages * page_bytes), 0xab);  // functional mode zeroes it
+  // (functional mode zeroes it)
+  w.kv.assign(static_cast<size_t>(product("num_pages * page_bytes", num_pages, page_bytes)), 0xab);
   std::vector<uint8_t> out;
   if (cuda) {
 #ifdef LKV_WITH_CUDA
