@@ -16,7 +16,7 @@
 # bench: `latentkv bench compress` for both payload formats, with the reference times;
 # decode / prefill / dense: `latentkv bench decode|prefill|dense` (FlashMLA's cases; decode with the
 # kernel chosen for the device, decode_portable with the portable kernel forced); demo: `latentkv demo --device cuda`
-# (the production-like size); python: `pip install .` into a venv that sees the machine's torch, then
+# (the production-like size); python: `pip install .` into the system python3 (beside its torch), then
 # pytest (the CUDA tests included) and bench/python_overhead.py.
 # Logs and JSON results go to $OUT (or ./out); a short table is printed last.
 set -uo pipefail

@@ -8,9 +8,10 @@ index) or TypeError (a dtype or device) with the core's message; NotImplementedE
 RuntimeError) means this build lacks the CUDA backend; RuntimeError reports CUDA failures.
 
 Dtypes: "bf16" arrays are NumPy ``ml_dtypes.bfloat16`` arrays or ``torch.bfloat16`` tensors; caches
-are byte arrays (uint8, or any 1-byte dtype, viewed as uint8). With torch tensors every op goes
-through a torch custom op (``torch.ops.latentkv.*``) with a fake implementation, so
-``torch.compile(fullgraph=True)`` traces through it.
+are byte arrays (uint8, or any 1-byte dtype, viewed as uint8). With torch tensors, an op traced by
+torch.compile or torch.jit.trace goes through a torch custom op (``torch.ops.latentkv.*``) with a
+fake implementation, so ``torch.compile(fullgraph=True)`` traces through it; eager calls go
+straight to the binding (the custom-op dispatch costs more host time than a small kernel takes).
 
 Ops:
     quantize, dequantize, positions_to_slots      cache formats (docs/formats.md)

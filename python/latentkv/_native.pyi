@@ -44,7 +44,7 @@ def compress_kv(state_cache: Arr, token_to_req: Arr, positions: Arr, boundary_to
                 kv_cache: Arr, block_size: int, compress_ratio: int, page_size: int = -1,
                 rms_norm_eps: float = 1e-6, format: str = "v4_int8", mode: str = "inplace",
                 check_indices: bool = True, impl: str = "auto", workspace: Optional[Arr] = None,
-                stream: int = 0) -> None:
+                stream: int = 0, overlap_prologue: bool = False) -> None:
     """The KV compressor, writing kv_cache.
 
     state_cache f32 [num_blocks, block_size, 1024]; token_to_req i32 [num_tokens]; positions i64

@@ -1,6 +1,7 @@
 """latentkv's ops as torch custom ops (``torch.ops.latentkv.*``), each with a fake implementation.
 
-Imported lazily by the public functions of ``latentkv`` when they are given torch tensors, so torch
+Imported lazily by the public functions of ``latentkv`` when they are given torch tensors while
+torch.compile or torch.jit.trace traces the call (eager calls go straight to the binding), so torch
 is never needed otherwise. A custom op is opaque to torch.compile: Dynamo records the call, the
 fake implementation gives the output shapes and dtypes (no device data is read, every output shape
 follows from the input shapes), and ``torch.compile(fullgraph=True)`` traces through it.

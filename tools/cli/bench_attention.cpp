@@ -83,7 +83,7 @@ struct Bench {
         decode::cuda::set_kernel_choice(o.kernel == "sm90"      ? KernelChoice::kSm90
                                         : o.kernel == "compact" ? KernelChoice::kCompact
                                                                 : KernelChoice::kPortable);
-      // f16 cases run the portable kernel under either choice.
+      // f16 cases run the portable kernel under the sm90 choice (compact where it is chosen or forced).
       res.notes["kernel"] = std::string(decode::cuda::kernel_for_device(0)) + " (bf16 cases)";
       if (decode::sm90::warp_specialised())
         res.notes["kernel"] += " (warp-specialised variant, LKV_SM90_WS=1)";

@@ -13,7 +13,7 @@ namespace {
 
 const char* kUsage =
     "usage: latentkv <command> [options]\n"
-    "  demo [--device cpu|cuda] [--requests N] [--steps N] [--prefill N] [--heads N]\n"
+    "  demo [--device auto|cpu|cuda] [--requests N] [--steps N] [--prefill N] [--heads N]\n"
     "       [--check-every N] [--tiny] [--fault wrong-slot] [--json FILE]\n"
     "                                         DeepSeek-V4's KV pipeline end to end, checked\n"
     "  info                                   what this build contains and which devices it sees\n"
