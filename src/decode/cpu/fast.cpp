@@ -9,11 +9,11 @@
 // The result of a pair depends only on its inputs and the compiled order of operations, never on the
 // thread that ran it, so the output is bitwise identical from run to run.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "cpu_common/dequant.h"
 #include "cpu_common/head_block.h"
 #include "decode/cpu/decode_cpu.h"
 
@@ -32,45 +32,12 @@ struct Scratch {
   alignas(64) float acc[kHeadBlock][kDimV];
 };
 
-// e4m3 byte -> fp32, every code (NaN codes included) as num::e4m3_to_f32 gives it.
-const float* e4m3_table() {
-  static const auto table = [] {
-    std::array<float, 256> t{};
-    for (int b = 0; b < 256; ++b) t[b] = num::e4m3_to_f32(static_cast<uint8_t>(b));
-    return t;
-  }();
-  return table.data();
-}
-
-// One token's dequantized row as fp32 [d_qk]: round_bf16(payload x scale) per quantized dim and the
-// bf16 RoPE dims widened, which is num::bf16_to_f32 of formats::decode_unit's bf16 row bit for bit
-// (the same product and rounding, with the payload decoded by a table instead of per byte). About
-// 4x faster than decoding to bf16 and widening, which took ~30% of a V3.2 h_q 128 call.
+// One token's dequantized row as fp32 [d_qk] (cpu_common/dequant.h: the same values as
+// formats::decode_unit's bf16 row, decoded by table).
 template <CacheFormat F>
 void dequantize_f32(const CacheRef& c, int64_t slot, uint16_t* row, float* out) {
-  constexpr formats::CodecLayout L = formats::codec_layout(F);
-  if constexpr (F == CacheFormat::v41_fp4) {
-    dequantize_token<F>(c, slot, row);
-    for (int d = 0; d < L.d_qk; ++d) out[d] = num::bf16_to_f32(row[d]);
-  } else {
-    const formats::RecordByteOffsets o = formats::record_byte_offsets(F, c.page_size, c.page_stride, slot);
-    const uint8_t* data = c.base + o.data;
-    const uint8_t* scale = c.base + o.scale;
-    const float* e4m3 = e4m3_table();
-    for (int g = 0; g < L.num_groups; ++g) {
-      float sc;
-      if constexpr (F == CacheFormat::v32_fp8) sc = num::bits_f32(formats::load_u32_le(scale + 4 * g));
-      else sc = num::ue8m0_to_f32(scale[g]);
-      const uint8_t* payload = data + g * L.group;
-      float* o_g = out + g * L.group;
-      for (int k = 0; k < L.group; ++k) {
-        const float v = F == CacheFormat::v4_int8 ? static_cast<float>(static_cast<int8_t>(payload[k])) : e4m3[payload[k]];
-        o_g[k] = num::round_bf16(v * sc);
-      }
-    }
-    for (int k = 0; k < L.rope_dims; ++k)
-      out[L.quant_dims + k] = num::bf16_to_f32(formats::load_u16_le(data + L.rope_offset + 2 * k));
-  }
+  const formats::RecordByteOffsets o = formats::record_byte_offsets(F, c.page_size, c.page_stride, slot);
+  cpu_common::dequantize_record_f32<F>(c.base + o.data, c.base + o.scale, row, out);
 }
 
 void dequantize_f32(CacheFormat f, const CacheRef& c, int64_t slot, uint16_t* row, float* out) {

@@ -13,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu_common/dequant.h"
 #include "cpu_common/head_block.h"
 #include "dense/cpu/dense_cpu.h"
 
@@ -23,6 +24,7 @@ using cpu_common::kHeadBlock;
 
 struct Scratch {
   std::vector<float> k;  // [n, d_qk] visible keys of one kv head
+  uint16_t row[576];     // codec scratch of cpu_common::dequantize_record_f32 (unused by v32_fp8)
   std::vector<float> q;  // [kHeadBlock, d_qk] scaled queries of the block
   std::vector<float> s;  // [kHeadBlock, n] scores, then exp(s - max)
   alignas(64) float acc[kHeadBlock][cpu_common::kMaxDimV];
@@ -73,7 +75,17 @@ void dense_decode_cpu_fast(const Params& p) {
       if (static_cast<int64_t>(w.k.size()) < n * p.d_qk) w.k.resize(static_cast<size_t>(n * p.d_qk));
       if (static_cast<int64_t>(w.s.size()) < kHeadBlock * n) w.s.resize(static_cast<size_t>(kHeadBlock * n));
       for (int64_t kv_head = 0; kv_head < p.h_kv; ++kv_head) {
-        for (int64_t t = 0; t < n; ++t) load_key(p, i, t, kv_head, w.k.data() + t * p.d_qk);
+        for (int64_t t = 0; t < n; ++t) {
+          float* kt = w.k.data() + t * p.d_qk;
+          if (p.fp8) {  // the oracle's load_key values, decoded by table (cpu_common/dequant.h)
+            constexpr CacheFormat F = CacheFormat::v32_fp8;
+            const formats::RecordByteOffsets o =
+                formats::record_byte_offsets(F, p.page_size, p.page_stride_fp8, token_slot(p, i, t));
+            cpu_common::dequantize_record_f32<F>(p.k_cache_fp8 + o.data, p.k_cache_fp8 + o.scale, w.row, kt);
+          } else {
+            load_key(p, i, t, kv_head, kt);
+          }
+        }
         const int64_t first = kv_head * heads_per_kv, last = first + heads_per_kv;
         for (int64_t h0 = first; h0 < last; h0 += kHeadBlock)
           head_block(p, i, j, h0, static_cast<int>(std::min<int64_t>(kHeadBlock, last - h0)), n, w);
