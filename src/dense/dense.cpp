@@ -3,6 +3,7 @@
 // fast path or the CUDA backend (the shared attention kernel, decode/cuda/kernel.cuh). Nothing is
 // written before every check has passed.
 #include <cmath>
+#include <cstdint>
 #include <utility>
 
 #include "dense/cpu/dense_cpu.h"
@@ -23,10 +24,13 @@ namespace {
 // entry a request reads (logical blocks [0, ceil(len / P))) names a page of the cache. Entries
 // beyond that may hold anything and are not looked at.
 void check_lengths_and_block_table(const dense::Params& p) {
+  // The table's capacity in tokens (INT64_MAX when max_pages * P does not fit: no length exceeds it).
+  int64_t capacity = 0;
+  if (__builtin_mul_overflow(p.max_pages, p.page_size, &capacity)) capacity = INT64_MAX;
   for (int64_t i = 0; i < p.b; ++i) {
     const int64_t len = p.cache_seqlens[i];
-    LKV_CHECK(len >= 0 && len <= p.max_pages * p.page_size, "dense_decode: cache_seqlens[", i,
-              "]=", len, " is outside [0, max_pages * P] = [0, ", p.max_pages * p.page_size, "]");
+    LKV_CHECK(len >= 0 && len <= capacity, "dense_decode: cache_seqlens[", i, "]=", len,
+              " is outside [0, max_pages * P] = [0, ", capacity, "]");
     const int64_t needed = (len + p.page_size - 1) / p.page_size;
     for (int64_t blk = 0; blk < needed; ++blk) {
       const int64_t page = p.block_table[i * p.stride_block_table_b + blk];
@@ -54,8 +58,9 @@ void run_cuda(const dense::Params& p, const DenseDecodeArgs& a, Stream stream) {
   for (const auto& [t, name] : {std::pair{&a.q, "q"}, {&a.out, "out"}, {&a.k_cache, "k_cache"}})
     LKV_CHECK(t->rows_aligned(16), "dense_decode on CUDA needs ", name,
               " rows (and pages) aligned to 16 bytes, got ", t->alignment_str(16));
-  LKV_CHECK(p.max_pages * p.page_size < (int64_t{1} << 31),
-            "dense_decode on CUDA supports max_pages * P < 2^31, got ", p.max_pages * p.page_size);
+  // (By division: max_pages * P itself could wrap for a huge P.)
+  LKV_CHECK(p.max_pages <= ((int64_t{1} << 31) - 1) / p.page_size,
+            "dense_decode on CUDA supports max_pages * P < 2^31, got max_pages=", p.max_pages, " P=", p.page_size);
   LKV_CHECK(p.h_kv * ((p.h_q / p.h_kv + 63) / 64) <= 65535,
             "dense_decode on CUDA supports h_kv * ceil(h_q / h_kv / 64) <= 65535, got h_q=", p.h_q,
             " h_kv=", p.h_kv);
