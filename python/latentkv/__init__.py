@@ -204,9 +204,10 @@ def compress_kv(state_cache: Any, token_to_req: Any, positions: Any, boundary_to
 def compress_workspace_bytes(state_cache: Any, token_to_req: Any, positions: Any,
                              boundary_token_indices: Any, block_table: Any, rms_norm_weight: Any,
                              cos_sin_cache: Any, kv_slot_mapping: Any, kv_cache: Any,
-                             block_size: int, compress_ratio: int, *, page_size: int = 64,
+                             block_size: int, compress_ratio: int, *, page_size: int = -1,
                              format: str = "v4_int8") -> int:
-    """Bytes of caller-provided workspace compress_kv needs for these arguments (0 on the CPU)."""
+    """Bytes of caller-provided workspace compress_kv needs for these arguments (0 on the CPU);
+    page_size as compress_kv takes it."""
     return _native.compress_workspace_bytes(
         _arrays.native(state_cache), _arrays.native(token_to_req), _arrays.native(positions),
         _arrays.native(boundary_token_indices), _arrays.native(block_table),

@@ -153,11 +153,14 @@ void check_tensor(const TensorView& t, const char* name, std::initializer_list<D
   if (t.dtype != dtype)
     LKV_FAIL(ErrorKind::kType, "expected ", name, " of shape ", expected(), ", got ", t.shape_str());
   if (t.ndim != static_cast<int>(dims.size())) fail("");
-  int64_t count = 1;
+  bool empty = false;
   for (int k = 0; k < t.ndim; ++k) {
     if (t.shape[k] < 0) fail(" (dimension " + std::to_string(k) + " is negative)");
-    if (__builtin_mul_overflow(count, t.shape[k], &count)) fail(" (its element count overflows int64)");
+    empty = empty || t.shape[k] == 0;
   }
+  int64_t count = 1;
+  for (int k = 0; k < t.ndim && !empty; ++k)
+    if (__builtin_mul_overflow(count, t.shape[k], &count)) fail(" (its element count overflows int64)");
   int i = 0;
   for (const Dim& d : dims) {
     const int64_t got = t.shape[i];

@@ -19,8 +19,8 @@
 
 namespace latentkv::cpu_common {
 
-// 4 accumulators of 512 floats (8 KiB) plus the value rows of a token group (head_block_kernel.h)
-// stay in L1.
+// 16 accumulator rows of 512 floats (32 KiB, the caller's) and the value rows of a token group
+// (head_block_kernel.h) stay in L1 and L2.
 inline constexpr int kHeadBlock = 16;
 inline constexpr int kMaxDimV = 512;
 
@@ -41,13 +41,10 @@ void attend_head_block_avx512(const float* q, int nh, const float* k, int64_t n,
 // The build for `isa` (an error if this CPU cannot run it).
 HeadBlockFn head_block_fn(CpuIsa isa);
 
-// The head block of default_cpu_isa()'s build.
-inline void attend_head_block(const float* q, int nh, const float* k, int64_t n, int64_t key_stride,
-                              int d_qk, int d_v, float* s, float (*acc)[kMaxDimV], float* max,
-                              float* sum) {
-  static const HeadBlockFn fn = head_block_fn(default_cpu_isa());
-  fn(q, nh, k, n, key_stride, d_qk, d_v, s, acc, max, sum);
-}
+// default_cpu_isa()'s build. Resolved by each fast path before its parallel region: a bad
+// LKV_CPU_ISA is an error there, where it can still reach the caller (thrown inside an OpenMP
+// region it would end the process).
+inline HeadBlockFn default_head_block() { return head_block_fn(default_cpu_isa()); }
 
 // The sink factor 1 / (1 + exp(sink - lse)) in fp32; a +inf sink takes every weight (factor 0,
 // computed as a special case rather than 1 / inf), -inf none (exp gives 0, factor exactly 1).

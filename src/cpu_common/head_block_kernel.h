@@ -22,11 +22,8 @@
 // (the tests check each build against the float64 oracle).
 #pragma once
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 #include "cpu_common/head_block.h"
 #include "cpu_common/simd.h"
@@ -118,6 +115,11 @@ void value_tile(const float* k, int64_t key_stride, int64_t n, const float* s, i
 }
 
 // Scores of tokens [t_begin, t_end) for NH heads, kTokens at a time, then one at a time.
+// (Plain ternaries and loops below rather than std::min / std::fill / numeric_limits: an unoptimised
+// build emits those templates as weak symbols, and the linker could keep this file's AVX copy for
+// every caller. simd.h says the same of its helpers.)
+inline constexpr float kMinusInf = -__builtin_inff();
+
 template <int W, int NH>
 void score_range(const float* q, int d_qk, const float* k, int64_t key_stride, int64_t t_begin,
                  int64_t t_end, int64_t n, float* s) {
@@ -151,7 +153,7 @@ void head_block_w(const float* q, int nh, const float* k, int64_t n, int64_t key
   // Calls fn.template operator()<NH>(h0) for each sub-block of heads.
   auto for_sub_blocks = [nh](auto&& fn) {
     for (int h0 = 0; h0 < nh; h0 += kSubHeads) {
-      switch (std::min(kSubHeads, nh - h0)) {
+      switch (nh - h0 < kSubHeads ? nh - h0 : kSubHeads) {
         case 1: fn.template operator()<1>(h0); break;
         case 2: fn.template operator()<2>(h0); break;
         case 3: fn.template operator()<3>(h0); break;
@@ -161,7 +163,7 @@ void head_block_w(const float* q, int nh, const float* k, int64_t n, int64_t key
   };
   // Pass 1: scores, kScoreTokens tokens (their keys stay in L2) for every sub-block of heads.
   for (int64_t c = 0; c < n; c += kScoreTokens) {
-    const int64_t c_end = std::min(n, c + kScoreTokens);
+    const int64_t c_end = n < c + kScoreTokens ? n : c + kScoreTokens;
     for_sub_blocks([&]<int NH>(int h0) { score_range<W, NH>(q + h0 * d_qk, d_qk, k, key_stride, c, c_end, n, s + h0 * n); });
   }
   // Pass 2: maxima (NaN scores skipped, as fmax does), unnormalised weights by the vector
@@ -169,7 +171,7 @@ void head_block_w(const float* q, int nh, const float* k, int64_t n, int64_t key
   // token order.
   for (int hh = 0; hh < nh; ++hh) {
     float* sh = s + hh * n;
-    float m = -std::numeric_limits<float>::infinity();
+    float m = kMinusInf;
     for (int64_t i = 0; i < n; ++i) m = sh[i] > m ? sh[i] : m;
     max[hh] = m;
     const int64_t n_vec = n - n % W;
@@ -183,11 +185,11 @@ void head_block_w(const float* q, int nh, const float* k, int64_t n, int64_t key
     float total = 0.0f;
     for (int64_t i = 0; i < n; ++i) total += sh[i];
     sum[hh] = total;
-    std::fill(acc[hh], acc[hh] + d_v, 0.0f);
+    for (int d = 0; d < d_v; ++d) acc[hh][d] = 0.0f;
   }
   // Pass 3: the weighted sum of V, kValueTokens tokens (their rows stay in L1) for every sub-block.
   for (int64_t g = 0; g < n; g += kValueTokens) {
-    const int64_t g_end = std::min(n, g + kValueTokens);
+    const int64_t g_end = n < g + kValueTokens ? n : g + kValueTokens;
     for_sub_blocks([&]<int NH>(int h0) { value_range<W, NH>(k, key_stride, n, s + h0 * n, g, g_end, d_v, acc + h0); });
   }
 }

@@ -5,7 +5,9 @@
 //
 // Everything here has internal linkage: an inline function with external linkage compiled with
 // -mavx512f in one file could be the copy the linker keeps for every caller, the baseline path on a
-// CPU without AVX-512 included.
+// CPU without AVX-512 included. For the same reason the kernels that include this call no
+// standard-library templates (std::min, std::fill, numeric_limits): an unoptimised build emits
+// those as weak symbols.
 #pragma once
 
 #include <immintrin.h>

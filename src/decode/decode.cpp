@@ -240,7 +240,12 @@ size_t sparse_decode_workspace_bytes(const DecodePlan& plan) {
   LKV_CHECK(plan.unsplit_b >= 0 && plan.unsplit_b < plan.b,
             "sparse_decode_workspace_bytes: the plan's unsplit_b must be in [0, b) = [0, ", plan.b, "), got ",
             plan.unsplit_b);
-  // Only the split requests' rows have partials.
+  // Only the split requests' rows have partials. (Products checked: an edited plan's fields could
+  // wrap them.)
+  int64_t rows64 = plan.b - plan.unsplit_b;
+  for (const int64_t f : {plan.s_q, plan.h_q, plan.num_splits, int64_t{decode::kDimV} * 4 + 4})
+    LKV_CHECK(!__builtin_mul_overflow(rows64, f, &rows64), "sparse_decode_workspace_bytes: the plan's b=", plan.b,
+              " s_q=", plan.s_q, " h_q=", plan.h_q, " num_splits=", plan.num_splits, " need more bytes than int64 holds");
   const size_t rows = static_cast<size_t>((plan.b - plan.unsplit_b) * plan.s_q * plan.h_q * plan.num_splits);
   return (rows * decode::kDimV * sizeof(float) + 255) / 256 * 256 + rows * sizeof(float);
 }

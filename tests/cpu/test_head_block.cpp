@@ -7,6 +7,7 @@
 // test_dense.cpp, with the default build.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -119,8 +120,8 @@ TEST(HeadBlock, EveryBuildAgreesWithDoubleAttention) {
   std::printf("[info] head block builds run:%s\n", runs.c_str());
 }
 
-// A NaN key dim reaches exactly the heads' outputs it should (NaN scores are skipped by the max, as
-// fmax does, and their weights stay NaN), and a -inf score row gets weight 0 without NaN.
+// A NaN key dim reaches the heads' outputs (NaN scores are skipped by the max, as fmax does, and
+// their weights stay NaN); a -inf score gets weight exactly 0 without NaN.
 TEST(HeadBlock, NaNKeysPropagateAndMaxSkipsThem) {
   const Shape sh{2, 5, 16, 16, 16};
   std::vector<float> q(static_cast<size_t>(sh.nh * sh.d_qk), 0.1f), k(static_cast<size_t>(sh.n * sh.key_stride), 0.5f);
@@ -133,6 +134,21 @@ TEST(HeadBlock, NaNKeysPropagateAndMaxSkipsThem) {
       EXPECT_FALSE(std::isnan(r.max[hh]));  // the max of the other tokens' scores
       EXPECT_TRUE(std::isnan(r.sum[hh]));
       EXPECT_TRUE(std::isnan(r.acc[hh * sh.d_v]));
+    }
+  }
+  // A -inf key dim past d_v (q > 0): that token's score is -inf, its weight exactly 0, its V finite,
+  // nothing NaN. (Inside d_v the weighted sum would hold 0 x -inf = NaN, as in double.)
+  const Shape kv{2, 5, 16, 8, 16};
+  std::fill(k.begin(), k.end(), 0.5f);
+  k[2 * kv.key_stride + 12] = -std::numeric_limits<float>::infinity();
+  for (CpuIsa isa : kIsas) {
+    if (!cpu_supports(isa)) continue;
+    SCOPED_TRACE(cpu_isa_name(isa));
+    const Result r = run(head_block_fn(isa), kv, q, k);
+    for (int hh = 0; hh < kv.nh; ++hh) {
+      EXPECT_FLOAT_EQ(r.max[hh], 0.8f);  // 16 x 0.1 x 0.5 of the other tokens
+      EXPECT_FLOAT_EQ(r.sum[hh], 4.0f);  // 4 tokens of weight 1, one of weight 0
+      for (int d = 0; d < kv.d_v; ++d) EXPECT_FLOAT_EQ(r.acc[hh * kv.d_v + d], 2.0f) << d;  // 4 x 0.5
     }
   }
 }

@@ -107,6 +107,7 @@ def test_page_size_defaults_to_the_4d_shape_or_64():
     np.testing.assert_array_equal(call(inp4, mode="functional").reshape(two_d.shape), two_d)
     with pytest.raises(ValueError, match="page_size=64 disagrees with the cache's shape"):
         call(inp4, page_size=64)
+    assert latentkv.compress_workspace_bytes(*[inp4[k] for k in ARG_ORDER]) == 0  # (the CPU needs none)
     # The 2-D form's default is the contest's 64 pages, as before.
     inp64 = compress_inputs(C=16, seed=5)
     np.testing.assert_array_equal(call(inp64, mode="functional"), call(inp64, page_size=64, mode="functional"))

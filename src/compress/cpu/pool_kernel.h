@@ -87,7 +87,7 @@ void pool_window(const Params& p, int64_t req, int64_t pos, int d_begin, int d_e
   using F = typename Vec<W>::F;
   alignas(64) float m[kDim], s[kDim], acc[kDim];
   for (int d = d_begin; d < d_end; d += W) {
-    store<W>(m + d, splat<W>(-std::numeric_limits<float>::infinity()));
+    store<W>(m + d, splat<W>(-__builtin_inff()));  // (not numeric_limits: see simd.h on linkage)
     store<W>(s + d, splat<W>(0.0f));
     store<W>(acc + d, splat<W>(0.0f));
   }

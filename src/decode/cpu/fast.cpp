@@ -23,6 +23,7 @@ namespace {
 using cpu_common::kHeadBlock;
 
 struct Scratch {
+  cpu_common::HeadBlockFn head_block;  // this CPU's build (cpu_common::default_head_block)
   std::vector<const CacheRef*> cache;  // [n] the cache of each attended token
   std::vector<int64_t> slot;           // [n] its slot
   std::vector<uint16_t> row;           // [d_qk] one dequantized token, bf16 (v41_fp4)
@@ -82,7 +83,7 @@ void head_block(const Params& p, int64_t i, int64_t j, int64_t h0, int nh, int64
   }
 
   float m[kHeadBlock], sum[kHeadBlock];
-  cpu_common::attend_head_block(w.q.data(), nh, w.k.data(), n, d_qk, d_qk, kDimV, w.s.data(), w.acc, m,
+  w.head_block(w.q.data(), nh, w.k.data(), n, d_qk, d_qk, kDimV, w.s.data(), w.acc, m,
                                 sum);
 
   // Normalise, apply the sink (lse unchanged; a +inf sink zeroes the output), write.
@@ -101,9 +102,11 @@ void head_block(const Params& p, int64_t i, int64_t j, int64_t h0, int nh, int64
 
 void sparse_decode_cpu_fast(const Params& p) {
   const int64_t pairs = p.b * p.s_q;
+  const cpu_common::HeadBlockFn head_block_build = cpu_common::default_head_block();
 #pragma omp parallel
   {
     Scratch w;
+    w.head_block = head_block_build;
     w.row.resize(static_cast<size_t>(p.d_qk));
     w.q.resize(static_cast<size_t>(kHeadBlock * p.d_qk));
 #pragma omp for schedule(dynamic, 1)

@@ -3,7 +3,7 @@
 // Work split: OpenMP threads take (request, query row) pairs (dynamic schedule: lengths differ per
 // request). For a pair, the visible keys of one kv head are converted to fp32 once (dequantized
 // for v32_fp8) into a buffer shared by the h_q / h_kv query heads that read that kv head; those
-// heads go cpu_common::kHeadBlock at a time through cpu_common::attend_head_block (fp32 scores,
+// heads go cpu_common::kHeadBlock at a time through cpu_common's head block (fp32 scores,
 // two-pass softmax, fp32 accumulators).
 //
 // The result of a pair depends only on its inputs and the compiled order of operations, never on
@@ -23,6 +23,7 @@ namespace {
 using cpu_common::kHeadBlock;
 
 struct Scratch {
+  cpu_common::HeadBlockFn head_block;  // this CPU's build (cpu_common::default_head_block)
   std::vector<float> k;  // [n, d_qk] visible keys of one kv head
   uint16_t row[576];     // codec scratch of cpu_common::dequantize_record_f32 (unused by v32_fp8)
   std::vector<float> q;  // [kHeadBlock, d_qk] scaled queries of the block
@@ -38,7 +39,7 @@ void head_block(const Params& p, int64_t i, int64_t j, int64_t h0, int nh, int64
     for (int d = 0; d < p.d_qk; ++d) qf[d] = half_to_f32(p.dtype, q[d]) * p.scale;
   }
   float max[kHeadBlock], sum[kHeadBlock];
-  cpu_common::attend_head_block(w.q.data(), nh, w.k.data(), n, p.d_qk, p.d_qk, kDimV, w.s.data(),
+  w.head_block(w.q.data(), nh, w.k.data(), n, p.d_qk, p.d_qk, kDimV, w.s.data(),
                                 w.acc, max, sum);
   for (int hh = 0; hh < nh; ++hh) {
     const int64_t h = h0 + hh;
@@ -54,9 +55,11 @@ void head_block(const Params& p, int64_t i, int64_t j, int64_t h0, int nh, int64
 void dense_decode_cpu_fast(const Params& p) {
   const int64_t pairs = p.b * p.s_q;
   const int64_t heads_per_kv = p.h_q / p.h_kv;
+  const cpu_common::HeadBlockFn head_block_build = cpu_common::default_head_block();
 #pragma omp parallel
   {
     Scratch w;
+    w.head_block = head_block_build;
     w.q.resize(static_cast<size_t>(kHeadBlock * p.d_qk));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t pair = 0; pair < pairs; ++pair) {

@@ -3,7 +3,7 @@
 // Work split: OpenMP threads take query rows (dynamic schedule in chunks: lengths differ per row,
 // and with s_q in the tens of thousands a chunk keeps the scheduling cost small). A row's attended
 // kv rows are converted from bf16 once into an fp32 buffer shared by all of its heads; heads then go
-// cpu_common::kHeadBlock at a time through cpu_common::attend_head_block (fp32 scores, two-pass
+// cpu_common::kHeadBlock at a time through cpu_common's head block (fp32 scores, two-pass
 // softmax, fp32 accumulators).
 //
 // The result of a row depends only on its inputs and the compiled order of operations, never on
@@ -22,6 +22,7 @@ namespace {
 using cpu_common::kHeadBlock;
 
 struct Scratch {
+  cpu_common::HeadBlockFn head_block;  // this CPU's build (cpu_common::default_head_block)
   std::vector<int64_t> rows;  // [n] attended kv rows
   std::vector<float> k;       // [n, d_qk] their keys
   std::vector<float> q;       // [kHeadBlock, d_qk] scaled queries of the block
@@ -67,7 +68,7 @@ void head_block(const Params& p, int64_t row, int64_t h0, int nh, int64_t n, Scr
     for (int d = 0; d < p.d_qk; ++d) qf[d] = num::bf16_to_f32(q[d]) * p.sm_scale;
   }
   float max[kHeadBlock], sum[kHeadBlock];
-  cpu_common::attend_head_block(w.q.data(), nh, w.k.data(), n, p.d_qk, p.d_qk, kDimV, w.s.data(),
+  w.head_block(w.q.data(), nh, w.k.data(), n, p.d_qk, p.d_qk, kDimV, w.s.data(),
                                 w.acc, max, sum);
   // Normalise, apply the sink (lse and max_logits unchanged), write.
   for (int hh = 0; hh < nh; ++hh) {
@@ -85,9 +86,11 @@ void head_block(const Params& p, int64_t row, int64_t h0, int nh, int64_t n, Scr
 }  // namespace
 
 void sparse_prefill_cpu_fast(const Params& p) {
+  const cpu_common::HeadBlockFn head_block_build = cpu_common::default_head_block();
 #pragma omp parallel
   {
     Scratch w;
+    w.head_block = head_block_build;
     w.q.resize(static_cast<size_t>(kHeadBlock * p.d_qk));
 #pragma omp for schedule(dynamic, 16)
     for (int64_t row = 0; row < p.s_q; ++row) {
