@@ -357,6 +357,9 @@ def test_sparse_decode_plan_workspace_and_determinism():
         decode_numpy(inp, "auto", plan=latentkv.plan_decode(1, 1, 64, 2048, 64))
     with pytest.raises(ValueError, match=r"workspace of 16 bytes is too small"):
         decode_numpy(inp, "auto", plan=plan, workspace=ws[:16])
+    # A host workspace for a CUDA call is a device error, not scratch the kernels would write.
+    with pytest.raises(TypeError, match=r"workspace is on cpu, expected cuda:0"):
+        decode_numpy(inp, "auto", plan=plan, workspace=ws.cpu())
 
 
 @pytest.mark.parametrize("fmt", ["v4_int8", "v41_fp4"])
