@@ -766,15 +766,20 @@ TEST(DecodePlan, TwoLaunchesForALeftover) {
         }
 }
 
-TEST(DecodePlan, UnsplitRequestsChecked) {
-  // A plan's unsplit_b must leave some requests to split: [0, b).
+// b requests of h_q 16 and topk 128 (s_q 1), for the tests of edited plans.
+DecodeWorkload plan_test_workload(int64_t b) {
   DecodeWorkloadOptions o;
-  o.b = 3;
+  o.b = b;
   o.h_q = 16;
   o.topk = 128;
-  DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+  return latentkv::testing::make_decode_workload(o);
+}
+
+TEST(DecodePlan, UnsplitRequestsChecked) {
+  // A plan's unsplit_b must leave some requests to split: [0, b).
+  DecodeWorkload w = plan_test_workload(3);
   SparseDecodeArgs a = w.args();
-  DecodePlan p = plan_decode(3, o.s_q, 16, 128, 0, 1, kPortablePlan);
+  DecodePlan p = plan_decode(3, 1, 16, 128, 0, 1, kPortablePlan);
   for (int64_t bad : {int64_t{-1}, int64_t{3}, int64_t{7}}) {
     p.unsplit_b = bad;
     a.plan = &p;
@@ -789,7 +794,7 @@ TEST(DecodePlan, UnsplitRequestsChecked) {
   p.unsplit_b = 2;
   EXPECT_NO_THROW(sparse_decode(a, nullptr, DecodeImpl::kCpuFast));
   // The workspace size of a split plan checks it as well.
-  DecodePlan split = plan_decode(3, o.s_q, 16, 128, 0, 1, kPortablePlan);
+  DecodePlan split = plan_decode(3, 1, 16, 128, 0, 1, kPortablePlan);
   split.num_splits = 2;
   split.keys_per_split = 64;
   split.unsplit_b = 3;
@@ -805,13 +810,9 @@ TEST(DecodePlan, EditedSplitSizesThatWrapAreRefused) {
   // 5 splits of 2^62 candidates: 5 * 2^62 wraps to 2^62 (>= 128) and 4 * 2^62 to 0 (< 128), so
   // unguarded products passed, and split 4's first candidate wrapped to 0 (every candidate attended
   // a second time on the GPU). The coverage test must see the true products.
-  DecodeWorkloadOptions o;
-  o.b = 2;
-  o.h_q = 16;
-  o.topk = 128;
-  DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+  DecodeWorkload w = plan_test_workload(2);
   SparseDecodeArgs a = w.args();
-  DecodePlan p = plan_decode(2, o.s_q, 16, 128, 0, 1, kPortablePlan);
+  DecodePlan p = plan_decode(2, 1, 16, 128, 0, 1, kPortablePlan);
   p.num_splits = 5;
   p.keys_per_split = int64_t{1} << 62;
   a.plan = &p;
