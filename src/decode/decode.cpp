@@ -2,6 +2,7 @@
 // oracle, the CPU fast path or the CUDA backend. Nothing is written before every check has passed.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -390,6 +391,9 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
             a.out.alignment_str(16));
   LKV_CHECK((p.h_q + 63) / 64 <= 65535, "sparse_decode on CUDA supports h_q <= 4194240, got h_q=",
             p.h_q);
+  // A split's block count is a 32-bit int in the kernels (candidates come from int32 lengths).
+  LKV_CHECK(p.main.topk + p.extra.topk <= INT32_MAX, "sparse_decode on CUDA supports topk + extra_topk < 2^31, got ",
+            p.main.topk + p.extra.topk);
   // The kernel locates records with 32-bit arithmetic (page index and in-page byte offset).
   for (const decode::CacheRef* c : {&p.main, &p.extra})
     LKV_CHECK(c->topk == 0 || c->page_size <= (int64_t{1} << 22),

@@ -329,12 +329,27 @@ bool compress_warm_indices() { return warm_flag().load(std::memory_order_relaxed
 void set_compress_warm_indices(bool on) { warm_flag().store(on, std::memory_order_relaxed); }
 bool warms_indices(const Params& p) { return warm_lines(p) > 0; }
 
-size_t workspace_bytes(const Params& p, int device) { return layout_for(p, plan_for(p, device)).total; }
+// The launch limits (outputs on grid x, a window's CTAs on grid y), checked before the plan's
+// scratch is sized, allocated or written: a compress_ratio beyond 65535 splits of the largest split
+// can never launch, and unchecked it made the plan's products and the scratch size wrap (a 2^60-ish
+// ratio sized a 2 KB buffer that the index checks then wrote past).
+SplitPlan checked_plan(const Params& p, int device) {
+  LKV_CHECK(p.compress_ratio <= 65535 * kMaxRowsPerSplit, "compress_kv on CUDA supports compress_ratio <= ",
+            65535 * kMaxRowsPerSplit, " (65535 splits of ", kMaxRowsPerSplit, " rows), got ", p.compress_ratio);
+  LKV_CHECK(p.num_outputs <= 0x7fffffff, "compress_kv on CUDA supports at most 2^31 - 1 outputs, got ",
+            p.num_outputs);
+  const SplitPlan plan = plan_for(p, device);
+  LKV_CHECK(plan.ctas_per_output() <= 65535, "compress_kv on CUDA: ", p.num_outputs, " outputs of ",
+            plan.ctas_per_output(), " CTAs exceed the launch limits");
+  return plan;
+}
+
+size_t workspace_bytes(const Params& p, int device) { return layout_for(p, checked_plan(p, device)).total; }
 
 ValidationFailure validate(const Params& p, void* workspace, Stream stream) {
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));  // the dispatcher's DeviceGuard made it the tensors' device
-  const Layout l = layout_for(p, plan_for(p, device));
+  const Layout l = layout_for(p, checked_plan(p, device));
   auto* base = static_cast<uint8_t*>(workspace);
   auto* owners = reinterpret_cast<int32_t*>(base + l.owners);
   auto* first_bad = reinterpret_cast<unsigned long long*>(base + l.first_bad);
@@ -367,10 +382,8 @@ void compress(const Params& p, bool functional, int64_t page_extent, void* works
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));  // the dispatcher's DeviceGuard made it the tensors' device
-  const SplitPlan plan = plan_for(p, device);
-  // Launch limits, checked before anything is written: outputs run on grid x, splits on grid y.
-  LKV_CHECK(p.num_outputs <= 0x7fffffff && plan.ctas_per_output() <= 65535, "compress_kv on CUDA: ",
-            p.num_outputs, " outputs of ", plan.ctas_per_output(), " CTAs exceed the launch limits");
+  // (Already checked by workspace_bytes, which sized the scratch, before anything was written.)
+  const SplitPlan plan = checked_plan(p, device);
   const int64_t num_pages = p.num_slots / p.page_size;
   if (functional && num_pages == 1)
     LKV_CUDA_CHECK(cudaMemsetAsync(p.kv, 0, page_extent, s));  // one page: its stride is no pitch

@@ -89,6 +89,9 @@ bool warms_indices(const Params& p);
 
 // The plan compress() uses for these parameters on `device`.
 SplitPlan plan_for(const Params& p, int device);
+// plan_for after the launch limits are checked (an error naming the value otherwise); every path
+// that sizes or uses the scratch goes through it first.
+SplitPlan checked_plan(const Params& p, int device);
 // Every call runs `splits` window splits of `slices` dimension slices (for tests and measurements;
 // a plan the kernel cannot run, or splits 0, leaves the choice to the planner).
 void set_compress_plan_override(int64_t splits, int64_t slices);
