@@ -268,6 +268,27 @@ TEST(CompressCuda, ErrorsNameTheValueAndWriteNothing) {
   }
 }
 
+// A compress_ratio beyond what the grid can run (65535 splits of 256 rows) is refused before the
+// scratch is sized: unchecked, 256 (2^54 - 1) / 3 wrapped the scratch size to 2 KB and the index
+// checks wrote before it. Nothing is written, with the library's scratch or a caller workspace.
+TEST(CompressCuda, CompressRatioBeyondTheGridIsRefusedFirst) {
+  REQUIRE_GPU();
+  WorkloadOptions o;
+  o.num_reqs = 1;
+  o.tokens_per_req = 256;
+  o.random_initial_cache = true;
+  CompressWorkload w = make_workload(o);
+  DeviceWorkload d(w);
+  for (const int64_t C : {int64_t{1537228672809129216}, int64_t{65535} * 256 + 1}) {
+    CompressArgs a = d.args();
+    a.compress_ratio = C;
+    const std::string msg = latentkv::testing::error_of([&] { compress_kv(a, nullptr, CompressImpl::kCuda); });
+    EXPECT_NE(msg.find("supports compress_ratio <= 16776960, got " + std::to_string(C)), std::string::npos) << msg;
+    EXPECT_NE(latentkv::testing::error_of([&] { compress_workspace_bytes(a); }).find("compress_ratio"), std::string::npos);
+    EXPECT_EQ(d.kv.download(), w.kv) << "cache changed after rejecting compress_ratio " << C;
+  }
+}
+
 TEST(CompressCuda, UncheckedBadIndicesAreSkippedNeverFollowed) {
   REQUIRE_GPU();
   // With the checks off, bad indices must not be followed: valid outputs are written, invalid ones
