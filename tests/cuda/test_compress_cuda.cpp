@@ -270,7 +270,7 @@ TEST(CompressCuda, ErrorsNameTheValueAndWriteNothing) {
 
 // A compress_ratio beyond what the grid can run (65535 splits of 256 rows) is refused before the
 // scratch is sized: unchecked, 256 (2^54 - 1) / 3 wrapped the scratch size to 2 KB and the index
-// checks wrote before it. Nothing is written, with the library's scratch or a caller workspace.
+// checks wrote before it. Nothing is written, and compress_workspace_bytes refuses it too.
 TEST(CompressCuda, CompressRatioBeyondTheGridIsRefusedFirst) {
   REQUIRE_GPU();
   WorkloadOptions o;
