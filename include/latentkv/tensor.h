@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace latentkv {
@@ -105,5 +106,11 @@ void check_device(const TensorView& t, const char* name, const Device& device);
 
 // Throws unless the innermost dimension is contiguous (stride 1) or has size 1.
 void check_inner_contiguous(const TensorView& t, const char* name);
+
+// Throws, naming both, if an output's byte range meets an input's or another output's on the same
+// device (ranges from each view's extreme elements, so interleaved views count as overlapping). The
+// ops read their index inputs again while writing: an output over them would redirect the writes.
+void check_no_overlap(std::initializer_list<std::pair<const TensorView*, const char*>> outputs,
+                      std::initializer_list<std::pair<const TensorView*, const char*>> inputs, const char* op);
 
 }  // namespace latentkv

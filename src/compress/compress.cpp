@@ -150,6 +150,14 @@ CacheGeometry check_args(const CompressArgs& a) {
   LKV_CHECK(a.rms_norm_eps >= 0.0f, "compress_kv: rms_norm_eps must be >= 0, got ", a.rms_norm_eps);
   check_inner_contiguous(a.state_cache, "state_cache");
   check_inner_contiguous(a.block_table, "block_table");
+  LKV_CHECK(a.mode == CompressMode::kInPlace || a.mode == CompressMode::kFunctional,
+            "compress_kv: mode must be in-place or functional, got code ", static_cast<int>(a.mode));
+  check_no_overlap({{&a.kv_cache, "kv_cache"}},
+                   {{&a.state_cache, "state_cache"}, {&a.token_to_req, "token_to_req"}, {&a.positions, "positions"},
+                    {&a.boundary_token_indices, "boundary_token_indices"}, {&a.block_table, "block_table"},
+                    {&a.rms_norm_weight, "rms_norm_weight"}, {&a.cos_sin_cache, "cos_sin_cache"},
+                    {&a.kv_slot_mapping, "kv_slot_mapping"}},
+                   "compress_kv");
   check_inner_contiguous(a.cos_sin_cache, "cos_sin_cache");
   for (const auto& [t, name] : {std::pair{&a.token_to_req, "token_to_req"},
                                 {&a.positions, "positions"},

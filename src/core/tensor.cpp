@@ -80,9 +80,50 @@ TensorView::TensorView(void* d, DType dt, const std::vector<int64_t>& shp,
 }
 
 int64_t TensorView::numel() const {
+  // A zero dimension first: the product of the others may not fit (check_tensor refuses shapes
+  // whose element count overflows, but an empty one is fine).
+  for (int i = 0; i < ndim; ++i)
+    if (shape[i] == 0) return 0;
   int64_t n = 1;
   for (int i = 0; i < ndim; ++i) n *= shape[i];
   return n;
+}
+
+namespace {
+
+// The bytes [first, last] a view can touch (false for an empty or null view).
+bool byte_extent(const TensorView& t, uintptr_t& first, uintptr_t& last) {
+  if (t.data == nullptr || t.numel() == 0) return false;
+  const int64_t elem = static_cast<int64_t>(dtype_size(t.dtype));
+  int64_t lo = 0, hi = 0;  // in elements, relative to data
+  for (int i = 0; i < t.ndim; ++i) {
+    const int64_t span = (t.shape[i] - 1) * t.strides[i];
+    (span < 0 ? lo : hi) += span;
+  }
+  first = reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(lo * elem);
+  last = reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(hi * elem + elem - 1);
+  return true;
+}
+
+}  // namespace
+
+void check_no_overlap(std::initializer_list<std::pair<const TensorView*, const char*>> outputs,
+                      std::initializer_list<std::pair<const TensorView*, const char*>> inputs, const char* op) {
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    uintptr_t o_first = 0, o_last = 0;
+    if (!byte_extent(*o->first, o_first, o_last)) continue;
+    auto clash = [&](const std::pair<const TensorView*, const char*>& other) {
+      uintptr_t first = 0, last = 0;
+      if (!(other.first->device == o->first->device) || !byte_extent(*other.first, first, last)) return;
+      LKV_CHECK(last < o_first || o_last < first, op, ": ", o->second, " overlaps ", other.second,
+                " in memory (", o->second, " bytes [", reinterpret_cast<const void*>(o_first), ", ",
+                reinterpret_cast<const void*>(o_last), "], ", other.second, " bytes [",
+                reinterpret_cast<const void*>(first), ", ", reinterpret_cast<const void*>(last),
+                "]): outputs may not share memory with the inputs or with each other");
+    };
+    for (const auto& in : inputs) clash(in);
+    for (auto later = o + 1; later != outputs.end(); ++later) clash(*later);
+  }
 }
 
 bool TensorView::rows_aligned(int64_t bytes) const {
@@ -173,7 +214,7 @@ void check_tensor(const TensorView& t, const char* name, std::initializer_list<D
     }
     ++i;
   }
-  if (t.numel() > 0 && t.data == nullptr) fail(" (null data)");
+  if (!empty && t.data == nullptr) fail(" (null data)");
 }
 
 void check_device(const TensorView& t, const char* name, const Device& device) {

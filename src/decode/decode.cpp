@@ -142,6 +142,12 @@ DecodePlan plan_decode_slots(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, 
   LKV_CHECK(b >= 1 && s_q >= 1 && h_q >= 1 && topk >= 1 && extra_topk >= 0 && num_sms >= 1 && ctas_per_sm >= 1,
             "plan_decode: bad shape b=", b, " s_q=", s_q, " h_q=", h_q, " topk=", topk,
             " extra_topk=", extra_topk, " num_sms=", num_sms, " ctas_per_sm=", ctas_per_sm);
+  // The CUDA launch's limits (rows on grid x, 64-head blocks on grid y, candidates counted in 32
+  // bits), which also keep every product below in int64.
+  LKV_CHECK(b <= INT32_MAX / s_q && h_q <= 65535 * kHeadsPerCta && topk <= INT32_MAX && extra_topk <= INT32_MAX - topk,
+            "plan_decode: b * s_q must be < 2^31, h_q <= ", 65535 * kHeadsPerCta,
+            " and topk + extra_topk < 2^31, got b=", b, " s_q=", s_q, " h_q=", h_q, " topk=", topk,
+            " extra_topk=", extra_topk);
   DecodePlan plan;
   plan.b = b;
   plan.s_q = s_q;
@@ -164,7 +170,7 @@ DecodePlan plan_decode_slots(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, 
   const double combine_per_split = static_cast<double>(b * s_q * h_q) * combine_steps / num_sms;
   // The exception above: one block per split (the last one possibly partial), all in one wave.
   const int64_t one_block_splits = (total + kSplitUnit - 1) / kSplitUnit;
-  if (sm90 && extra_topk > 0 && one_block_splits >= 2 && items * one_block_splits <= slots &&
+  if (sm90 && extra_topk > 0 && one_block_splits >= 2 && one_block_splits <= slots / items &&
       decode::cuda::combine_quarter_rows(b * s_q * h_q, num_sms)) {
     plan.num_splits = one_block_splits;
     plan.keys_per_split = kSplitUnit;
@@ -304,6 +310,11 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
     LKV_CHECK(!t->data || t->size(0) <= 1 || t->stride(0) == 1, name, " must be contiguous, got stride ",
               t->data ? t->stride(0) : 0);
   LKV_CHECK(a.lse.stride(2) == 1 || s_q == 1, "lse must be contiguous in s_q, got stride(2)=", a.lse.stride(2));
+  check_no_overlap({{&a.out, "out"}, {&a.lse, "lse"}},
+                   {{&a.q, "q"}, {&a.k_cache, "k_cache"}, {&a.indices, "indices"}, {&a.topk_length, "topk_length"},
+                    {&a.attn_sink, "attn_sink"}, {&a.extra_k_cache, "extra_k_cache"},
+                    {&a.extra_indices, "extra_indices"}, {&a.extra_topk_length, "extra_topk_length"}},
+                   "sparse_decode");
   LKV_CHECK(std::isfinite(a.softmax_scale) && a.softmax_scale >= 0.0f,
             "sparse_decode: softmax_scale must be finite and >= 0 (0 = d_qk^-0.5), got ",
             a.softmax_scale);
@@ -365,11 +376,12 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
     // (Products with an overflow test: an edited keys_per_split near 2^62 would otherwise wrap and
     // pass, and a split's first candidate wrap back to 0.)
     const int64_t candidates = p.main.topk + p.extra.topk;
+    const bool shape_ok = plan->num_splits >= 1 && plan->num_splits <= 65535 && plan->keys_per_split >= 1;
     int64_t all = 0, before_last = 0;
-    const bool all_wraps = __builtin_mul_overflow(plan->num_splits, plan->keys_per_split, &all);
-    const bool before_last_wraps = __builtin_mul_overflow(plan->num_splits - 1, plan->keys_per_split, &before_last);
-    LKV_CHECK(plan->num_splits >= 1 && plan->num_splits <= 65535 && plan->keys_per_split >= 1 &&
-                  (all_wraps || all >= candidates) && !before_last_wraps && before_last < candidates,
+    const bool all_wraps = shape_ok && __builtin_mul_overflow(plan->num_splits, plan->keys_per_split, &all);
+    const bool before_last_wraps =
+        shape_ok && __builtin_mul_overflow(plan->num_splits - 1, plan->keys_per_split, &before_last);
+    LKV_CHECK(shape_ok && (all_wraps || all >= candidates) && !before_last_wraps && before_last < candidates,
               "sparse_decode: the plan's ", plan->num_splits, " splits of ", plan->keys_per_split,
               " candidates do not cover topk + extra_topk = ", p.main.topk + p.extra.topk,
               " exactly once");

@@ -129,6 +129,10 @@ void dense_decode(const DenseDecodeArgs& a, Stream stream, DenseImpl impl) {
   LKV_CHECK(a.cache_seqlens.size(0) <= 1 || a.cache_seqlens.stride(0) == 1,
             "cache_seqlens must be contiguous, got stride ", a.cache_seqlens.stride(0));
   LKV_CHECK(a.lse.stride(2) == 1 || s_q == 1, "lse must be contiguous in s_q, got stride(2)=", a.lse.stride(2));
+  check_no_overlap({{&a.out, "out"}, {&a.lse, "lse"}},
+                   {{&a.q, "q"}, {&a.k_cache, "k_cache"}, {&a.block_table, "block_table"},
+                    {&a.cache_seqlens, "cache_seqlens"}},
+                   "dense_decode");
   LKV_CHECK(std::isfinite(a.softmax_scale) && a.softmax_scale >= 0.0f,
             "dense_decode: softmax_scale must be finite and >= 0 (0 = d_qk^-0.5), got ",
             a.softmax_scale);

@@ -188,6 +188,7 @@ CacheGeometry cache_geometry(const TensorView& cache, CacheFormat f, int64_t pag
   // Pages may not overlap; with a single page the stride is never used.
   LKV_CHECK(g.num_pages <= 1 || g.page_stride >= g.page_size * bpt, "cache page stride ",
             g.page_stride, " is smaller than page_size * bytes_per_token = ", g.page_size * bpt);
+#ifdef LKV_WITH_CUDA  // (a build without CUDA refuses CUDA tensors in each op's device checks)
   if (cache.device.is_cuda()) {
     LKV_CHECK(g.num_pages <= 1 || g.page_stride % kCudaAlign == 0, "cache page stride ",
               g.page_stride, " must be a multiple of ", kCudaAlign, " bytes on the GPU");
@@ -195,6 +196,7 @@ CacheGeometry cache_geometry(const TensorView& cache, CacheFormat f, int64_t pag
               "cache base pointer must be ", kCudaAlign, "-byte aligned on the GPU, got ",
               static_cast<const void*>(g.base));
   }
+#endif
   return g;
 }
 
@@ -222,6 +224,7 @@ void quantize(CacheFormat f, const TensorView& latents, const TensorView& slots,
   check_slots_tensor(slots, env);
   check_device(latents, "latents", device);
   check_device(slots, "slots", device);
+  check_no_overlap({{&cache, "cache"}}, {{&latents, "latents"}, {&slots, "slots"}}, "quantize");
 
   if (check_slots) validate_slots(host_slots(slots, stream), g.num_slots(), /*unique=*/true);
 
@@ -252,6 +255,7 @@ void dequantize(CacheFormat f, const TensorView& cache, const TensorView& slots,
   check_inner_contiguous(out, "out");
   check_device(slots, "slots", device);
   check_device(out, "out", device);
+  check_no_overlap({{&out, "out"}}, {{&cache, "cache"}, {&slots, "slots"}}, "dequantize");
 
   if (check_slots) validate_slots(host_slots(slots, stream), g.num_slots(), /*unique=*/false);
 
@@ -279,6 +283,8 @@ void positions_to_slots(const TensorView& block_table, const TensorView& positio
   check_tensor(slots, "slots", {"b", "n"}, DType::i32, env);
   check_device(positions, "positions", device);
   check_device(slots, "slots", device);
+  check_no_overlap({{&slots, "slots"}}, {{&block_table, "block_table"}, {&positions, "positions"}},
+                   "positions_to_slots");
 
   const formats::PositionsToSlotsParams p{.block_table = block_table.ptr<int32_t>(),
                                           .stride_table_b = block_table.stride(0),

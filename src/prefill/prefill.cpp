@@ -48,6 +48,10 @@ prefill::Params make_params(const SparsePrefillArgs& a) {
               t->data ? t->stride(0) : 0);
   LKV_CHECK(std::isfinite(a.sm_scale) && a.sm_scale > 0.0f,
             "sparse_prefill: sm_scale must be finite and > 0, got ", a.sm_scale);
+  check_no_overlap({{&a.out, "out"}, {&a.max_logits, "max_logits"}, {&a.lse, "lse"}},
+                   {{&a.q, "q"}, {&a.kv, "kv"}, {&a.indices, "indices"}, {&a.topk_length, "topk_length"},
+                    {&a.attn_sink, "attn_sink"}},
+                   "sparse_prefill");
 
   prefill::Params p{};
   p.q = a.q.ptr<const uint16_t>();
@@ -148,6 +152,8 @@ void sparse_prefill_batched(const SparsePrefillArgs& a, const TensorView& seq_of
   for (const auto& [t, name] :
        {std::pair{&seq_offsets_q, "seq_offsets_q"}, {&seq_offsets_kv, "seq_offsets_kv"}})
     LKV_CHECK(t->stride(0) == 1, name, " must be contiguous, got stride ", t->stride(0));
+  check_no_overlap({{&a.out, "out"}, {&a.max_logits, "max_logits"}, {&a.lse, "lse"}},
+                   {{&seq_offsets_q, "seq_offsets_q"}, {&seq_offsets_kv, "seq_offsets_kv"}}, "sparse_prefill_batched");
   impl = resolve_impl(a, &seq_offsets_q, &seq_offsets_kv, impl);
 
   // The offsets' values are checked on the host only where they live there. On CUDA, reading them

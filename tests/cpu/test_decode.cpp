@@ -818,9 +818,29 @@ TEST(DecodePlan, EditedSplitSizesThatWrapAreRefused) {
   a.plan = &p;
   const std::string e = latentkv::testing::error_of([&] { sparse_decode(a, nullptr, DecodeImpl::kCpuFast); });
   EXPECT_NE(e.find("do not cover topk + extra_topk = 128 exactly once"), std::string::npos) << e;
+  // A split count out of range is refused before any product is formed (INT64_MIN - 1 was UB).
+  for (const int64_t bad : {INT64_MIN, int64_t{0}, int64_t{65536}}) {
+    p.num_splits = bad;
+    EXPECT_NE(latentkv::testing::error_of([&] { sparse_decode(a, nullptr, DecodeImpl::kCpuFast); }).find("do not cover"),
+              std::string::npos) << bad;
+  }
   // One split of any size >= 128 covers them.
   p.num_splits = 1;
   EXPECT_NO_THROW(sparse_decode(a, nullptr, DecodeImpl::kCpuFast));
+}
+
+TEST(DecodePlan, ShapesBeyondTheLaunchLimitsAreRefused) {
+  // Huge but positive arguments overflowed the planner's products (b * s_q, h_q + 63, topk + extra).
+  const struct {
+    int64_t b, s_q, h_q, topk, extra;
+  } bad[] = {{int64_t{1} << 40, int64_t{1} << 40, 16, 128, 0}, {1, 1, INT64_MAX, 128, 0},
+             {1, 1, 16, INT64_MAX, 1}, {1, 1, 16, int64_t{1} << 62, 0}, {INT64_MAX, 1, 16, 128, 0}};
+  for (const auto& c : bad)
+    EXPECT_NE(latentkv::testing::error_of([&] { plan_decode(c.b, c.s_q, c.h_q, c.topk, c.extra, 132, kPortablePlan); })
+                  .find("plan_decode: b * s_q must be < 2^31"),
+              std::string::npos)
+        << c.b << " " << c.s_q << " " << c.h_q << " " << c.topk << " " << c.extra;
+  EXPECT_NO_THROW(plan_decode(int64_t{1} << 20, 2, 4194240, int64_t{1} << 30, (int64_t{1} << 30) - 1, 132, kPortablePlan));
 }
 
 // The Hopper kernel's two-instruction NaN check (decode/sm90/nan_bits.h) against a byte-by-byte one:
