@@ -118,6 +118,13 @@ def test_errors():
                                plan=latentkv.plan_decode(1, 1, 64, 2048))
     with pytest.raises(ValueError, match=r"cannot infer the cache format from d_qk=100"):
         latentkv.sparse_decode(q[..., :100], inp["k_cache"], inp["indices"])
+    # Outputs may not share memory with each other or with an input (nothing is written then).
+    out = np.full((2, 2, 4, 512), 7, BF16)
+    lse = out.reshape(-1).view(np.float32)[:16].reshape(2, 4, 2)
+    before = out.copy()
+    with pytest.raises(ValueError, match=r"sparse_decode: out overlaps lse in memory"):
+        latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], out=out, lse=lse)
+    np.testing.assert_array_equal(out.view(np.uint16), before.view(np.uint16))
     # With or without the CUDA backend built, host tensors cannot run on it.
     with pytest.raises(TypeError, match=r"implementation cuda cannot run on tensors on cpu"):
         latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], impl="cuda")
