@@ -401,7 +401,11 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
             a.q.alignment_str(16));
   LKV_CHECK(a.out.rows_aligned(16), "sparse_decode on CUDA needs out rows aligned to 16 bytes, got ",
             a.out.alignment_str(16));
-  LKV_CHECK((p.h_q + 63) / 64 <= 65535, "sparse_decode on CUDA supports h_q <= 4194240, got h_q=",
+  // 64-head blocks on grid y; the compact kernel (GPUs with 99 KB of shared memory per block) runs
+  // four 16-row slices of each there.
+  const char* kernel = decode::cuda::kernel_for_device(dev.index);
+  const int64_t max_h_q = (std::strcmp(kernel, "compact") == 0 ? 65535 / 4 : 65535) * int64_t{64};
+  LKV_CHECK(p.h_q <= max_h_q, "sparse_decode on CUDA (", kernel, " kernel) supports h_q <= ", max_h_q, ", got h_q=",
             p.h_q);
   // A split's block count is a 32-bit int in the kernels (candidates come from int32 lengths).
   LKV_CHECK(p.main.topk + p.extra.topk <= INT32_MAX, "sparse_decode on CUDA supports topk + extra_topk < 2^31, got ",
