@@ -9,8 +9,6 @@
 #include <omp.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "compress/cpu/compress_cpu.h"

@@ -31,7 +31,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 #include "compress/cpu/pool.h"
 #include "compress/params.h"
