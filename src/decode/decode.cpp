@@ -309,7 +309,6 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
                                 {&a.attn_sink, "attn_sink"}})
     LKV_CHECK(!t->data || t->size(0) <= 1 || t->stride(0) == 1, name, " must be contiguous, got stride ",
               t->data ? t->stride(0) : 0);
-  LKV_CHECK(a.lse.stride(2) == 1 || s_q == 1, "lse must be contiguous in s_q, got stride(2)=", a.lse.stride(2));
   check_no_overlap({{&a.out, "out"}, {&a.lse, "lse"}},
                    {{&a.q, "q"}, {&a.k_cache, "k_cache"}, {&a.indices, "indices"}, {&a.topk_length, "topk_length"},
                     {&a.attn_sink, "attn_sink"}, {&a.extra_k_cache, "extra_k_cache"},

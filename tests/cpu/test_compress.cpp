@@ -1,6 +1,7 @@
 // compress_kv on the CPU: the fast path and the oracle against the float64 oracle's judgement
 // (compress/check.h), the two modes, every stress shape of the issue, every error path, determinism.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <climits>
 #include <cstring>
@@ -192,17 +193,39 @@ TEST(CompressCpu, StressGrid) {
 }
 
 TEST(CompressCpu, BitwiseDeterministic) {
-  WorkloadOptions o;
-  o.num_reqs = 4;
-  o.tokens_per_req = 1024;
-  o.shuffle_blocks = true;
-  CompressWorkload a = make_workload(o);
-  compress_kv(a.args(), nullptr, CompressImpl::kCpuFast);
-  for (int run = 0; run < 3; ++run) {
-    CompressWorkload b = make_workload(o);
-    compress_kv(b.args(), nullptr, CompressImpl::kCpuFast);
-    ASSERT_EQ(a.kv, b.kv) << "run " << run;
-  }
+  // Reruns, and other thread counts (which change how outputs and dim ranges meet threads), give the
+  // same bytes: both formats, windows shorter than a chunk and longer than the 8-row chunking, random
+  // slots over a random initial cache.
+  struct Shape {
+    int64_t C, tokens;
+  };
+  const int threads = omp_get_max_threads();
+  for (const Shape sh : {Shape{128, 1024}, Shape{4, 64}, Shape{1000, 2100}})
+    for (CacheFormat f : {CacheFormat::v4_int8, CacheFormat::v4_fp8}) {
+      WorkloadOptions o;
+      o.num_reqs = 4;
+      o.tokens_per_req = sh.tokens;
+      o.compress_ratio = sh.C;
+      o.shuffle_blocks = true;
+      o.random_slots = true;
+      o.random_initial_cache = true;
+      o.format = f;
+      SCOPED_TRACE("C=" + std::to_string(sh.C) + " " + format_info(f).name);
+      CompressWorkload a = make_workload(o);
+      compress_kv(a.args(), nullptr, CompressImpl::kCpuFast);
+      for (int run = 0; run < 2; ++run) {
+        CompressWorkload b = make_workload(o);
+        compress_kv(b.args(), nullptr, CompressImpl::kCpuFast);
+        ASSERT_EQ(a.kv, b.kv) << "run " << run;
+      }
+      for (int t : {1, 3}) {
+        CompressWorkload b = make_workload(o);
+        omp_set_num_threads(t);
+        compress_kv(b.args(), nullptr, CompressImpl::kCpuFast);
+        omp_set_num_threads(threads);
+        ASSERT_EQ(a.kv, b.kv) << t << " threads";
+      }
+    }
 }
 
 // The CPU fast path's pooling builds (compress/cpu/pool.h) compute each dim in its own lane with the
@@ -292,9 +315,10 @@ TEST(CompressCpu, ErrorsNameTheValueAndWriteNothing) {
   o.tokens_per_req = 512;
   o.random_initial_cache = true;
   struct Bad {
-    const char* expect;
+    std::string expect;
     std::function<void(CompressWorkload&, CompressArgs&)> spoil;
   };
+  const int64_t num_slots = make_workload(o).num_pages * 64, num_tokens = o.num_reqs * o.tokens_per_req;
   const Bad bads[] = {
       {"boundary_token_indices[1] = 5000", [](auto& w, auto&) { w.boundary[1] = 5000; }},
       {"slot 100000", [](auto& w, auto&) { w.slot_mapping[w.boundary[2]] = 100000; }},
@@ -319,15 +343,55 @@ TEST(CompressCpu, ErrorsNameTheValueAndWriteNothing) {
       {"expected state_cache of shape [num_blocks, block_size, 1024] f32",
        [](auto&, auto& a) { a.state_cache.shape[2] = 512; }},
       {"v4_int8 or v4_fp8", [](auto&, auto& a) { a.format = CacheFormat::v32_fp8; }},
+      {"block_size must be >= 1, got 0", [](auto&, auto& a) { a.block_size = 0; }},
+      {"rms_norm_eps must be >= 0, got -1", [](auto&, auto& a) { a.rms_norm_eps = -1.0f; }},
+      {"boundary_token_indices[1] = -1 is outside [0, num_tokens = " + std::to_string(num_tokens) + ")",
+       [](auto& w, auto&) { w.boundary[1] = -1; }},
+      {"token_to_req gives request -1", [](auto& w, auto&) { w.token_to_req[w.boundary[2]] = -1; }},
+      // One past the last slot (the cache holds num_pages * 64 of them).
+      {"gives slot " + std::to_string(num_slots) + ", outside the cache's " + std::to_string(num_slots) + " slots",
+       [](auto& w, auto&) { w.slot_mapping[w.boundary[3]] = w.num_pages * 64; }},
+      {"kv_cache is on cuda:0, expected cpu", [](auto&, auto& a) { a.kv_cache.device = Device::cuda(0); }},
   };
-  for (const Bad& bad : bads) {
+  // Every rejection in both modes: functional mode zeroes the cache, so its checks must all come
+  // before that as well.
+  for (CompressMode mode : {CompressMode::kInPlace, CompressMode::kFunctional})
+    for (const Bad& bad : bads) {
+      CompressWorkload w = make_workload(o);
+      CompressArgs a = w.args(mode);
+      bad.spoil(w, a);
+      const std::vector<uint8_t> before = w.kv;
+      const std::string msg = latentkv::testing::error_of([&] { compress_kv(a, nullptr, CompressImpl::kCpuFast); });
+      EXPECT_NE(msg.find(bad.expect), std::string::npos) << "got: " << msg;
+      EXPECT_EQ(w.kv, before) << "cache changed after rejecting: " << bad.expect
+                              << (mode == CompressMode::kFunctional ? " (functional)" : " (in place)");
+    }
+}
+
+// The 1-D index inputs must be contiguous; a strided view (here over a buffer twice as long, so
+// that the view itself is valid memory) is named with its stride and nothing is written.
+TEST(CompressCpu, StridedIndexInputsAreRefused) {
+  WorkloadOptions o;
+  o.num_reqs = 2;
+  o.tokens_per_req = 512;
+  o.random_initial_cache = true;
+  for (const char* name : {"token_to_req", "positions", "boundary_token_indices", "kv_slot_mapping"}) {
     CompressWorkload w = make_workload(o);
     CompressArgs a = w.args();
-    bad.spoil(w, a);
+    TensorView* t = std::string(name) == "token_to_req"             ? &a.token_to_req
+                    : std::string(name) == "positions"              ? &a.positions
+                    : std::string(name) == "boundary_token_indices" ? &a.boundary_token_indices
+                                                                     : &a.kv_slot_mapping;
+    const size_t elem = dtype_size(t->dtype);
+    std::vector<uint8_t> wide(static_cast<size_t>(2 * t->size(0)) * elem, 0);
+    for (int64_t k = 0; k < t->size(0); ++k)
+      std::memcpy(wide.data() + 2 * k * elem, static_cast<const uint8_t*>(t->data) + k * elem, elem);
+    *t = TensorView(wide.data(), t->dtype, {t->size(0)}, {2});
     const std::vector<uint8_t> before = w.kv;
     const std::string msg = latentkv::testing::error_of([&] { compress_kv(a, nullptr, CompressImpl::kCpuFast); });
-    EXPECT_NE(msg.find(bad.expect), std::string::npos) << "got: " << msg;
-    EXPECT_EQ(w.kv, before) << "cache changed after rejecting: " << bad.expect;
+    EXPECT_NE(msg.find(std::string(name) + " must be contiguous, got stride 2"), std::string::npos)
+        << "got: " << msg;
+    EXPECT_EQ(w.kv, before) << name;
   }
 }
 

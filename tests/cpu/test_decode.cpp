@@ -164,6 +164,43 @@ TEST(DecodeCpu, Heads128) {
   worst.print("h_q 128");
 }
 
+// The points of the grid that the per-format grids above leave out, at sizes a 2-core CI
+// runs in seconds: the batch sizes 74 and 321 (few heads), the (topk 2048, page 576) pair, and
+// h_q 128 with query tokens, lengths, a sink and an extra cache.
+TEST(DecodeCpu, FlashMlaGridCorners) {
+  struct Case {
+    CacheFormat f;
+    int64_t b, s_q, h_q, topk, page;
+    bool features;  // topk_length, sink and an extra cache (with its own lengths)
+  };
+  const Case cases[] = {
+      {CacheFormat::v32_fp8, 74, 1, 16, 64, 69, false}, {CacheFormat::v4_fp8, 74, 3, 1, 64, 2, true},
+      {CacheFormat::v41_fp8, 321, 3, 1, 64, 2, false},  {CacheFormat::v32_fp8, 321, 1, 1, 64, 64, true},
+      {CacheFormat::v4_fp8, 4, 3, 16, 2048, 576, true}, {CacheFormat::v32_fp8, 4, 1, 16, 2048, 576, false},
+      {CacheFormat::v41_fp8, 4, 3, 128, 576, 61, true},
+  };
+  Worst worst;
+  int c = 0;
+  for (const Case& k : cases) {
+    DecodeWorkloadOptions o;
+    o.format = k.f;
+    o.b = k.b;
+    o.s_q = k.s_q;
+    o.h_q = k.h_q;
+    o.topk = k.topk;
+    o.page_size = k.page;
+    o.topk_length = k.features;
+    o.sink = k.features;
+    o.extra = k.features;
+    o.extra_topk = 100;
+    o.extra_page_size = 61;
+    o.extra_topk_length = k.features;
+    o.seed = 900 + c++;
+    worst.add(expect_fast_matches_oracle(o));
+  }
+  worst.print("grid corners");
+}
+
 // ---- corner cases -----------------------------------------------------------------------------
 
 TEST(DecodeCorner, AllIndicesInvalidGiveZeroAndPlusInf) {
@@ -449,6 +486,7 @@ TEST(DecodeErrors, BadShapesAndDtypesAreNamed) {
   std::vector<uint16_t> q512(static_cast<size_t>(o.b * o.s_q * o.h_q * 512));
   std::vector<int64_t> idx64(w.indices.begin(), w.indices.end());
   std::vector<uint16_t> out576(static_cast<size_t>(o.b * o.s_q * o.h_q * 576));
+  std::vector<float> lse2(static_cast<size_t>(2 * o.b * o.h_q * o.s_q));
 
   struct Case {
     const char* what;
@@ -486,16 +524,40 @@ TEST(DecodeErrors, BadShapesAndDtypesAreNamed) {
       {"a NaN softmax scale",
        [&](SparseDecodeArgs& a) { a.softmax_scale = std::numeric_limits<float>::quiet_NaN(); },
        "softmax_scale must be finite and >= 0"},
+      {"an infinite softmax scale",
+       [&](SparseDecodeArgs& a) { a.softmax_scale = std::numeric_limits<float>::infinity(); },
+       "softmax_scale must be finite and >= 0"},
+      {"extra_topk_length without an extra cache",
+       [&](SparseDecodeArgs& a) { a.extra_topk_length = TensorView(w.indices.data(), DType::i32, {o.b}); },
+       "extra_topk_length given without extra_k_cache"},
+      {"extra indices of another batch size",
+       [&](SparseDecodeArgs& a) {
+         a.extra_k_cache = a.k_cache;
+         a.extra_page_size = a.page_size;
+         a.extra_indices = TensorView(w.indices.data(), DType::i32, {o.b + 1, o.s_q, 1});
+       },
+       "expected extra_indices of shape [b, s_q, extra_topk] i32"},
+      {"lse strided in s_q",
+       [&](SparseDecodeArgs& a) {
+         a.lse = TensorView(lse2.data(), DType::f32, {o.b, o.h_q, o.s_q}, {2 * o.h_q * o.s_q, 2 * o.s_q, 2});
+       },
+       "lse must be contiguous in its last dimension, got stride 2"},
+      {"k_cache on another device", [&](SparseDecodeArgs& a) { a.k_cache.device = Device::cuda(0); },
+       "k_cache is on cuda:0, expected cpu"},
   };
   for (const Case& c : cases)
     for (DecodeImpl impl : {DecodeImpl::kCpuOracle, DecodeImpl::kCpuFast}) {
       w.poison_outputs();
+      std::fill(lse2.begin(), lse2.end(), std::numeric_limits<float>::quiet_NaN());
+      const std::vector<uint16_t> out_before = w.out;
       SparseDecodeArgs a = w.args();
       c.bend(a);
       const std::string msg = latentkv::testing::error_of([&] { sparse_decode(a, nullptr, impl); });
       EXPECT_NE(msg.find(c.message), std::string::npos) << c.what << ": got \"" << msg << "\"";
       // Nothing is written before every check has passed.
       for (float l : w.lse) ASSERT_TRUE(std::isnan(l)) << c.what;
+      for (float l : lse2) ASSERT_TRUE(std::isnan(l)) << c.what;
+      ASSERT_EQ(w.out, out_before) << c.what;
     }
 }
 

@@ -419,6 +419,23 @@ TEST(DenseErrors, BadShapesAndDtypesAreNamed) {
       {"negative scale", [&](DenseDecodeArgs& a) { a.softmax_scale = -1.0f; }, "softmax_scale must be finite and >= 0"},
       {"cache on another device", [&](DenseDecodeArgs& a) { a.k_cache.device = Device::cuda(0); },
        "k_cache is on cuda:0, expected cpu"},
+      {"page size 0",
+       [&](DenseDecodeArgs& a) { a.k_cache = TensorView(big.data(), DType::bf16, {w.num_pages, 0, 2, 576}); },
+       "dense_decode: k_cache needs P >= 1 and h_kv >= 1"},
+      {"d_qk 256 (below d_v)",
+       [&](DenseDecodeArgs& a) {
+         a.q = TensorView(big.data(), DType::bf16, {2, 2, 4, 256});
+         a.k_cache = TensorView(big.data(), DType::bf16, {w.num_pages, 16, 2, 256});
+       },
+       "dense_decode needs d_v <= d_qk <= 65536"},
+      {"cache_seqlens strided",
+       [&](DenseDecodeArgs& a) { a.cache_seqlens = TensorView(w.block_table.data(), DType::i32, {2}, {2}); },
+       "cache_seqlens must be contiguous, got stride 2"},
+      {"lse strided in s_q",
+       [&](DenseDecodeArgs& a) {
+         a.lse = TensorView(reinterpret_cast<float*>(big.data()), DType::f32, {2, 4, 2}, {16, 4, 2});
+       },
+       "lse must be contiguous in its last dimension, got stride 2"},
   };
   for (const Case& c : cases)
     for (DenseImpl impl : {DenseImpl::kCpuOracle, DenseImpl::kCpuFast}) {

@@ -493,6 +493,16 @@ TEST(PrefillErrors, BadShapesAndDtypesAreNamed) {
       {"sm_scale NaN", [&](SparsePrefillArgs& a) { a.sm_scale = NAN; }, "sm_scale must be finite and > 0"},
       {"kv on another device", [&](SparsePrefillArgs& a) { a.kv.device = Device::cuda(0); },
        "kv is on cuda:0, expected cpu"},
+      {"sm_scale +inf", [&](SparsePrefillArgs& a) { a.sm_scale = INFINITY; }, "sm_scale must be finite and > 0, got inf"},
+      {"topk 0",
+       [&](SparsePrefillArgs& a) { a.indices = TensorView(w.indices.data(), DType::i32, {2, 1, 0}); },
+       "sparse_prefill: empty problem (s_q=2, h_q=4, topk=0)"},
+      {"topk_length strided",
+       [&](SparsePrefillArgs& a) { a.topk_length = TensorView(w.indices.data(), DType::i32, {2}, {2}); },
+       "topk_length must be contiguous, got stride 2"},
+      {"attn_sink strided",
+       [&](SparsePrefillArgs& a) { a.attn_sink = TensorView(big.data(), DType::f32, {4}, {3}); },
+       "attn_sink must be contiguous, got stride 3"},
   };
   for (const Case& c : cases)
     for (PrefillImpl impl : {PrefillImpl::kCpuOracle, PrefillImpl::kCpuFast}) {
