@@ -172,7 +172,7 @@ has test_pairs && guarded_suite cuda_tests_pairs "CTA pairs" \
 
 if has sanitize; then
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
-    --gtest_filter="${LKV_MEMCHECK_FILTER:-*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism:DenseCuda.PackedQueryTokens}" >"$OUT/memcheck.log" 2>&1
+    --gtest_filter="${LKV_MEMCHECK_FILTER:-*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism:DenseCuda.PackedQueryTokens:DenseCuda.BadDeviceValuesAreClampedOrSkipped}" >"$OUT/memcheck.log" 2>&1
   note "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 fi
 
@@ -180,7 +180,7 @@ fi
 # with the compact kernel alone (LKV_TEST_KERNELS=compact; the suites loop over the kernels).
 if has sanitize_compact; then
   LKV_TEST_KERNELS=compact timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
-    --gtest_filter="${LKV_MEMCHECK_FILTER:-DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism:DenseCuda.PackedQueryTokens}" >"$OUT/memcheck-compact.log" 2>&1
+    --gtest_filter="${LKV_MEMCHECK_FILTER:-DecodeCuda.CornerCases:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism:DenseCuda.PackedQueryTokens:DenseCuda.BadDeviceValuesAreClampedOrSkipped}" >"$OUT/memcheck-compact.log" 2>&1
   note "memcheck (compact) rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-compact.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED)' "$OUT/memcheck-compact.log" | tr '\n' ' ')"
   LKV_TEST_KERNELS=compact timeout 240 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
     --gtest_filter="${LKV_RACECHECK_FILTER:-DecodeCuda.CornerCases:DenseCuda.PackedQueryTokens}" >"$OUT/racecheck-compact.log" 2>&1

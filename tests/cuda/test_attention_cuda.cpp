@@ -465,6 +465,77 @@ TEST(DenseCuda, CornerCasesAndDeterminism) {
   }
 }
 
+// On CUDA the host reads neither cache_seqlens nor block_table (docs/dense.md): the kernel clamps a
+// length into [0, max_pages * P] and skips the tokens of a block-table entry outside [0, num_pages).
+// Each bad value is held to the oracle on the valid input it stands for (a length of INT_MAX is
+// max_pages * P, -1 and INT_MIN are 0, a bad last block ends the request before it); a bad entry in
+// the middle of a request leaves every other request's bytes as they were, with no NaN. gpu.sh's
+// sanitize stage runs this test under memcheck.
+TEST(DenseCuda, BadDeviceValuesAreClampedOrSkipped) {
+  REQUIRE_GPU();
+  for (KernelChoice kernel : kernels()) {
+    UseKernel use(kernel);
+    for (int variant = 0; variant < 3; ++variant) {
+      const std::string vn = variant == 0 ? "bf16" : variant == 1 ? "f16" : "v32_fp8";
+      DenseWorkloadOptions o;
+      o.b = 5;
+      o.s_q = 2;
+      o.h_q = 16;
+      o.d_qk = 576;
+      o.page_size = 53;
+      o.lengths = {100, 200, 150, 120, 90};  // max_pages 5 (4 for the longest, one spare column)
+      o.f16 = variant == 1;
+      o.fp8 = variant == 2;
+      o.seed = 2100 + variant;
+      const DenseWorkload clean = latentkv::testing::make_dense_workload(o);
+      const int64_t P = o.page_size, mp = clean.max_pages;
+      ASSERT_EQ(mp, 5);
+      DenseWorkload bad = clean, good = clean;  // good: the valid input each bad value stands for
+      bad.cache_seqlens[0] = INT_MAX;
+      good.cache_seqlens[0] = static_cast<int32_t>(mp * P);  // every entry of request 0 is a valid page
+      bad.cache_seqlens[1] = -1;
+      good.cache_seqlens[1] = 0;
+      bad.cache_seqlens[4] = INT_MIN;
+      good.cache_seqlens[4] = 0;
+      bad.block_table[2 * mp + 2] = static_cast<int32_t>(clean.num_pages);  // request 2: tokens 106-149
+      good.cache_seqlens[2] = static_cast<int32_t>(2 * P);
+      bad.block_table[3 * mp + 2] = -1;  // request 3: tokens 106-119
+      good.cache_seqlens[3] = static_cast<int32_t>(2 * P);
+      good.run(DenseImpl::kCpuOracle);
+      bad.poison_outputs();
+      const DenseResult got = run_dense_gpu(bad);
+      const AttentionDiff d = latentkv::testing::compare_dense(good, got.out, got.lse, good.out, good.lse);
+      std::printf("[dense] %-8s %-60s max_rel %.2e cos %.7f lse/mask %lld/%lld nan %lld\n", g_kernel.c_str(),
+                  (vn + " bad lengths and last blocks").c_str(), d.max_rel, d.cos_sim,
+                  static_cast<long long>(d.lse_mismatch), static_cast<long long>(d.mask_mismatch),
+                  static_cast<long long>(d.nan_out));
+      EXPECT_TRUE(latentkv::testing::attention_close(d)) << g_kernel << " " << vn;
+
+      // A hole in the middle: request 1's block 1 (tokens 53-105 of 200) outside the cache.
+      DenseWorkload base = clean, holed = clean;
+      holed.block_table[1 * mp + 1] = INT_MIN;
+      base.poison_outputs();
+      holed.poison_outputs();
+      const DenseResult a = run_dense_gpu(base), h = run_dense_gpu(holed);
+      const int64_t per_req_out = o.s_q * o.h_q * 512, per_req_lse = o.h_q * o.s_q;
+      // (The outputs are poisoned with NaN: an unwritten element reads as NaN too.)
+      auto is_nan = [&](uint16_t x) {
+        return o.f16 ? (x & 0x7c00u) == 0x7c00u && (x & 0x03ffu) != 0 : (x & 0x7f80u) == 0x7f80u && (x & 0x007fu) != 0;
+      };
+      for (int64_t i = 0; i < o.b; ++i) {
+        for (int64_t k = i * per_req_out; k < (i + 1) * per_req_out; ++k) {
+          if (i != 1) ASSERT_EQ(h.out[k], a.out[k]) << g_kernel << " " << vn << " request " << i;
+          else ASSERT_FALSE(is_nan(h.out[k])) << g_kernel << " " << vn << " request 1 (unwritten or NaN)";
+        }
+        for (int64_t k = i * per_req_lse; k < (i + 1) * per_req_lse; ++k) {
+          if (i != 1) ASSERT_EQ(0, std::memcmp(&h.lse[k], &a.lse[k], 4)) << g_kernel << " " << vn << " request " << i;
+          else ASSERT_TRUE(std::isfinite(h.lse[k])) << g_kernel << " " << vn << " request 1 lse " << h.lse[k];
+        }
+      }
+    }
+  }
+}
+
 // Dense decode runs up to 64 / heads_per_kv query tokens of a request in one CTA (they share every
 // key; packed causal rows keep their own limits). Shapes that pack, with lengths around s_q (so
 // that early causal rows see fewer keys, or none), some with splits; each checked against the
