@@ -291,32 +291,77 @@ TEST(CompressCuda, CompressRatioBeyondTheGridIsRefusedFirst) {
 
 TEST(CompressCuda, UncheckedBadIndicesAreSkippedNeverFollowed) {
   REQUIRE_GPU();
-  // With the checks off, bad indices must not be followed: valid outputs are written, invalid ones
-  // write nothing, and no access leaves its buffer (run under compute-sanitizer by scripts/gpu.sh).
+  // With the checks off, bad indices must not be followed: valid outputs are written (and judged by
+  // the oracle), invalid ones write nothing, and no access leaves its buffer (run under
+  // compute-sanitizer by scripts/gpu.sh). Both modes: functional mode zeroes every other byte.
   WorkloadOptions o;
   o.num_reqs = 2;
   o.tokens_per_req = 1024;
   o.random_initial_cache = true;
   CompressWorkload w = make_workload(o);
+  // The block table widened to twice the blocks per request (the new columns map to block 0), so
+  // that a window past position 1023 lies inside it while its RoPE row (1024) is past the 1024 rows
+  // of cos_sin_cache.
+  const int64_t bpr = w.blocks_per_req;
+  std::vector<int32_t> wide(static_cast<size_t>(o.num_reqs * 2 * bpr), 0);
+  for (int64_t r = 0; r < o.num_reqs; ++r)
+    std::copy(w.block_table.begin() + r * bpr, w.block_table.begin() + (r + 1) * bpr, wide.begin() + r * 2 * bpr);
+  w.block_table = wide;
+  w.blocks_per_req = 2 * bpr;
   w.boundary[0] = -3;
   w.boundary[1] = 1 << 30;
   w.slot_mapping[w.boundary[2]] = int64_t{1} << 40;
   w.token_to_req[w.boundary[3]] = -1;
   w.positions[w.boundary[4]] = int64_t{1} << 50;
   w.positions[w.boundary[5]] = 3;
-  w.block_table[1] = -100;
-  w.block_table[9] = 1 << 30;
-  DeviceWorkload d(w);
-  CompressArgs a = d.args();
-  a.check_indices = false;
-  compress_kv(a, nullptr, CompressImpl::kCuda);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<uint8_t> got = d.kv.download();
-  const std::vector<bool> mask = valid_record_mask(w);
-  for (size_t k = 0; k < got.size(); ++k)
-    if (!mask[k]) {
-      ASSERT_EQ(got[k], w.kv[k]) << "byte " << k << " of a skipped output changed";
-    }
+  w.positions[w.boundary[6]] = 1030;  // RoPE row 1024
+  w.block_table[1] = -100;                  // request 0, logical block 1: output 0's window
+  w.block_table[9] = 1 << 30;               // request 0, logical block 9: output 0's window
+  w.block_table[2 * bpr + 20] = -100;       // request 1, logical block 20: output 9's window
+  w.block_table[2 * bpr + 100] = 1 << 30;   // request 1, logical block 100: output 14's window
+  // The outputs whose every index is valid (the host checks' order: header, then each block).
+  const compress::Params p = w.params();
+  std::vector<bool> valid(static_cast<size_t>(w.num_outputs));
+  int64_t n_valid = 0, n_rope = 0;
+  for (int64_t i = 0; i < w.num_outputs; ++i) {
+    int64_t value = 0, extra = 0, req = 0, lb0 = 0, lb1 = -1;
+    int32_t code = compress::validate_header(p, i, &value, &extra, &req, &lb0, &lb1);
+    n_rope += code == compress::kRopePosOutOfRange;
+    for (int64_t lb = lb0; code == compress::kOk && lb <= lb1; ++lb) code = compress::validate_block(p, req, lb, &value, &extra);
+    valid[i] = code == compress::kOk;
+    n_valid += valid[i];
+  }
+  ASSERT_EQ(n_rope, 1);
+  ASSERT_EQ(n_valid, 7);  // of 16: outputs 0-6, 9 and 14 are invalid
+  // The same workload with only the valid outputs (the others pointed at token 0, which has no
+  // slot), for the record judge, which would follow the bad indices itself.
+  CompressWorkload judged = w;
+  ASSERT_EQ(judged.slot_mapping[0], -1);
+  for (int64_t i = 0; i < w.num_outputs; ++i)
+    if (!valid[i]) judged.boundary[i] = 0;
+  std::vector<bool> mask(w.kv.size(), false);  // the bytes of the valid outputs' records
+  for (int64_t i = 0; i < w.num_outputs; ++i) {
+    const int64_t slot = valid[i] ? w.slot_mapping[w.boundary[i]] : -1;
+    if (slot < 0) continue;
+    for (int k = 0; k < compress::kDataBytes; ++k) mask[compress::data_offset(p, slot) + k] = true;
+    for (int k = 0; k < compress::kScaleBytes; ++k) mask[compress::scale_offset(p, slot) + k] = true;
+  }
+  for (CompressMode mode : {CompressMode::kInPlace, CompressMode::kFunctional}) {
+    const std::string label = mode == CompressMode::kInPlace ? "in place" : "functional";
+    DeviceWorkload d(w);
+    CompressArgs a = d.args(mode);
+    a.check_indices = false;
+    compress_kv(a, nullptr, CompressImpl::kCuda);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << label;
+    const std::vector<uint8_t> got = d.kv.download();
+    for (size_t k = 0; k < got.size(); ++k)
+      if (!mask[k]) {
+        ASSERT_EQ(got[k], mode == CompressMode::kInPlace ? w.kv[k] : 0) << label << ": byte " << k << " outside the valid records";
+      }
+    const compress::CheckReport rep = compress::check_records(judged.params(), got.data());
+    EXPECT_EQ(rep.records, n_valid) << label;
+    EXPECT_TRUE(rep.ok()) << label << ": " << rep.first_failure;
+  }
 }
 
 TEST(CompressCuda, CallerWorkspaceOnAStreamCapturedInAGraph) {

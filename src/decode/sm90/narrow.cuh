@@ -102,6 +102,9 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;
   const int q2 = 2 * (lane % 4);  // this thread's rows: narrow_row(q2, 0..3)
+  // The launch (launch.cuh) takes this kernel only where cuda::cta_rows(g) <= 16, so heads_per_kv
+  // <= 16: one head block per kv head and rows_here <= kNarrowRows, which every [16]-sized array
+  // below and the epilogue's rows rely on.
   const CtaWork<kPacks> w(g);
   const Source src(p.src, w.r1, w.pr.r2_last(), w.kv_head);
   const int64_t k_begin = w.split * g.keys_per_split;
