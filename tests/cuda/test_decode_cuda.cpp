@@ -156,7 +156,8 @@ GpuResult run_oracle(DecodeWorkload& w) {
   return {w.out, w.lse};
 }
 
-// lse: the same class (+inf / finite) everywhere, finite values within fp32 accumulation error.
+// lse: the same class (+inf / finite) everywhere, finite values within fp32 accumulation error:
+// 1e-5 + 1e-5 |ref|, the CPU fast path's bound (the CUDA grid's worst logged error: 2.9e-6).
 int64_t lse_errors(const std::vector<float>& got, const std::vector<float>& ref, double* max_err) {
   int64_t bad = 0;
   *max_err = 0;
@@ -167,7 +168,7 @@ int64_t lse_errors(const std::vector<float>& got, const std::vector<float>& ref,
     }
     const double e = std::fabs(static_cast<double>(got[k]) - ref[k]);
     *max_err = std::max(*max_err, e);
-    bad += e > 1e-4 + 1e-5 * std::fabs(ref[k]);
+    bad += e > 1e-5 + 1e-5 * std::fabs(ref[k]);
   }
   return bad;
 }
