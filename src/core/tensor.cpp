@@ -39,7 +39,8 @@ Device parse_device(const std::string& s) {
   if (s == "cuda") return Device::cuda(0);
   if (s.rfind("cuda:", 0) == 0) {
     const std::string n = s.substr(5);
-    LKV_CHECK(!n.empty() && n.find_first_not_of("0123456789") == std::string::npos,
+    // At most 9 digits, so that std::stoi cannot throw its own out_of_range.
+    LKV_CHECK(!n.empty() && n.size() <= 9 && n.find_first_not_of("0123456789") == std::string::npos,
               "bad device '", s, "': expected cpu, cuda or cuda:N");
     return Device::cuda(std::stoi(n));
   }

@@ -118,5 +118,42 @@ TEST(Overlap, QuantizeSlotsInsideTheCache) {
                            TensorView(both.data(), DType::u8, {4, 1, 1, 656})));
 }
 
+TEST(Overlap, OneSharedByteAtEitherEndIsAnOverlap) {
+  // A one-record cache at bytes [8, 664) of a buffer; an 8-byte slot whose last byte is the cache's
+  // first, or whose first byte is the cache's last, overlaps it; one byte further out does not.
+  std::vector<uint8_t> buf(8 + 656 + 16, 0);
+  uint8_t* cache = buf.data() + 8;
+  std::vector<float> latents(576, 1.0f);
+  auto run = [&](uint8_t* slot_at) {
+    std::memset(slot_at, 0, 8);
+    return error_of([&] {
+      quantize(CacheFormat::v32_fp8, TensorView(latents.data(), DType::f32, {1, 576}),
+               TensorView(slot_at, DType::i64, {1}), TensorView(cache, DType::u8, {1, 1, 1, 656}));
+    });
+  };
+  EXPECT_TRUE(has(run(cache - 7), "quantize: cache overlaps slots in memory"));
+  EXPECT_TRUE(has(run(cache + 655), "quantize: cache overlaps slots in memory"));
+  EXPECT_EQ(run(cache - 8), "");
+  EXPECT_EQ(run(cache + 656), "");
+  // An empty view touches no bytes, wherever it points.
+  EXPECT_EQ(error_of([&] {
+              quantize(CacheFormat::v32_fp8, TensorView(latents.data(), DType::f32, {0, 576}),
+                       TensorView(cache + 8, DType::i64, {0}), TensorView(cache, DType::u8, {1, 1, 1, 656}));
+            }),
+            "");
+}
+
+TEST(Overlap, PositionsToSlotsOutputOverItsInputs) {
+  std::vector<int32_t> positions = {0, 5, 9};
+  std::vector<int32_t> table = {2, 0};
+  const std::vector<int32_t> before = positions;
+  const std::string e = error_of([&] {
+    positions_to_slots(TensorView(table.data(), DType::i32, {1, 2}), TensorView(positions.data(), DType::i32, {1, 3}),
+                       8, TensorView(positions.data(), DType::i32, {1, 3}));
+  });
+  EXPECT_TRUE(has(e, "positions_to_slots: slots overlaps positions in memory")) << e;
+  EXPECT_EQ(positions, before);
+}
+
 }  // namespace
 }  // namespace latentkv

@@ -63,8 +63,52 @@ TEST(Tensor, DeviceParsing) {
   EXPECT_TRUE(parse_device("cpu").is_cpu());
   EXPECT_EQ(parse_device("cuda:3").index, 3);
   EXPECT_EQ(parse_device("cuda").str(), "cuda:0");
-  const std::string msg = latentkv::testing::error_of([] { parse_device("tpu"); });
-  EXPECT_NE(msg.find("bad device 'tpu'"), std::string::npos) << msg;
+  // Malformed indices are latentkv errors, not std::stoi's exceptions.
+  for (const char* bad : {"tpu", "cuda:", "cuda:x1", "cuda:-1", "cuda:99999999999"}) {
+    const std::string msg = latentkv::testing::error_of([&] { parse_device(bad); });
+    EXPECT_NE(msg.find(std::string("bad device '") + bad + "'"), std::string::npos) << msg;
+  }
+}
+
+TEST(Tensor, ElementCountsAndNullData) {
+  float a[6];
+  SizeEnv env;
+  const int64_t big = int64_t{1} << 40;
+  // [2^40, 2^40] elements overflow int64 and are named; with a zero dimension the view is empty
+  // (the product of the others is never formed) and fine, null data included.
+  std::string msg = latentkv::testing::error_of(
+      [&] { check_tensor(TensorView(a, DType::f32, {big, big}), "x", {"m", "n"}, DType::f32, env); });
+  EXPECT_NE(msg.find("(its element count overflows int64)"), std::string::npos) << msg;
+  SizeEnv env2;
+  EXPECT_NO_THROW(check_tensor(TensorView(nullptr, DType::f32, {big, big, 0}), "x", {"m", "n", "k"}, DType::f32, env2));
+  SizeEnv env3;
+  msg = latentkv::testing::error_of(
+      [&] { check_tensor(TensorView(nullptr, DType::f32, {2, 3}), "x", {2, 3}, DType::f32, env3); });
+  EXPECT_NE(msg.find("(null data)"), std::string::npos) << msg;
+  // A named size bound to 0 by an empty view still has to agree.
+  SizeEnv env4;
+  check_tensor(TensorView(a, DType::f32, {0, 3}), "x", {"n", 3}, DType::f32, env4);
+  msg = latentkv::testing::error_of(
+      [&] { check_tensor(TensorView(a, DType::f32, {2, 3}), "y", {"n", 3}, DType::f32, env4); });
+  EXPECT_NE(msg.find("n is 0 elsewhere"), std::string::npos) << msg;
+}
+
+TEST(Tensor, LengthOneDimensionsIgnoreTheirStrides) {
+  float a[64];
+  // A dimension of length 1 is never stepped over: its stride says nothing about the layout.
+  EXPECT_TRUE(TensorView(a, DType::f32, {2, 1, 3}, {3, 99, 1}).is_contiguous());
+  EXPECT_NO_THROW(check_inner_contiguous(TensorView(a, DType::f32, {2, 1}, {5, 3}), "v"));
+  EXPECT_THROW(check_inner_contiguous(TensorView(a, DType::f32, {2, 2}, {5, 3}), "v"), Error);
+}
+
+TEST(Tensor, NoOverlapAcrossDevices) {
+  // The same address on two devices is two buffers.
+  uint8_t buf[16];
+  const TensorView out(buf, DType::u8, {16});
+  const TensorView in(buf, DType::u8, {16}, {1}, Device::cuda(0));
+  EXPECT_NO_THROW(check_no_overlap({{&out, "out"}}, {{&in, "in"}}, "op"));
+  const TensorView same(buf, DType::u8, {16});
+  EXPECT_THROW(check_no_overlap({{&out, "out"}}, {{&same, "in"}}, "op"), Error);
 }
 
 TEST(Tensor, DtypeSizes) {
