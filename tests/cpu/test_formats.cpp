@@ -468,6 +468,7 @@ TEST(FormatLayout, RecordOffsetsFollowSpec) {
   const RecordOffsets o3 = record_offsets(g2, format_info(CacheFormat::v41_fp4), 0);
   EXPECT_EQ(o3.data, 0);
   EXPECT_THROW(record_offsets(g2, format_info(CacheFormat::v41_fp4), 106), Error);
+  EXPECT_THROW(record_offsets(g2, format_info(CacheFormat::v41_fp4), -1), Error);
 }
 
 TEST(FormatGeometry, BadCacheViewsAreRejected) {
@@ -494,6 +495,7 @@ TEST(FormatGeometry, BadCacheViewsAreRejected) {
   EXPECT_TRUE(has(geom(TensorView(buf.data(), DType::u8, {4, 0, 1, 584})), "must be > 0"));
   // 2-D form: page_size must be given and the page must hold P records.
   EXPECT_TRUE(has(geom(TensorView(buf.data(), DType::u8, {4, 64 * 584})), "page_size must be given"));
+  EXPECT_TRUE(has(geom(TensorView(buf.data(), DType::u8, {4, 64 * 584}), 0), "page_size must be given"));
   EXPECT_TRUE(has(geom(TensorView(buf.data(), DType::u8, {4, 64 * 584 - 1}), 64), "page_bytes=37375"));
   // Unpadded contiguous pages are fine on the CPU, and a single page may have any stride.
   EXPECT_NO_THROW(cache_geometry(TensorView(buf.data(), DType::u8, {4, 64 * 584}), f, 64));
@@ -638,6 +640,13 @@ TEST(FormatSlots, DuplicateSlotIsNamedAndNothingIsWritten) {
     });
     EXPECT_TRUE(has(msg, "slot 5 is written twice (slots[0] and slots[4])")) << msg;
     for (uint8_t b : c.bytes) ASSERT_EQ(b, 0xAB);
+    // The smallest slot twice, side by side (the first pair of the sorted slots).
+    std::vector<int64_t> pair = {3, 3};
+    const std::string msg2 = latentkv::testing::error_of([&] {
+      quantize(f, TensorView(x.data(), DType::f32, {2, l.d_qk}), TensorView(pair.data(), DType::i64, {2}), c.view4());
+    });
+    EXPECT_TRUE(has(msg2, "slot 3 is written twice (slots[0] and slots[1])")) << msg2;
+    for (uint8_t b : c.bytes) ASSERT_EQ(b, 0xAB);
   }
   // Dequantize reads a slot as often as asked.
   const CacheFormat f = CacheFormat::v41_fp8;
@@ -675,6 +684,10 @@ TEST(FormatValidation, BadLatentsSlotsAndOutAreRejected) {
                   "expected out of shape [n, 576] bf16"));
   EXPECT_TRUE(has(latentkv::testing::error_of([&] { dequantize(f, c.view4(), s3, TensorView(h.data(), DType::bf16, {3, 512})); }),
                   "expected out of shape [n, 576] bf16"));
+  std::vector<uint16_t> wide(3 * 576 * 2);
+  EXPECT_TRUE(has(latentkv::testing::error_of([&] {
+    dequantize(f, c.view4(), s3, TensorView(wide.data(), DType::bf16, {3, 576}, {1152, 2}));
+  }), "out must be contiguous in its last dimension"));
   // Empty inputs are fine and write nothing.
   EXPECT_NO_THROW(quantize(f, TensorView(nullptr, DType::f32, {0, 576}), TensorView(nullptr, DType::i64, {0}),
                            c.view4()));
@@ -764,4 +777,11 @@ TEST(FormatPositions, HugePageSizesGiveMinusOne) {
   positions_to_slots(TensorView(table.data(), DType::i32, {1, 2}), TensorView(pos.data(), DType::i32, {1, 2}),
                      INT64_MAX / 2, TensorView(slots.data(), DType::i32, {1, 2}));
   EXPECT_EQ(slots, (std::vector<int32_t>{5, 0}));  // block 0: slots 5 and 0
+  // With P = 10, block 214748364 starts at slot 2147483640: its position 7 is INT32_MAX exactly,
+  // positions 8 and 9 lie past it and give -1.
+  table = {214748364, 0};
+  pos = {9, 7};
+  positions_to_slots(TensorView(table.data(), DType::i32, {1, 2}), TensorView(pos.data(), DType::i32, {1, 2}), 10,
+                     TensorView(slots.data(), DType::i32, {1, 2}));
+  EXPECT_EQ(slots, (std::vector<int32_t>{-1, 2147483647}));
 }
