@@ -524,6 +524,9 @@ TEST(DecodeErrors, BadShapesAndDtypesAreNamed) {
       {"a NaN softmax scale",
        [&](SparseDecodeArgs& a) { a.softmax_scale = std::numeric_limits<float>::quiet_NaN(); },
        "softmax_scale must be finite and >= 0"},
+      {"topk 0",
+       [&](SparseDecodeArgs& a) { a.indices = TensorView(w.indices.data(), DType::i32, {o.b, o.s_q, 0}); },
+       "sparse_decode: empty problem"},
       {"an infinite softmax scale",
        [&](SparseDecodeArgs& a) { a.softmax_scale = std::numeric_limits<float>::infinity(); },
        "softmax_scale must be finite and >= 0"},
@@ -559,6 +562,40 @@ TEST(DecodeErrors, BadShapesAndDtypesAreNamed) {
       for (float l : lse2) ASSERT_TRUE(std::isnan(l)) << c.what;
       ASSERT_EQ(w.out, out_before) << c.what;
     }
+}
+
+// Views whose only odd stride is that of a dimension of length 1 (one request, one query token)
+// are accepted: that stride is never stepped over.
+TEST(DecodeErrors, LengthOneDimensionsMayHaveAnyStride) {
+  DecodeWorkloadOptions o;
+  o.b = 1;
+  o.s_q = 1;
+  o.topk_length = true;
+  o.sink = true;
+  DecodeWorkload w = make_decode_workload(o);
+  SparseDecodeArgs a = w.args();
+  a.topk_length = TensorView(w.topk_length.data(), DType::i32, {1}, {7});
+  a.lse = TensorView(w.lse.data(), DType::f32, {1, o.h_q, 1}, {o.h_q, 1, 7});
+  EXPECT_NO_THROW(sparse_decode(a, nullptr, DecodeImpl::kCpuFast));
+}
+
+// softmax_scale 0 means d_qk^-0.5: the same bits as passing that value, on both CPU paths.
+TEST(DecodeCpu, DefaultScaleIsTheInverseSquareRootOfDqk) {
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8}) {
+    DecodeWorkloadOptions o;
+    o.format = f;
+    o.b = 2;
+    o.s_q = 2;
+    DecodeWorkload w = make_decode_workload(o);
+    const float explicit_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(format_info(f).d_qk)));
+    for (DecodeImpl impl : {DecodeImpl::kCpuOracle, DecodeImpl::kCpuFast}) {
+      const Result by_default = run(w, impl, 0.0f), given = run(w, impl, explicit_scale);
+      ASSERT_EQ(by_default.out, given.out) << format_info(f).name;
+      ASSERT_EQ(0, std::memcmp(by_default.lse.data(), given.lse.data(), given.lse.size() * 4)) << format_info(f).name;
+      // And not what another scale gives.
+      ASSERT_NE(run(w, impl, explicit_scale * 1.5f).out, given.out);
+    }
+  }
 }
 
 TEST(DecodeErrors, CudaImplOnHostTensorsIsATypeError) {
@@ -889,6 +926,59 @@ TEST(DecodePlan, EditedSplitSizesThatWrapAreRefused) {
   // One split of any size >= 128 covers them.
   p.num_splits = 1;
   EXPECT_NO_THROW(sparse_decode(a, nullptr, DecodeImpl::kCpuFast));
+}
+
+// Each limit of the planner and of the plan checks, on both sides of it.
+TEST(DecodePlan, LimitsOnBothSides) {
+  // The planner: topk >= 1, extra_topk >= 0, b * s_q up to 2^31 - 1.
+  for (const auto& [topk, extra] : {std::pair<int64_t, int64_t>{0, 0}, {128, -1}})
+    EXPECT_NE(latentkv::testing::error_of([&] { plan_decode(1, 1, 16, topk, extra, 132, kPortablePlan); })
+                  .find("plan_decode: bad shape"),
+              std::string::npos) << topk << " " << extra;
+  EXPECT_NO_THROW(plan_decode(INT32_MAX, 1, 16, 128, 0, 132, kPortablePlan));
+  // The workspace of 65535 splits is sized; 65536 splits are no plan's.
+  DecodePlan many = plan_decode(1, 1, 1, 128, 0, 132, kPortablePlan);
+  many.num_splits = 65535;
+  many.keys_per_split = 64;
+  many.unsplit_b = 0;
+  EXPECT_GT(sparse_decode_workspace_bytes(many), 0u);
+  many.num_splits = 65536;
+  EXPECT_THROW(sparse_decode_workspace_bytes(many), Error);
+  // sparse_decode's plan check: a last split with no candidate is not an exact cover; a plan made
+  // for an extra cache the call does not have is another call's.
+  DecodeWorkload w = plan_test_workload(2);
+  SparseDecodeArgs a = w.args();
+  DecodePlan p = plan_decode(2, 1, 16, 128, 0, 1, kPortablePlan);
+  p.num_splits = 3;
+  p.keys_per_split = 64;
+  a.plan = &p;
+  EXPECT_NE(latentkv::testing::error_of([&] { sparse_decode(a, nullptr, DecodeImpl::kCpuFast); })
+                .find("do not cover topk + extra_topk = 128 exactly once"),
+            std::string::npos);
+  p.num_splits = 2;
+  EXPECT_NO_THROW(sparse_decode(a, nullptr, DecodeImpl::kCpuFast));
+  p.extra_topk = 64;
+  EXPECT_NE(latentkv::testing::error_of([&] { sparse_decode(a, nullptr, DecodeImpl::kCpuFast); })
+                .find("the plan was made for b=2 s_q=1 h_q=16 topk=128 extra_topk=64"),
+            std::string::npos);
+  // 65536 splits of one candidate each cover 65536 candidates exactly, but are one split too many.
+  DecodeWorkloadOptions o;
+  o.b = 1;
+  o.h_q = 1;
+  o.topk = 65536;
+  o.all_invalid = true;
+  DecodeWorkload big = latentkv::testing::make_decode_workload(o);
+  SparseDecodeArgs ab = big.args();
+  DecodePlan one = plan_decode(1, 1, 1, 65536, 0, 1, kPortablePlan);
+  one.num_splits = 65536;
+  one.keys_per_split = 1;
+  one.unsplit_b = 0;
+  ab.plan = &one;
+  EXPECT_NE(latentkv::testing::error_of([&] { sparse_decode(ab, nullptr, DecodeImpl::kCpuFast); }).find("do not cover"),
+            std::string::npos);
+  one.num_splits = 32768;
+  one.keys_per_split = 2;
+  EXPECT_NO_THROW(sparse_decode(ab, nullptr, DecodeImpl::kCpuFast));
 }
 
 TEST(DecodePlan, ShapesBeyondTheLaunchLimitsAreRefused) {
