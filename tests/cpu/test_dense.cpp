@@ -164,6 +164,46 @@ TEST(DenseCpu, FastPathIsBitwiseDeterministic) {
   expect_bitwise_equal(run(w, DenseImpl::kAuto), first, "kAuto");
 }
 
+// d_qk 512 (the CUDA backend's other head width), both 16-bit cache types, causal and not.
+TEST(DenseCpu, HeadWidth512) {
+  Worst worst;
+  int c = 0;
+  for (bool f16 : {false, true})
+    for (bool causal : {false, true}) {
+      DenseWorkloadOptions o;
+      o.f16 = f16;
+      o.causal = causal;
+      o.d_qk = 512;
+      o.b = 3;
+      o.s_q = 2;
+      o.h_q = 8;
+      o.h_kv = 2;
+      o.page_size = 53;
+      o.max_len = 200;
+      o.seed = 700 + c++;
+      worst.add(expect_fast_matches_oracle(o));
+    }
+  worst.print("d_qk 512");
+}
+
+// softmax_scale 0 means d_qk^-0.5: the same bits as passing that value, on both CPU paths.
+TEST(DenseCpu, DefaultScaleIsTheInverseSquareRootOfDqk) {
+  DenseWorkloadOptions o;
+  o.b = 2;
+  o.s_q = 2;
+  o.h_q = 4;
+  DenseWorkload w = make_dense_workload(o);
+  for (DenseImpl impl : {DenseImpl::kCpuOracle, DenseImpl::kCpuFast}) {
+    w.opt.softmax_scale = 0.0f;
+    const Result by_default = run(w, impl);
+    w.opt.softmax_scale = static_cast<float>(1.0 / std::sqrt(576.0));
+    const Result given = run(w, impl);
+    expect_bitwise_equal(by_default, given, "default against explicit scale");
+    w.opt.softmax_scale *= 1.5f;
+    ASSERT_NE(run(w, impl).out, given.out);
+  }
+}
+
 // ---- corner cases -----------------------------------------------------------------------------
 
 TEST(DenseCorner, ZeroLengthsGiveZeroAndPlusInf) {
@@ -488,6 +528,47 @@ TEST(DenseErrors, BadLengthsAreNamed) {
     const std::string msg = latentkv::testing::error_of([&] { dense_decode(v.args()); });
     EXPECT_NE(msg.find(want), std::string::npos) << "got \"" << msg << "\"";
     for (float l : v.lse) ASSERT_TRUE(std::isnan(l));
+  }
+}
+
+// The limits of the checks, from the accepted side: a length of exactly max_pages * P (every entry
+// of the row a real page), d_qk = d_v = 512 and d_qk = 65536, and dimensions of length 1 with any
+// stride; and the empty problem from the refused side.
+TEST(DenseErrors, LimitsFromTheAcceptedSide) {
+  {
+    DenseWorkloadOptions o;
+    o.b = 2;
+    o.page_size = 10;
+    o.lengths = {30, 25};  // max_pages = 4; request 1's last entry is another request's page
+    DenseWorkload w = make_dense_workload(o);
+    w.cache_seqlens[1] = static_cast<int32_t>(w.max_pages * 10);
+    EXPECT_NO_THROW(dense_decode(w.args(), nullptr, DenseImpl::kCpuFast));
+    EXPECT_TRUE(std::isfinite(w.lse[o.h_q * o.s_q]));
+  }
+  for (int64_t d_qk : {512, 65536}) {
+    DenseWorkloadOptions o;
+    o.b = 1;
+    o.h_q = 1;
+    o.d_qk = d_qk;
+    o.page_size = 4;
+    o.max_len = 6;
+    DenseWorkload w = make_dense_workload(o);
+    EXPECT_NO_THROW(dense_decode(w.args(), nullptr, DenseImpl::kCpuFast)) << d_qk;
+  }
+  {
+    DenseWorkloadOptions o;
+    o.b = 1;
+    o.s_q = 1;
+    DenseWorkload w = make_dense_workload(o);
+    DenseDecodeArgs a = w.args();
+    a.cache_seqlens = TensorView(w.cache_seqlens.data(), DType::i32, {1}, {3});
+    a.lse = TensorView(w.lse.data(), DType::f32, {1, o.h_q, 1}, {o.h_q, 1, 7});
+    EXPECT_NO_THROW(dense_decode(a, nullptr, DenseImpl::kCpuFast));
+    a.q = TensorView(w.q.data(), DType::bf16, {1, 0, o.h_q, 576});
+    a.out = TensorView(w.out.data(), DType::bf16, {1, 0, o.h_q, 512});
+    a.lse = TensorView(w.lse.data(), DType::f32, {1, o.h_q, 0});
+    const std::string msg = latentkv::testing::error_of([&] { dense_decode(a, nullptr, DenseImpl::kCpuFast); });
+    EXPECT_NE(msg.find("dense_decode: empty problem"), std::string::npos) << msg;
   }
 }
 
