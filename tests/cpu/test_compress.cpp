@@ -424,4 +424,22 @@ TEST(CompressCpu, CheckerRejectsWrongBytes) {
     bad[at] = static_cast<uint8_t>(bad[at] + 2);
     EXPECT_FALSE(compress::check_records(p, bad.data()).ok()) << "byte " << at - data;
   }
+  // And one step off, record-wide (a single such byte may be one the judge accepts as ambiguous):
+  // every payload code + 1, every RoPE value 2 bf16 ulps up (its low byte + 2), every scale
+  // exponent - 1, in both formats.
+  for (CacheFormat f : {CacheFormat::v4_int8, CacheFormat::v4_fp8}) {
+    o.format = f;
+    CompressWorkload v = make_workload(o);
+    compress_kv(v.args(), nullptr, CompressImpl::kCpuFast);
+    const compress::Params q = v.params();
+    ASSERT_TRUE(compress::check_records(q, v.kv.data()).ok()) << format_info(f).name;
+    const int64_t d = compress::data_offset(q, 1), sc = compress::scale_offset(q, 1);
+    std::vector<uint8_t> payload = v.kv, rope = v.kv, scale = v.kv;
+    for (int64_t k = 0; k < 448; ++k) payload[d + k] = static_cast<uint8_t>(payload[d + k] + 1);
+    for (int64_t j = 0; j < 64; ++j) rope[d + 448 + 2 * j] = static_cast<uint8_t>(rope[d + 448 + 2 * j] + 2);
+    for (int64_t g = 0; g < 7; ++g) scale[sc + g] = static_cast<uint8_t>(scale[sc + g] - 1);
+    EXPECT_FALSE(compress::check_records(q, payload.data()).ok()) << format_info(f).name << " payload + 1";
+    EXPECT_FALSE(compress::check_records(q, rope.data()).ok()) << format_info(f).name << " RoPE + 2 ulps";
+    EXPECT_FALSE(compress::check_records(q, scale.data()).ok()) << format_info(f).name << " scales - 1";
+  }
 }

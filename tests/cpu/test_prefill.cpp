@@ -529,6 +529,8 @@ TEST(PrefillErrors, BadSequenceOffsetsAreNamed) {
   const std::vector<Case> cases = {
       {{1, 2, 5}, {0, 50, 110}, "seq_offsets_q[0] must be 0, got 1"},
       {{0, 4, 3, 5}, {0, 50, 60, 110}, "seq_offsets_q must be non-decreasing, got seq_offsets_q[1]=4 > seq_offsets_q[2]=3"},
+      {{0, 6, 5}, {0, 50, 110}, "seq_offsets_q must be non-decreasing, got seq_offsets_q[1]=6 > seq_offsets_q[2]=5"},
+      {{0, 2, 5}, {0, 120, 110}, "seq_offsets_kv must be non-decreasing, got seq_offsets_kv[1]=120 > seq_offsets_kv[2]=110"},
       {{0, 2, 4}, {0, 50, 110}, "seq_offsets_q[2] must equal s_q=5, got 4"},
       {{0, 2, 5}, {0, 50, 111}, "seq_offsets_kv[2] must equal s_kv=110, got 111"},
       {{0, 2, 5}, {0, 50, 60, 110}, "expected seq_offsets_kv of shape [num_seqs + 1] i64, got [4] i64"},
@@ -550,6 +552,39 @@ TEST(PrefillErrors, BadSequenceOffsetsAreNamed) {
                            TensorView(w.seq_offsets_kv.data(), DType::i64, {3}));
   });
   EXPECT_NE(msg.find("expected seq_offsets_q of shape [num_seqs + 1] i64"), std::string::npos) << msg;
+  // Offsets must be contiguous (here every other element of a longer buffer).
+  std::vector<int64_t> spaced = {0, 9, 2, 9, 5};
+  const std::string msg2 = latentkv::testing::error_of([&] {
+    sparse_prefill_batched(w.args(), TensorView(spaced.data(), DType::i64, {3}, {2}),
+                           TensorView(w.seq_offsets_kv.data(), DType::i64, {3}));
+  });
+  EXPECT_NE(msg2.find("seq_offsets_q must be contiguous, got stride 2"), std::string::npos) << msg2;
+}
+
+// The limits from the accepted side: d_qk 65536, and 1-D views of length 1 with any stride.
+TEST(PrefillErrors, LimitsFromTheAcceptedSide) {
+  PrefillWorkloadOptions o;
+  o.s_q = 1;
+  o.h_q = 1;
+  o.s_kv = 8;
+  o.topk = 1;
+  o.d_qk = 65536;
+  o.topk_length = true;
+  o.sink = true;
+  PrefillWorkload w = make_prefill_workload(o);
+  SparsePrefillArgs a = w.args();
+  a.topk_length = TensorView(w.topk_length.data(), DType::i32, {1}, {5});
+  a.attn_sink = TensorView(w.sink.data(), DType::f32, {1}, {9});
+  EXPECT_NO_THROW(sparse_prefill(a, nullptr, PrefillImpl::kCpuFast));
+  // h_q 0 is an empty problem.
+  a = w.args();
+  a.q = TensorView(w.q.data(), DType::bf16, {1, 0, 65536});
+  a.out = TensorView(w.out.data(), DType::bf16, {1, 0, 512});
+  a.max_logits = TensorView(w.max_logits.data(), DType::f32, {1, 0});
+  a.lse = TensorView(w.lse.data(), DType::f32, {1, 0});
+  a.attn_sink = TensorView(w.sink.data(), DType::f32, {0});
+  const std::string msg = latentkv::testing::error_of([&] { sparse_prefill(a, nullptr, PrefillImpl::kCpuFast); });
+  EXPECT_NE(msg.find("sparse_prefill: empty problem (s_q=1, h_q=0"), std::string::npos) << msg;
 }
 
 TEST(PrefillErrors, CudaTensorsWithoutCudaBuild) {
