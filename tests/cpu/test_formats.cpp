@@ -4,6 +4,8 @@
 // slot validation, positions_to_slots and parse_format.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
@@ -312,6 +314,29 @@ TEST(FormatAll, Bf16LatentsMatchTheirF32Values) {
 }
 
 // dequantize honours a padded row stride of out and leaves the padding alone.
+// A NaN latent never sets its group's scale (docs/formats.md: it never wins the amax comparison):
+// every other dim of the row decodes as it does with a 0 in its place.
+TEST(FormatAll, NanNeverSetsAGroupScale) {
+  for (CacheFormat f : kAllFormats) {
+    SCOPED_TRACE(format_info(f).name);
+    const auto l = ref_layout(f);
+    std::vector<float> x = lkv_test::random_latents(2, l.d_qk, l.group, 11);
+    std::copy(x.begin(), x.begin() + l.d_qk, x.begin() + l.d_qk);  // row 1 = row 0
+    x[3] = std::numeric_limits<float>::quiet_NaN();                  // dim 3 of group 0
+    x[l.d_qk + 3] = 0.0f;
+    HostCache c(f, 1, 2, lkv_test::padded_stride(f, 2));
+    std::vector<int64_t> slots = {0, 1};
+    quantize(f, TensorView(x.data(), DType::f32, {2, l.d_qk}), TensorView(slots.data(), DType::i64, {2}), c.view4());
+    std::vector<uint16_t> out(2 * l.d_qk);
+    dequantize(f, c.view4(), TensorView(slots.data(), DType::i64, {2}), TensorView(out.data(), DType::bf16, {2, l.d_qk}));
+    for (int d = 0; d < l.d_qk; ++d) {
+      if (d != 3) {
+        ASSERT_EQ(out[d], out[l.d_qk + d]) << "dim " << d;
+      }
+    }
+  }
+}
+
 TEST(FormatAll, DequantizeIntoStridedRows) {
   const CacheFormat f = CacheFormat::v41_fp8;
   const int64_t n = 3, row = 600;

@@ -524,12 +524,18 @@ TEST(DenseCuda, BadDeviceValuesAreClampedOrSkipped) {
       };
       for (int64_t i = 0; i < o.b; ++i) {
         for (int64_t k = i * per_req_out; k < (i + 1) * per_req_out; ++k) {
-          if (i != 1) ASSERT_EQ(h.out[k], a.out[k]) << g_kernel << " " << vn << " request " << i;
-          else ASSERT_FALSE(is_nan(h.out[k])) << g_kernel << " " << vn << " request 1 (unwritten or NaN)";
+          if (i != 1) {
+            ASSERT_EQ(h.out[k], a.out[k]) << g_kernel << " " << vn << " request " << i;
+          } else {
+            ASSERT_FALSE(is_nan(h.out[k])) << g_kernel << " " << vn << " request 1 (unwritten or NaN)";
+          }
         }
         for (int64_t k = i * per_req_lse; k < (i + 1) * per_req_lse; ++k) {
-          if (i != 1) ASSERT_EQ(0, std::memcmp(&h.lse[k], &a.lse[k], 4)) << g_kernel << " " << vn << " request " << i;
-          else ASSERT_TRUE(std::isfinite(h.lse[k])) << g_kernel << " " << vn << " request 1 lse " << h.lse[k];
+          if (i != 1) {
+            ASSERT_EQ(0, std::memcmp(&h.lse[k], &a.lse[k], 4)) << g_kernel << " " << vn << " request " << i;
+          } else {
+            ASSERT_TRUE(std::isfinite(h.lse[k])) << g_kernel << " " << vn << " request 1 lse " << h.lse[k];
+          }
         }
       }
     }
