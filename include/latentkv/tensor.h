@@ -60,7 +60,7 @@ struct TensorView {
 
   int64_t size(int dim) const { return shape[dim < 0 ? dim + ndim : dim]; }
   int64_t stride(int dim) const { return strides[dim < 0 ? dim + ndim : dim]; }
-  int64_t numel() const;
+  int64_t numel() const;  // INT64_MAX where the product does not fit (check_tensor refuses such shapes)
   bool defined() const { return data != nullptr || numel() == 0; }
   bool is_contiguous() const;
   // The start and every outer stride (of dimensions longer than 1; the innermost is not looked at)

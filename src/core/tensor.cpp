@@ -48,11 +48,13 @@ Device parse_device(const std::string& s) {
 }
 
 namespace {
+// Row-major strides. A stride past int64 (a shape whose element count check_tensor refuses) is
+// INT64_MAX rather than a wrapped product, which would be undefined behaviour to form.
 void fill_contiguous(TensorView& t) {
   int64_t s = 1;
   for (int i = t.ndim - 1; i >= 0; --i) {
     t.strides[i] = s;
-    s *= t.shape[i];
+    if (i > 0 && __builtin_mul_overflow(s, t.shape[i], &s)) s = INT64_MAX;
   }
 }
 }  // namespace
@@ -85,8 +87,10 @@ int64_t TensorView::numel() const {
   // whose element count overflows, but an empty one is fine).
   for (int i = 0; i < ndim; ++i)
     if (shape[i] == 0) return 0;
+  // (Saturated, not wrapped, for a shape check_tensor would refuse.)
   int64_t n = 1;
-  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  for (int i = 0; i < ndim; ++i)
+    if (__builtin_mul_overflow(n, shape[i], &n)) return INT64_MAX;
   return n;
 }
 
