@@ -176,3 +176,24 @@ def test_errors():
 def test_workspace_bytes_zero_on_cpu():
     inp = compress_inputs(C=16)
     assert latentkv.compress_workspace_bytes(*[inp[k] for k in ARG_ORDER]) == 0
+
+
+def test_compress_defaults_are_the_documented_ones():
+    inp = compress_inputs(C=16, seed=60)
+    a = [inp[k] for k in ARG_ORDER]
+    default = latentkv.compress_kv(*a, mode="functional", impl="oracle")
+    explicit = latentkv.compress_kv(*a, 1.0e-6, page_size=64, format="v4_int8", mode="functional",
+                                    impl="oracle")
+    np.testing.assert_array_equal(default, explicit)
+
+
+def test_compress_workspace_is_checked_on_the_cpu():
+    inp = compress_inputs(C=16, seed=61)
+    with pytest.raises(ValueError, match=r"workspace must be contiguous"):
+        latentkv.compress_kv(*[inp[k] for k in ARG_ORDER], workspace=np.zeros(1 << 16, np.uint8)[::2])
+
+
+def test_compress_workspace_bytes_takes_format():
+    inp = compress_inputs(C=16, seed=62)
+    with pytest.raises(ValueError, match=r"writes v4_int8 or v4_fp8 records, got format v32_fp8"):
+        latentkv.compress_workspace_bytes(*[inp[k] for k in ARG_ORDER], format="v32_fp8")

@@ -128,3 +128,15 @@ def test_errors():
     # With or without the CUDA backend built, host tensors cannot run on it.
     with pytest.raises(TypeError, match=r"implementation cuda cannot run on tensors on cpu"):
         latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], impl="cuda")
+
+
+def test_sparse_decode_two_dimensional_caches():
+    inp = decode_inputs("v4_fp8", seed=63, extra=True)
+    k2 = inp["k_cache"].reshape(inp["k_cache"].shape[0], -1)
+    e2 = inp["extra_k_cache"].reshape(inp["extra_k_cache"].shape[0], -1)
+    ref = latentkv.sparse_decode(inp["q"], inp["k_cache"], inp["indices"],
+                                 extra_k_cache=inp["extra_k_cache"], extra_indices=inp["extra_indices"])
+    got = latentkv.sparse_decode(inp["q"], k2, inp["indices"], page_size=64, extra_k_cache=e2,
+                                 extra_indices=inp["extra_indices"], extra_page_size=32)
+    np.testing.assert_array_equal(got[0].view(np.uint16), ref[0].view(np.uint16))
+    np.testing.assert_array_equal(got[1], ref[1])

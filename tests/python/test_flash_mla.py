@@ -10,7 +10,8 @@ import pytest
 
 import latentkv
 from conftest import decode_inputs
-from latentkv.flash_mla import SchedMeta, flash_mla_with_kvcache, get_mla_metadata
+from latentkv.flash_mla import SchedMeta, flash_mla_sparse_fwd, flash_mla_with_kvcache, get_mla_metadata
+from test_prefill_dense import dense_inputs, prefill_inputs
 
 
 def test_signatures_and_defaults():
@@ -94,3 +95,60 @@ def test_float8_view_of_cache_and_lonely_query():
     out, lse = flash_mla_with_kvcache(inp["q"], inp["k_cache"].view(ml_dtypes.float8_e4m3fn), None,
                                       None, 512, meta, is_fp8_kvcache=True, indices=inp["indices"])
     assert np.isposinf(lse).all() and not out.astype(np.float32).any()
+
+
+def test_flash_mla_metadata_checks_the_extra_cache():
+    inp = decode_inputs("v4_fp8", b=2, s_q=1, h_q=4, seed=64, extra=True)
+    meta, _ = get_mla_metadata()
+    args = dict(is_fp8_kvcache=True, indices=inp["indices"])
+    flash_mla_with_kvcache(inp["q"], inp["k_cache"], None, None, 512, meta, **args,
+                           extra_k_cache=inp["extra_k_cache"],
+                           extra_indices_in_kvcache=inp["extra_indices"])
+    assert meta.config.extra_page_block_size == 32 and meta.config.h_k == 1
+    with pytest.raises(ValueError, match=r"extra_topk is 16, but the scheduling metadata was made "
+                                         r"for extra_topk=64"):
+        flash_mla_with_kvcache(inp["q"], inp["k_cache"], None, None, 512, meta, **args,
+                               extra_k_cache=inp["extra_k_cache"],
+                               extra_indices_in_kvcache=inp["extra_indices"][..., :16].copy())
+    with pytest.raises(ValueError, match=r"extra_page_block_size is 16, but the scheduling "
+                                         r"metadata was made for extra_page_block_size=32"):
+        flash_mla_with_kvcache(inp["q"], inp["k_cache"], None, None, 512, meta, **args,
+                               extra_k_cache=inp["extra_k_cache"].reshape(4, 16, 1, 584),
+                               extra_indices_in_kvcache=inp["extra_indices"])
+
+
+def test_flash_mla_sparse_explicit_scale():
+    inp = decode_inputs("v32_fp8", b=2, s_q=1, h_q=4, seed=65)
+    meta, _ = get_mla_metadata()
+    got = flash_mla_with_kvcache(inp["q"], inp["k_cache"], None, None, 512, meta, softmax_scale=0.3,
+                                 is_fp8_kvcache=True, indices=inp["indices"])
+    ref = latentkv.sparse_decode(inp["q"], inp["k_cache"], inp["indices"], softmax_scale=0.3)
+    np.testing.assert_array_equal(got[0].view(np.uint16), ref[0].view(np.uint16))
+    np.testing.assert_array_equal(got[1], ref[1])
+
+
+def test_flash_mla_shape_rejections():
+    sp = decode_inputs("v32_fp8", b=2, s_q=1, h_q=4, seed=66)
+    meta, _ = get_mla_metadata()
+    k2 = sp["k_cache"].reshape(sp["k_cache"].shape[0], -1)
+    with pytest.raises(ValueError, match=r"k_cache must be \[num_blocks, page_block_size, 1, bytes_per_token\]"):
+        flash_mla_with_kvcache(sp["q"], k2, None, None, 512, meta, is_fp8_kvcache=True,
+                               indices=sp["indices"])
+    with pytest.raises(ValueError, match=r"extra_k_cache must be \[num_blocks, page_block_size, 1"):
+        flash_mla_with_kvcache(sp["q"], sp["k_cache"], None, None, 512, meta, is_fp8_kvcache=True,
+                               indices=sp["indices"], extra_k_cache=k2,
+                               extra_indices_in_kvcache=sp["indices"])
+    d = dense_inputs("bf16", b=2, s_q=1, h_q=4, P=16, seed=67)
+    with pytest.raises(ValueError, match=r"block_table and cache_seqlens must be given"):
+        flash_mla_with_kvcache(d["q"], d["k_cache"], d["block_table"], None, 512, meta)
+    with pytest.raises(ValueError, match=r"k_cache must be \[num_blocks, page_block_size, h_k, head_dim\]"):
+        flash_mla_with_kvcache(d["q"], d["k_cache"][:, :, 0], d["block_table"], d["cache_seqlens"],
+                               512, meta)
+    fp8_two_heads = np.zeros((4, 16, 2, 656), np.uint8)
+    with pytest.raises(ValueError, match=r"is_fp8_kvcache=True with dense decode needs the v32_fp8"):
+        flash_mla_with_kvcache(d["q"], fp8_two_heads, d["block_table"], d["cache_seqlens"], 512,
+                               meta, is_fp8_kvcache=True)
+    assert not meta.have_initialized
+    p = prefill_inputs(s_q=2, h_q=2, s_kv=10, topk=4, seed=68)
+    with pytest.raises(NotImplementedError, match=r"indexer_topk=-1"):
+        flash_mla_sparse_fwd(p["q"], p["kv"], p["indices"], p["sm_scale"], indexer_topk=-1)

@@ -150,3 +150,14 @@ def test_errors_carry_the_core_message(rng):
     with pytest.raises(ValueError, match=r"page_size must be given"):
         latentkv.dequantize(np.zeros((1, 4 * 584), np.uint8), np.array([0]), "v4_fp8")
     assert not cache.any(), "nothing is written on failure"
+
+
+def test_check_slots_false_skips_out_of_range_slots(rng):
+    x = bf16(rng.standard_normal((2, 512)))
+    cache = np.zeros((1, 4, 1, 584), np.uint8)
+    ref = np.zeros_like(cache)
+    latentkv.quantize(x, np.array([1, 9]), cache, "v4_fp8", check_slots=False)
+    latentkv.quantize(x, np.array([1, -1]), ref, "v4_fp8")
+    np.testing.assert_array_equal(cache, ref)
+    out = latentkv.dequantize(cache, np.array([1, 9]), "v4_fp8", check_slots=False)
+    assert not out[1].astype(np.float32).any() and out[0].astype(np.float32).any()

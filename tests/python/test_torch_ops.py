@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 import latentkv  # noqa: E402
 from latentkv import torch_ops  # noqa: E402
 from conftest import ARG_ORDER_COMPRESS, compress_inputs, decode_inputs  # noqa: E402
+from test_prefill_dense import dense_inputs, prefill_inputs  # noqa: E402
 
 
 def t(a):
@@ -102,3 +103,53 @@ def test_jit_trace_records_the_op():
     assert "latentkv::dequantize" in str(traced.graph)
     y = torch.randn(3, 512, dtype=torch.bfloat16)
     torch.testing.assert_close(traced(y), roundtrip(y), rtol=0, atol=0)
+
+
+def test_torch_parameter_inputs():
+    inp = compress_inputs(C=16, seed=69)
+    ref = latentkv.compress_kv(*[inp[k] for k in ARG_ORDER_COMPRESS + ["block_size", "compress_ratio"]], mode="functional")
+    tin = {k: (t(v) if isinstance(v, np.ndarray) else v) for k, v in inp.items()}
+    tin["rms_norm_weight"] = torch.nn.Parameter(tin["rms_norm_weight"])  # requires grad, a subclass
+    got = latentkv.compress_kv(*[tin[k] for k in ARG_ORDER_COMPRESS + ["block_size", "compress_ratio"]], mode="functional")
+    np.testing.assert_array_equal(got.numpy(), ref)
+
+
+def test_torch_compile_argument_plumbing():
+    # compress in place into a 0xAB-filled 2-D cache of 16-slot pages (page_size given).
+    inp = compress_inputs(C=16, P=16, seed=70)
+    inp["kv_cache"] = np.full((inp["kv_cache"].shape[0] + 1, 16 * 584 + 32), 0xAB, np.uint8)  # spare page, padded
+    ref_np = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inp.items()}
+    latentkv.compress_kv(*[ref_np[k] for k in ARG_ORDER_COMPRESS + ["block_size", "compress_ratio"]], page_size=16)
+    tin = {k: (t(v.copy()) if isinstance(v, np.ndarray) else v) for k, v in inp.items()}
+
+    def comp(*a):
+        latentkv.compress_kv(*a, page_size=16)
+        return a[8].clone()
+
+    got = torch.compile(comp, fullgraph=True, backend="aot_eager")(*[tin[k] for k in ARG_ORDER_COMPRESS + ["block_size", "compress_ratio"]])
+    np.testing.assert_array_equal(got.numpy(), ref_np["kv_cache"])
+    # dequantize from a 2-D cache with page_size.
+    cache = ref_np["kv_cache"]
+    slots = torch.tensor([0, 5, 17])
+    deq = torch.compile(lambda c, s: latentkv.dequantize(c, s, "v4_int8", page_size=16),
+                        fullgraph=True, backend="aot_eager")(t(cache), slots)
+    np.testing.assert_array_equal(deq.view(torch.int16).numpy().view(np.uint16),
+                                  latentkv.dequantize(cache, slots.numpy(), "v4_int8", page_size=16).view(np.uint16))
+    # prefill with a sink, dense decode causal with s_q = 2.
+    p = prefill_inputs(s_q=3, h_q=4, s_kv=40, topk=8, seed=71, sink=True)
+    pre = torch.compile(lambda q, kv, i, s: latentkv.sparse_prefill(q, kv, i, 0.05, attn_sink=s),
+                        fullgraph=True, backend="aot_eager")(t(p["q"]), t(p["kv"]), t(p["indices"]), t(p["attn_sink"]))
+    ref = latentkv.sparse_prefill(p["q"], p["kv"], p["indices"], 0.05, attn_sink=p["attn_sink"])
+    np.testing.assert_array_equal(pre[0].view(torch.int16).numpy().view(np.uint16), ref[0].view(np.uint16))
+    d = dense_inputs("bf16", b=2, s_q=2, h_q=4, P=8, seed=72, lengths=[3, 9])
+    den = torch.compile(lambda q, k, bt, n: latentkv.dense_decode(q, k, bt, n, causal=True),
+                        fullgraph=True, backend="aot_eager")(*(t(d[k]) for k in ("q", "k_cache", "block_table", "cache_seqlens")))
+    ref = latentkv.dense_decode(d["q"], d["k_cache"], d["block_table"], d["cache_seqlens"], causal=True)
+    np.testing.assert_array_equal(den[1].numpy(), ref[1])
+    # a plan for other shapes is refused through the custom op too (by torch.jit.trace: Dynamo
+    # cannot read a DecodePlan's fields, docs/decode.md).
+    s = decode_inputs("v32_fp8", b=2, s_q=1, h_q=4, seed=73)
+    bad_plan = latentkv.plan_decode(1, 1, 64, 2048)
+    with pytest.raises(ValueError, match=r"the plan was made for b=1"):
+        torch.jit.trace(lambda q, k, i: latentkv.sparse_decode(q, k, i, plan=bad_plan),
+                        (t(s["q"]), t(s["k_cache"]), t(s["indices"])), check_trace=False)
