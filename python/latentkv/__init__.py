@@ -29,7 +29,6 @@ from typing import Any, Optional, Tuple
 
 from . import _arrays
 from . import _native
-from ._native import DecodePlan
 
 __all__ = [
     "DecodePlan", "FORMATS", "built_with_cuda", "format_info", "quantize", "dequantize",
@@ -223,14 +222,36 @@ def default_num_sms(device_index: int = 0) -> int:
     return max(1, _native.cuda_sm_count(device_index))
 
 
+class DecodePlan(_native.DecodePlan):
+    """The split-KV plan of sparse_decode (plan_decode makes it): num_splits, keys_per_split, b,
+    s_q, h_q, topk, extra_topk, unsplit_b, read-only. Its ``fields`` holds the same eight values as
+    a plain tuple, which torch.compile can read where it cannot read the native fields, so a call
+    given a plan traces with ``fullgraph=True``."""
+
+    def __init__(self, num_splits: int = 1, keys_per_split: int = 1, b: int = 0, s_q: int = 0,
+                 h_q: int = 0, topk: int = 0, extra_topk: int = 0, unsplit_b: int = 0):
+        super().__init__(num_splits, keys_per_split, b, s_q, h_q, topk, extra_topk, unsplit_b)
+        self.fields = (self.num_splits, self.keys_per_split, self.b, self.s_q, self.h_q, self.topk,
+                       self.extra_topk, self.unsplit_b)
+
+
+def _plan_fields(p) -> list:
+    """A plan's eight fields as a list (a DecodePlan's tuple, or a native plan's attributes)."""
+    f = getattr(p, "fields", None)
+    if f is not None:
+        return list(f)
+    return [p.num_splits, p.keys_per_split, p.b, p.s_q, p.h_q, p.topk, p.extra_topk, p.unsplit_b]
+
+
 def plan_decode(b: int, s_q: int, h_q: int, topk: int, extra_topk: int = 0,
                 num_sms: Optional[int] = None, kernel: str = "auto") -> DecodePlan:
     """The split-KV plan of sparse_decode (FlashMLA's get_mla_metadata): shape-only, no device data,
     reusable across layers and steps with the same shapes. num_sms defaults to CUDA device 0's.
     kernel: the CUDA kernel the split costs are weighed for ("auto": the one sparse_decode runs on
     the current device; "portable"; "sm90"); any plan is correct with either kernel."""
-    return _native.plan_decode(b, s_q, h_q, topk, extra_topk,
-                               default_num_sms() if num_sms is None else num_sms, kernel)
+    p = _native.plan_decode(b, s_q, h_q, topk, extra_topk,
+                            default_num_sms() if num_sms is None else num_sms, kernel)
+    return DecodePlan(*_plan_fields(p))
 
 
 def sparse_decode_workspace_bytes(plan: DecodePlan) -> int:
@@ -281,8 +302,7 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
         return ops.sparse_decode(
             q, k_cache, indices, fmt, ps, topk_length, attn_sink, extra_k_cache, eps,
             extra_indices, extra_topk_length, scale,
-            [] if p is None else [p.num_splits, p.keys_per_split, p.b, p.s_q, p.h_q, p.topk,
-                                  p.extra_topk, p.unsplit_b],
+            [] if p is None else _plan_fields(p),
             impl, workspace)
     b, s_q, h_q = (int(s) for s in q.shape[:3])
     given = (out, lse, workspace)

@@ -45,7 +45,7 @@ import dataclasses
 from typing import Any, Optional, Tuple
 
 from . import _arrays, _native
-from . import dense_decode, sparse_decode, sparse_prefill, DecodePlan
+from . import dense_decode, plan_decode, sparse_decode, sparse_prefill, DecodePlan
 
 __all__ = ["SchedMeta", "FlashMLASchedMeta", "get_mla_metadata", "flash_mla_with_kvcache",
            "flash_mla_sparse_fwd"]
@@ -208,7 +208,7 @@ def flash_mla_with_kvcache(
         extra_page_block_size=None if extra_k_cache is None else int(extra_k_cache.shape[1]),
         extra_topk=(None if extra_indices_in_kvcache is None
                     else int(extra_indices_in_kvcache.shape[-1])))
-    _use_metadata(meta, config, lambda: _native.plan_decode(
+    _use_metadata(meta, config, lambda: plan_decode(
         config.b, config.s_q, config.h_q, config.topk, config.extra_topk or 0, _num_sms(q)))
 
     return sparse_decode(

@@ -78,6 +78,9 @@ def test_planner():
     assert plan == latentkv.plan_decode(1, 1, 64, 2048, num_sms=132)
     assert latentkv.sparse_decode_workspace_bytes(plan) > 0
     assert latentkv.sparse_decode_workspace_bytes(latentkv.DecodePlan(num_splits=1)) == 0
+    # The fields also as a plain tuple (what torch.compile reads), equal to the attributes.
+    assert plan.fields == (plan.num_splits, plan.keys_per_split, 1, 1, 64, 2048, 0, plan.unsplit_b)
+    assert latentkv.DecodePlan(2, 64, b=3).fields == (2, 64, 3, 0, 0, 0, 0, 0)
     with pytest.raises(ValueError, match=r"plan_decode: bad shape b=0"):
         latentkv.plan_decode(0, 1, 1, 1)
     # The split costs per kernel (docs/decode.md): V3.2 b 67 runs 66 requests unsplit and splits the

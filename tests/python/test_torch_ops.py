@@ -146,10 +146,16 @@ def test_torch_compile_argument_plumbing():
                         fullgraph=True, backend="aot_eager")(*(t(d[k]) for k in ("q", "k_cache", "block_table", "cache_seqlens")))
     ref = latentkv.dense_decode(d["q"], d["k_cache"], d["block_table"], d["cache_seqlens"], causal=True)
     np.testing.assert_array_equal(den[1].numpy(), ref[1])
-    # a plan for other shapes is refused through the custom op too (by torch.jit.trace: Dynamo
-    # cannot read a DecodePlan's fields, docs/decode.md).
+    # sparse_decode given a plan traces whole (the plan's fields reach the op as a plain tuple),
+    # equals the NumPy path, and a plan for other shapes is refused through the custom op too.
     s = decode_inputs("v32_fp8", b=2, s_q=1, h_q=4, seed=73)
+    plan = latentkv.plan_decode(2, 1, 4, s["indices"].shape[-1])
+    dec = torch.compile(lambda q, k, i: latentkv.sparse_decode(q, k, i, plan=plan), fullgraph=True,
+                        backend="aot_eager")(t(s["q"]), t(s["k_cache"]), t(s["indices"]))
+    ref = latentkv.sparse_decode(s["q"], s["k_cache"], s["indices"], plan=plan)
+    np.testing.assert_array_equal(dec[0].view(torch.int16).numpy().view(np.uint16), ref[0].view(np.uint16))
+    np.testing.assert_array_equal(dec[1].numpy(), ref[1])
     bad_plan = latentkv.plan_decode(1, 1, 64, 2048)
-    with pytest.raises(ValueError, match=r"the plan was made for b=1"):
-        torch.jit.trace(lambda q, k, i: latentkv.sparse_decode(q, k, i, plan=bad_plan),
-                        (t(s["q"]), t(s["k_cache"]), t(s["indices"])), check_trace=False)
+    with pytest.raises(Exception, match=r"the plan was made for b=1"):
+        torch.compile(lambda q, k, i: latentkv.sparse_decode(q, k, i, plan=bad_plan), fullgraph=True,
+                      backend="aot_eager")(t(s["q"]), t(s["k_cache"]), t(s["indices"]))
