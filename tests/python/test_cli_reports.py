@@ -1,0 +1,58 @@
+"""The CLI's JSON reports (tools/cli): `bench compress` against a reference timed in rounds, and
+`demo --json`, read back and checked against what they must say. Skipped when the CLI is not built
+(build/latentkv)."""
+
+import json
+import math
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CLI = pathlib.Path(os.environ.get("LKV_CLI", ROOT / "build" / "latentkv"))
+pytestmark = pytest.mark.skipif(not CLI.exists(), reason="the CLI is not built (build/latentkv)")
+REFERENCE = ROOT / "bench" / "results" / "compress-reference-h200.json"
+
+
+def test_bench_compress_reference_rounds(tmp_path):
+    out = tmp_path / "bench.json"
+    r = subprocess.run([str(CLI), "bench", "compress", "--device", "cpu", "--cases", "quick", "--reps", "1",
+                        "--reference", str(REFERENCE), "--json", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res, ref = json.loads(out.read_text()), json.loads(REFERENCE.read_text())
+    names = [c["name"] for c in res["cases"]]
+    # The quick set: the 8192- and 32768-token cases, once each, none of 131072 tokens.
+    assert len(names) == len(set(names))
+    assert any("t32768" in n for n in names) and not any("t131072" in n for n in names), names
+    # Each case's speedup is the reference time over the kernel time.
+    for c in res["cases"]:
+        if "reference_time_us" in c:
+            assert math.isclose(c["speedup_vs_reference"], c["reference_time_us"] / c["time_us"], rel_tol=1e-4), c
+    # The round geomeans relative to the geomean: the kernel times cancel, so the ratios follow
+    # from the reference file alone (the geomean is over the cases with a reference, unshuffled).
+    by = {c["name"]: c for c in ref["cases"]}
+    used = [c["name"] for c in res["cases"] if "reference_time_us" in c and "shuffled" not in c["name"]]
+    assert used
+    base = sum(math.log(by[n]["reference_time_us"]) for n in used) / len(used)
+    rounds = len(by[used[0]]["reference_time_us_rounds"])
+    per_round = [sum(math.log(by[n]["reference_time_us_rounds"][k]) for n in used) / len(used)
+                 for k in range(rounds)]
+    s = res["summary"]
+    assert math.isclose(s["geomean_speedup_vs_reference_round_min"] / s["geomean_speedup_vs_reference"],
+                        math.exp(min(per_round) - base), rel_tol=1e-4)
+    assert math.isclose(s["geomean_speedup_vs_reference_round_max"] / s["geomean_speedup_vs_reference"],
+                        math.exp(max(per_round) - base), rel_tol=1e-4)
+
+
+def test_demo_json(tmp_path):
+    # A file name with a quote: the report must still be valid JSON naming it.
+    out = tmp_path / 'demo"q.json'
+    r = subprocess.run([str(CLI), "demo", "--tiny", "--requests", "3", "--json", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = json.loads(out.read_text())
+    assert d["op"] == "demo" and d["command"].endswith('demo"q.json'), d["command"]
+    c = d["cases"][0]
+    assert c["tokens"] == 900 and c["checks"] == 6 and c["checks_failed"] == 0, c
