@@ -372,6 +372,22 @@ TEST(DecodeCuda, CornerCases) {
       c.extra_topk = 100;
       c.extra_page_size = 2;
       check_case(c, fmt + " adversarial indices, NaN unused");
+      // Every out-of-range value is skipped exactly as -1 is: the same bytes as the workload with
+      // -1 in their place (as the CPU suite's DecodeCorner.AdversarialIndicesAreSkippedLikeMinusOne).
+      DecodeWorkload w = latentkv::testing::make_decode_workload(c);
+      DecodeWorkload minus_one = w;
+      int64_t replaced = 0;
+      auto tame = [&](std::vector<int32_t>& idx, int64_t slots) {
+        for (int32_t& v : idx)
+          if (v != -1 && (v < 0 || v >= slots)) {
+            v = -1;
+            ++replaced;
+          }
+      };
+      tame(minus_one.indices, w.num_slots());
+      if (c.extra) tame(minus_one.extra_indices, w.extra_num_slots());
+      ASSERT_GT(replaced, 0) << fmt;
+      expect_same(rerun_gpu(w), rerun_gpu(minus_one), fmt + " adversarial indices against -1");
     }
     {
       DecodeWorkloadOptions c = o;
