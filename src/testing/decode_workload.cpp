@@ -137,6 +137,20 @@ void DecodeWorkload::poison_outputs() {
   std::fill(lse.begin(), lse.end(), std::numeric_limits<float>::quiet_NaN());
 }
 
+int64_t DecodeWorkload::invalid_indices_to_minus_one() {
+  int64_t changed = 0;
+  auto tame = [&](std::vector<int32_t>& idx, int64_t slots) {
+    for (int32_t& v : idx)
+      if (v != -1 && (v < 0 || v >= slots)) {
+        v = -1;
+        ++changed;
+      }
+  };
+  tame(indices, num_slots());
+  tame(extra_indices, extra_num_slots());
+  return changed;
+}
+
 DecodeWorkload make_decode_workload(const DecodeWorkloadOptions& opt) {
   LKV_CHECK(opt.format == CacheFormat::v32_fp8 || opt.format == CacheFormat::v4_fp8 ||
                 opt.format == CacheFormat::v41_fp8,

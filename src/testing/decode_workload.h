@@ -70,6 +70,9 @@ struct DecodeWorkload {
   SparseDecodeArgs args();
   // Refills out and lse with the poison values.
   void poison_outputs();
+  // Sets every index outside its cache (other than -1 already) to -1; returns how many it changed.
+  // The ops must skip such values exactly as they skip -1.
+  int64_t invalid_indices_to_minus_one();
 };
 
 DecodeWorkload make_decode_workload(const DecodeWorkloadOptions& opt);

@@ -339,13 +339,7 @@ TEST(CompressCuda, UncheckedBadIndicesAreSkippedNeverFollowed) {
   ASSERT_EQ(judged.slot_mapping[0], -1);
   for (int64_t i = 0; i < w.num_outputs; ++i)
     if (!valid[i]) judged.boundary[i] = 0;
-  std::vector<bool> mask(w.kv.size(), false);  // the bytes of the valid outputs' records
-  for (int64_t i = 0; i < w.num_outputs; ++i) {
-    const int64_t slot = valid[i] ? w.slot_mapping[w.boundary[i]] : -1;
-    if (slot < 0) continue;
-    for (int k = 0; k < compress::kDataBytes; ++k) mask[compress::data_offset(p, slot) + k] = true;
-    for (int k = 0; k < compress::kScaleBytes; ++k) mask[compress::scale_offset(p, slot) + k] = true;
-  }
+  const std::vector<bool> mask = valid_record_mask(judged);  // the bytes of the valid outputs' records
   for (CompressMode mode : {CompressMode::kInPlace, CompressMode::kFunctional}) {
     const std::string label = mode == CompressMode::kInPlace ? "in place" : "functional";
     DeviceWorkload d(w);
