@@ -65,6 +65,8 @@ then
 fi
 
 # -rsxP: reasons for skips and xfails, and the printed byte-comparison counts of passing tests.
+# The CLI tests run the CLI that scripts/gpu.sh built (build-gpu/latentkv), when there is one.
+if [ -z "${LKV_CLI:-}" ] && [ -x build-gpu/latentkv ]; then export LKV_CLI="$PWD/build-gpu/latentkv"; fi
 start=$(date +%s)
 python3 -m pytest tests/python -q -p no:cacheprovider -rsxP --durations=15
 test_rc=$?
