@@ -72,6 +72,12 @@ struct DeviceWorkload {
 };
 
 
+// Marks the bytes of slot's record (its data row and its scale row) in m.
+void mark_record(std::vector<bool>& m, const compress::Params& p, int64_t slot) {
+  for (int k = 0; k < compress::kDataBytes; ++k) m[compress::data_offset(p, slot) + k] = true;
+  for (int k = 0; k < compress::kScaleBytes; ++k) m[compress::scale_offset(p, slot) + k] = true;
+}
+
 // Which bytes belong to records of outputs that are valid and have a slot.
 std::vector<bool> valid_record_mask(CompressWorkload& w) {
   std::vector<bool> m(w.kv.size(), false);
@@ -80,9 +86,7 @@ std::vector<bool> valid_record_mask(CompressWorkload& w) {
     int64_t v, x, req, lb0, lb1;
     if (compress::validate_header(p, i, &v, &x, &req, &lb0, &lb1) != compress::kOk) continue;
     const int64_t slot = w.slot_mapping[w.boundary[i]];
-    if (slot < 0) continue;
-    for (int k = 0; k < compress::kDataBytes; ++k) m[compress::data_offset(p, slot) + k] = true;
-    for (int k = 0; k < compress::kScaleBytes; ++k) m[compress::scale_offset(p, slot) + k] = true;
+    if (slot >= 0) mark_record(m, p, slot);
   }
   return m;
 }
@@ -352,8 +356,7 @@ TEST(CompressCuda, UncheckedBadIndicesAreSkippedNeverFollowed) {
   std::vector<bool> holed(w.kv.size(), false);
   for (const int64_t slot : holed_slots) {
     ASSERT_GE(slot, 0);
-    for (int k = 0; k < compress::kDataBytes; ++k) holed[compress::data_offset(p, slot) + k] = true;
-    for (int k = 0; k < compress::kScaleBytes; ++k) holed[compress::scale_offset(p, slot) + k] = true;
+    mark_record(holed, p, slot);
   }
   for (CompressMode mode : {CompressMode::kInPlace, CompressMode::kFunctional}) {
     const std::string label = mode == CompressMode::kInPlace ? "in place" : "functional";
