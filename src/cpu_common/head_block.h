@@ -41,6 +41,19 @@ void attend_head_block_avx512(const float* q, int nh, const float* k, int64_t n,
 // The build for `isa` (an error if this CPU cannot run it).
 HeadBlockFn head_block_fn(CpuIsa isa);
 
+// The multiply-add rate of a build, the compute ceiling of the CPU benches' roofline: iters passes
+// over kMultiplyAddChains(lanes) independent accumulators of `lanes` fp32 lanes, each pass one
+// multiply-add (fused in the AVX2 and AVX-512 builds, a multiply then an add in the SSE4 one) per
+// accumulator, 2 FLOPs per lane. Returns a value that depends on every accumulator.
+constexpr int kMultiplyAddChains(int lanes) { return lanes == 16 ? 16 : 12; }
+using MultiplyAddFn = float (*)(int64_t iters);
+float multiply_add_chains_sse4(int64_t iters);
+float multiply_add_chains_avx2(int64_t iters);
+float multiply_add_chains_avx512(int64_t iters);
+// The build for `isa` (an error if this CPU cannot run it), and its fp32 lanes.
+MultiplyAddFn multiply_add_fn(CpuIsa isa);
+int cpu_isa_lanes(CpuIsa isa);
+
 // default_cpu_isa()'s build. Resolved by each fast path before its parallel region: a bad
 // LKV_CPU_ISA is an error there, where it can still reach the caller (thrown inside an OpenMP
 // region it would end the process).

@@ -10,4 +10,6 @@ void attend_head_block_avx2(const float* q, int nh, const float* k, int64_t n, i
   head_block_w<8>(q, nh, k, n, key_stride, d_qk, d_v, s, acc, max, sum);
 }
 
+float multiply_add_chains_avx2(int64_t iters) { return multiply_add_chains<8>(iters); }
+
 }  // namespace latentkv::cpu_common

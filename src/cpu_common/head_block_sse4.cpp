@@ -9,4 +9,6 @@ void attend_head_block_sse4(const float* q, int nh, const float* k, int64_t n, i
   head_block_w<4>(q, nh, k, n, key_stride, d_qk, d_v, s, acc, max, sum);
 }
 
+float multiply_add_chains_sse4(int64_t iters) { return multiply_add_chains<4>(iters); }
+
 }  // namespace latentkv::cpu_common

@@ -63,4 +63,16 @@ HeadBlockFn head_block_fn(CpuIsa isa) {
   LKV_FAIL(ErrorKind::kValue, "head_block_fn: unknown instruction set ", static_cast<int>(isa));
 }
 
+MultiplyAddFn multiply_add_fn(CpuIsa isa) {
+  LKV_CHECK(cpu_supports(isa), "multiply_add_fn: this CPU cannot run the ", cpu_isa_name(isa), " build");
+  switch (isa) {
+    case CpuIsa::kSse4: return multiply_add_chains_sse4;
+    case CpuIsa::kAvx2: return multiply_add_chains_avx2;
+    case CpuIsa::kAvx512: return multiply_add_chains_avx512;
+  }
+  LKV_FAIL(ErrorKind::kValue, "multiply_add_fn: unknown instruction set ", static_cast<int>(isa));
+}
+
+int cpu_isa_lanes(CpuIsa isa) { return isa == CpuIsa::kAvx512 ? 16 : isa == CpuIsa::kAvx2 ? 8 : 4; }
+
 }  // namespace latentkv::cpu_common

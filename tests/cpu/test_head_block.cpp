@@ -153,5 +153,25 @@ TEST(HeadBlock, NaNKeysPropagateAndMaxSkipsThem) {
   }
 }
 
+// The CPU benches' compute ceiling (bench_util measure_cpu_roof) counts kMultiplyAddChains(lanes) x
+// lanes multiply-adds per pass: every accumulator c starts at c (< 16) and gains a x b = 2^-20 per
+// pass, exact in fp32 below 16; with passes a multiple of 1024 the lane sums are exact too, so the
+// returned total says how many were done. The build must also be the one
+// for its instruction set (the lanes it reports).
+TEST(HeadBlock, MultiplyAddCeilingDoesTheCountedWork) {
+  for (CpuIsa isa : kIsas) {
+    if (!cpu_supports(isa)) continue;
+    SCOPED_TRACE(cpu_isa_name(isa));
+    const int lanes = cpu_isa_lanes(isa), chains = kMultiplyAddChains(lanes);
+    EXPECT_EQ(lanes, isa == CpuIsa::kAvx512 ? 16 : isa == CpuIsa::kAvx2 ? 8 : 4);
+    for (int64_t iters : {int64_t{0}, int64_t{1024}, int64_t{4096}, int64_t{65536}}) {
+      const double per_lane = chains * (chains - 1) / 2.0 + chains * static_cast<double>(iters) / 1048576.0;
+      EXPECT_EQ(static_cast<double>(multiply_add_fn(isa)(iters)), lanes * per_lane) << iters;
+    }
+  }
+  EXPECT_EQ(kMultiplyAddChains(16), 16);
+  EXPECT_EQ(kMultiplyAddChains(8), 12);
+}
+
 }  // namespace
 }  // namespace latentkv::cpu_common

@@ -56,3 +56,34 @@ def test_demo_json(tmp_path):
     assert d["op"] == "demo" and d["command"].endswith('demo"q.json'), d["command"]
     c = d["cases"][0]
     assert c["tokens"] == 900 and c["checks"] == 6 and c["checks_failed"] == 0, c
+
+
+@pytest.mark.parametrize("op", ["decode", "prefill", "dense"])
+def test_cpu_attention_benches_report_their_roofline(tmp_path, op):
+    # On the CPU each attention bench measures its roof in the run (the read rate and the fast
+    # paths' own multiply-add rate) and places every case under it; a case above its roof would mean
+    # a ceiling measured too low or a count too high.
+    out = tmp_path / f"{op}.json"
+    r = subprocess.run([str(CLI), "bench", op, "--device", "cpu", "--reps", "1", "--json", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "of roof" in r.stdout and "of HBM" not in r.stdout, r.stdout
+    d = json.loads(out.read_text())
+    ceil = d["ceilings"]
+    assert ceil["read_GBps"] > 0 and ceil["fp32_TFLOPS"] > 0, ceil
+    assert d["notes"]["cpu_isa"] in ("sse4", "avx2+fma", "avx512")
+    ridge = ceil["fp32_TFLOPS"] * 1e3 / ceil["read_GBps"]
+    fracs = []
+    for c in d["cases"]:
+        flops = c["TFLOPS"] * 1e12 * c["time_us"] * 1e-6
+        nbytes = c["GBps"] * 1e9 * c["time_us"] * 1e-6
+        floor_us = max(nbytes / (ceil["read_GBps"] * 1e3), flops / (ceil["fp32_TFLOPS"] * 1e6))
+        # (The JSON keeps 6 significant digits.)
+        assert math.isclose(c["floor_time_us"], floor_us, rel_tol=1e-4), c
+        assert math.isclose(c["frac_of_roof"], floor_us / c["time_us"], rel_tol=1e-4), c
+        assert c["memory_bound"] == (1 if c["flops_per_byte"] < ridge else 0), c
+        # The CPU cases are compute-bound (~100+ FLOP per byte against a ridge of ~10-20), where the
+        # FLOPs counted are multiply-adds the fast path really does: at most the measured rate.
+        assert 0 < c["frac_of_roof"] <= 1.0, c
+        fracs.append(c["frac_of_roof"])
+    assert math.isclose(d["summary"]["min_frac_of_roof"], min(fracs), rel_tol=1e-5)

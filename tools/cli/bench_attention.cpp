@@ -58,6 +58,7 @@ struct Bench {
   bool cuda = false;
   int cpu_reps = 3;
   double hbm = 0, empty_launch = 0;  // measured HBM read rate (GB/s), empty-launch span (us)
+  CpuRoof roof;                      // CPU runs: the roofline measured in the run
   std::vector<void*> allocations;
 
   // Fills the result's header (op, command, date, device, ceilings, timing note) and prints the
@@ -92,13 +93,21 @@ struct Bench {
 #else
     LKV_CHECK(device != "cuda", "--device cuda: latentkv was built without CUDA");
 #endif
-    if (!cuda) res.device = "cpu";
+    if (!cuda) {
+      res.device = "cpu";
+      roof = measure_cpu_roof();
+      res.ceilings["read_GBps"] = roof.read_GBps;
+      res.ceilings["fp32_TFLOPS"] = roof.fp32_GFLOPS / 1e3;
+      res.notes["cpu_isa"] = roof.isa;
+      std::printf("measured with every OpenMP thread: read %.1f GB/s, fp32 multiply-add %.1f GFLOPS (%s)\n",
+                  roof.read_GBps, roof.fp32_GFLOPS, roof.isa.c_str());
+    }
     res.notes["timing"] = cuda ? "median of " + std::to_string(o.reps) +
                                      " event-timed calls (kernel through combine), L2 flushed before each"
                                : "median wall time of " + std::to_string(o.cpu_reps) + " calls after one warm-up call";
     std::printf("%s on %s%s%s\n%-44s %10s %9s %9s %8s %7s\n", op, res.device.c_str(),
                 cuda ? ", kernel " : "", cuda ? res.notes["kernel"].c_str() : "", "case", "us",
-                "TFLOPS", "GB/s", "of HBM", "splits");
+                "TFLOPS", "GB/s", cuda ? "of HBM" : "of roof", "splits");
   }
   ~Bench() { release(); }
   Device where() const { return cuda ? Device::cuda(0) : Device::cpu(); }
@@ -157,15 +166,18 @@ void finish(BenchResult& res, const Bench& b, const std::string& json, const std
   for (const auto& c : res.cases)
     if (c.name == summary_case) res.summary[summary_key] = c.numbers.at("TFLOPS");
   summarise_memory_bound(res);
-  (void)b;
+  summarise_cpu_roof(res);
   if (!json.empty()) write_json(res, json);
-  if (!plot.empty()) write_svg(res, "TFLOPS", "bf16_dense_TFLOPS_datasheet", "TFLOPS", plot);
+  if (!plot.empty())
+    write_svg(res, "TFLOPS", b.cuda ? "bf16_dense_TFLOPS_datasheet" : "fp32_TFLOPS", "TFLOPS", plot);
 }
 
+// The fraction column: of the HBM rate on the GPU, of the CPU roofline (frac_of_roof) on the CPU.
 void print_case(const BenchCase& bc, double hbm) {
-  std::printf("%-44s %10.1f %9.2f %9.0f %7.1f%% %7.0f\n", bc.name.c_str(), bc.time_us,
-              bc.numbers.at("TFLOPS"), bc.numbers.at("GBps"),
-              hbm > 0 ? 100.0 * bc.numbers.at("GBps") / hbm : 0.0, bc.numbers.at("num_splits"));
+  const auto roof = bc.numbers.find("frac_of_roof");
+  const double frac = hbm > 0 ? bc.numbers.at("GBps") / hbm : roof != bc.numbers.end() ? roof->second : 0.0;
+  std::printf("%-44s %10.1f %9.2f %9.1f %7.1f%% %7.0f\n", bc.name.c_str(), bc.time_us,
+              bc.numbers.at("TFLOPS"), bc.numbers.at("GBps"), 100.0 * frac, bc.numbers.at("num_splits"));
   std::fflush(stdout);
 }
 
@@ -233,6 +245,7 @@ int cmd_bench_prefill(const Args& args) {
     bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
     if (bench.hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / bench.hbm;
     add_roofline(bc, flops, bytes, bench.hbm, kDatasheetTFLOPS, bench.empty_launch);
+    if (!bench.cuda) add_cpu_roof(bc, flops, bytes, bench.roof);
     const DecodePlan plan = bench.plan(c.s_q, 1, c.h_q, c.topk);
     bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
     bc.numbers["unsplit_rows"] = static_cast<double>(plan.unsplit_b);
@@ -312,6 +325,7 @@ int cmd_bench_dense(const Args& args) {
     bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
     if (bench.hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / bench.hbm;
     add_roofline(bc, flops, bytes, bench.hbm, kDatasheetTFLOPS, bench.empty_launch);
+    if (!bench.cuda) add_cpu_roof(bc, flops, bytes, bench.roof);
     // The plan dense decode makes for this case (dense/cuda plan_splits: packed query tokens, and
     // the CTAs per SM of the kernel the rows run on); one split on the CPU.
     int64_t num_splits = 1, unsplit_rows = 0;

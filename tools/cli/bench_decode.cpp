@@ -360,11 +360,21 @@ int cmd_bench_decode(const Args& args) {
     res.ceilings["bf16_dense_TFLOPS_datasheet"] = kDatasheetTFLOPS;
   }
 #endif
+  // On the CPU the fraction column is of the roofline measured here (measure_cpu_roof).
+  CpuRoof roof;
+  if (!cuda) {
+    roof = measure_cpu_roof();
+    res.ceilings["read_GBps"] = roof.read_GBps;
+    res.ceilings["fp32_TFLOPS"] = roof.fp32_GFLOPS / 1e3;
+    res.notes["cpu_isa"] = roof.isa;
+    std::printf("measured with every OpenMP thread: read %.1f GB/s, fp32 multiply-add %.1f GFLOPS (%s)\n",
+                roof.read_GBps, roof.fp32_GFLOPS, roof.isa.c_str());
+  }
   // splits: the plan's split count; unsplit: its requests run unsplit in a first launch
   // (DecodePlan::unsplit_b; the splits apply to the others).
   std::printf("sparse_decode on %s%s%s\n%-44s %10s %9s %9s %8s %7s %8s\n", res.device.c_str(),
               cuda ? ", kernel " : "", cuda ? res.notes["kernel"].c_str() : "", "case", "us",
-              "TFLOPS", "GB/s", "of HBM", "splits", "unsplit");
+              "TFLOPS", "GB/s", cuda ? "of HBM" : "of roof", "splits", "unsplit");
   for (const DecodeCase& c : decode_cases(!cuda)) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
     const FormatInfo& fi = format_info(c.format);
@@ -462,11 +472,12 @@ int cmd_bench_decode(const Args& args) {
       bc.numbers["GBps"] = bytes / (bc.time_us * 1e-6) / 1e9;
       if (hbm > 0) bc.numbers["frac_of_ceiling"] = bc.numbers["GBps"] / hbm;
       add_roofline(bc, flops, bytes, hbm, kDatasheetTFLOPS, empty_launch);
+      if (!cuda) add_cpu_roof(bc, flops, bytes, roof);
       bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
       bc.numbers["unsplit_b"] = static_cast<double>(plan.unsplit_b);
-      std::printf("%-44s %10.1f %9.2f %9.0f %7.1f%% %7lld %8lld\n", bc.name.c_str(), bc.time_us,
+      std::printf("%-44s %10.1f %9.2f %9.1f %7.1f%% %7lld %8lld\n", bc.name.c_str(), bc.time_us,
                   bc.numbers["TFLOPS"], bc.numbers["GBps"],
-                  hbm > 0 ? 100.0 * bc.numbers["frac_of_ceiling"] : 0.0,
+                  100.0 * (hbm > 0 ? bc.numbers["frac_of_ceiling"] : bc.numbers["frac_of_roof"]),
                   static_cast<long long>(plan.num_splits), static_cast<long long>(plan.unsplit_b));
 #ifdef LKV_WITH_CUDA
       if (code_warm)
@@ -490,8 +501,9 @@ int cmd_bench_decode(const Args& args) {
   for (const auto& c : res.cases)
     if (c.name == "v32_b128_h128_topk2048") res.summary["v32_b128_TFLOPS"] = c.numbers.at("TFLOPS");
   summarise_memory_bound(res);
+  summarise_cpu_roof(res);
   if (!json.empty()) write_json(res, json);
-  if (!plot.empty()) write_svg(res, "TFLOPS", "bf16_dense_TFLOPS_datasheet", "TFLOPS", plot);
+  if (!plot.empty()) write_svg(res, "TFLOPS", cuda ? "bf16_dense_TFLOPS_datasheet" : "fp32_TFLOPS", "TFLOPS", plot);
   return 0;
 }
 

@@ -43,6 +43,18 @@ double cpu_time_us(const std::function<void()>& fn, int reps, int warmup = 1);
 double measure_cpu_memcpy_GBps();
 double measure_cpu_read_GBps();
 
+// The CPU roofline of the attention benches (decode, prefill, dense), measured in the same run with
+// every OpenMP thread: read_GBps (measure_cpu_read_GBps) and fp32_GFLOPS, the multiply-add rate of
+// the head block's build that the fast paths run (cpu_common::multiply_add_fn: independent
+// accumulators in registers, 2 FLOPs per lane per multiply-add; the fastest of 7 passes). Both are
+// ceilings: the fast paths also convert, gather and take exponentials, which the FLOP counts of
+// SPEC section 8 do not count.
+struct CpuRoof {
+  double read_GBps = 0, fp32_GFLOPS = 0;
+  std::string isa;  // the build measured (cpu_common::cpu_isa_name)
+};
+CpuRoof measure_cpu_roof();
+
 double geomean(const std::vector<double>& v);
 
 // The H100/H200 SXM dense bf16 tensor-core rate (NVIDIA's datasheet, without sparsity), the
@@ -81,6 +93,14 @@ double floor_time_us(double empty_launch_us, double bytes, double hbm_GBps, doub
 // a call at that floor would show (below 1 where the launch span is a sizeable part of the call).
 void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, double peak_TFLOPS,
                   double empty_launch_us = 0);
+
+// A CPU case under measure_cpu_roof()'s roof: flops_per_byte, memory_bound (below the ridge
+// fp32_GFLOPS / read_GBps), floor_time_us (the longer of bytes at read_GBps and flops at
+// fp32_GFLOPS; no launch term) and frac_of_roof (floor_time_us over the measured time: 1 would be a
+// call at the roof).
+void add_cpu_roof(BenchCase& bc, double flops, double bytes, const CpuRoof& roof);
+// The summary of those: geomean_frac_of_roof and min_frac_of_roof over the cases that have one.
+void summarise_cpu_roof(BenchResult& r);
 
 // The same stamps as durations within each CTA: for each (from, to) pair of phases, over the CTAs
 // that reached both, the median and the longest time from `from` to `to` in microseconds, printed
