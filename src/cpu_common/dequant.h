@@ -3,50 +3,41 @@
 //
 // The value of each dim is num::bf16_to_f32 of the codec's bf16 (formats/record_codec.h
 // decode_unit) bit for bit: the same payload value, the same product with the group's scale and
-// the same bf16 rounding. Only the payload's decoding differs: a 256-entry table of the e4m3 codes
-// instead of num::e4m3_to_f32's branches per byte. Decoding to bf16 with the codec and widening
-// took ~30% of a V3.2 h_q 128 sparse_decode call on the CPU; this takes a quarter of that.
+// the same bf16 rounding. Only the payload's decoding differs: by lanes, in the build of the
+// instruction set the fast paths run (head_block.h PayloadFn: the e4m3 code's bits rearranged
+// rather than num::e4m3_to_f32's branches per byte). Decoding to bf16 with the codec and widening
+// took ~30% of a V3.2 h_q 128 sparse_decode call on the CPU; a 256-entry table per byte took ~27%
+// of what was left (bench/NOTES.md, "CPU fast paths of the attention ops").
 #pragma once
 
-#include <array>
 #include <cstdint>
 
+#include "cpu_common/head_block.h"
 #include "formats/record_codec.h"
 #include "latentkv/formats.h"
 #include "latentkv/numerics.h"
 
 namespace latentkv::cpu_common {
 
-// e4m3 code -> fp32, every code (NaN codes included) as num::e4m3_to_f32 gives it.
-inline const float* e4m3_table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int b = 0; b < 256; ++b) t[b] = num::e4m3_to_f32(static_cast<uint8_t>(b));
-    return t;
-  }();
-  return table.data();
-}
-
-// The record at `data` (its scales at `scale`, formats::record_byte_offsets) as d_qk fp32 values.
-// `row`: scratch of d_qk bf16 (used by v41_fp4, which goes through the codec).
+// The record at `data` (its scales at `scale`, formats::record_byte_offsets) as d_qk fp32 values,
+// its groups by `payload` (default_payload(), resolved before a parallel region). `row`: scratch of
+// d_qk bf16 (used by v41_fp4, which goes through the codec).
 template <CacheFormat F>
-void dequantize_record_f32(const uint8_t* data, const uint8_t* scale, uint16_t* row, float* out) {
+void dequantize_record_f32(const uint8_t* data, const uint8_t* scale, uint16_t* row, float* out,
+                           PayloadFn payload) {
   constexpr formats::CodecLayout L = formats::codec_layout(F);
   if constexpr (F == CacheFormat::v41_fp4) {
+    (void)payload;
     for (int u = 0; u < L.num_units; ++u) formats::decode_unit<F>(u, data, scale, row);
     for (int d = 0; d < L.d_qk; ++d) out[d] = num::bf16_to_f32(row[d]);
   } else {
-    const float* e4m3 = e4m3_table();
+    (void)row;
+    static_assert(L.group % 16 == 0, "PayloadFn takes whole vectors of up to 16 codes");
     for (int g = 0; g < L.num_groups; ++g) {
       float sc;
       if constexpr (F == CacheFormat::v32_fp8) sc = num::bits_f32(formats::load_u32_le(scale + 4 * g));
       else sc = num::ue8m0_to_f32(scale[g]);
-      const uint8_t* payload = data + g * L.group;
-      float* o = out + g * L.group;
-      for (int k = 0; k < L.group; ++k) {
-        const float v = F == CacheFormat::v4_int8 ? static_cast<float>(static_cast<int8_t>(payload[k])) : e4m3[payload[k]];
-        o[k] = num::round_bf16(v * sc);
-      }
+      payload(data + g * L.group, L.group, sc, F == CacheFormat::v4_int8, out + g * L.group);
     }
     for (int k = 0; k < L.rope_dims; ++k)
       out[L.quant_dims + k] = num::bf16_to_f32(formats::load_u16_le(data + L.rope_offset + 2 * k));

@@ -41,6 +41,16 @@ void attend_head_block_avx512(const float* q, int nh, const float* k, int64_t n,
 // The build for `isa` (an error if this CPU cannot run it).
 HeadBlockFn head_block_fn(CpuIsa isa);
 
+// A quantized group's payload as fp32, built per instruction set as the head block is (the body and
+// its contract: head_block_kernel.h dequantize_payload): n codes (a multiple of 16), e4m3 or int8,
+// times `scale`, rounded to bf16. cpu_common/dequant.h takes it for the records' groups.
+using PayloadFn = void (*)(const uint8_t* payload, int n, float scale, bool int8, float* out);
+void dequantize_payload_sse4(const uint8_t* payload, int n, float scale, bool int8, float* out);
+void dequantize_payload_avx2(const uint8_t* payload, int n, float scale, bool int8, float* out);
+void dequantize_payload_avx512(const uint8_t* payload, int n, float scale, bool int8, float* out);
+PayloadFn payload_fn(CpuIsa isa);
+inline PayloadFn default_payload() { return payload_fn(default_cpu_isa()); }
+
 // The multiply-add rate of a build, the compute ceiling of the CPU benches' roofline: iters passes
 // over kMultiplyAddChains(lanes) independent accumulators of `lanes` fp32 lanes, each pass one
 // multiply-add (fused in the AVX2 and AVX-512 builds, a multiply then an add in the SSE4 one) per

@@ -194,6 +194,54 @@ void head_block_w(const float* q, int nh, const float* k, int64_t n, int64_t key
   }
 }
 
+// A group's payload as fp32 (cpu_common/dequant.h dequantize_record_f32): n codes (a multiple of
+// W), each decoded (e4m3 by its bits: sign, exponent rebiased, mantissa moved; subnormals as
+// m x 2^-9, exact; 0x7f / 0xff NaN; or int8), times the group's scale, rounded to bf16 and widened,
+// lane by lane. The same operations as num::e4m3_to_f32, the fp32 product and num::round_bf16, so
+// the same bits, NaN payloads included (tests/cpu/test_cpu_dequant.cpp holds every build to the
+// codec).
+template <int W>
+void dequantize_payload(const uint8_t* payload, int n, float scale, bool int8, float* out) {
+  using F = typename Vec<W>::F;
+  using U = typename Vec<W>::U;
+  typedef int32_t I __attribute__((vector_size(4 * W)));
+  const F sc = splat<W>(scale);
+  for (int k = 0; k < n; k += W) {
+    const U c = simd::widen_bytes<W>(payload + k);
+    F v;
+    if (int8) {
+      // The byte's sign extended by an arithmetic shift, then converted (exact).
+      v = __builtin_convertvector(reinterpret_cast<I>(c << 24) >> 24, F);
+    } else {
+      const U sign = (c & 0x80u) << 24, e = (c >> 3) & 0xfu, m = c & 0x7u;
+      const U normal = sign | ((e + 120u) << 23) | (m << 20);  // exponent e - 7 + 127
+      const F sub_f = __builtin_convertvector(m, F) * splat<W>(0.001953125f);
+      U sub;
+      std::memcpy(&sub, &sub_f, sizeof sub);
+      sub |= sign;
+      const U is_sub = reinterpret_cast<U>(e == 0u), is_nan = reinterpret_cast<U>((c & 0x7fu) == 0x7fu);
+      U bits = (is_sub & sub) | (~is_sub & normal);
+      bits = (is_nan & (sign | 0x7fc00000u)) | (~is_nan & bits);
+      std::memcpy(&v, &bits, sizeof v);
+    }
+    // Where the code is NaN its own NaN is the product, as the codec's scalar multiply gives it (x86
+    // returns the first operand's NaN when both are NaN; a vector multiply by a broadcast scale may
+    // be emitted with the operands the other way round).
+    const F prod = v * sc;
+    U vb, u;
+    std::memcpy(&vb, &v, sizeof vb);
+    std::memcpy(&u, &prod, sizeof u);
+    const U v_nan = reinterpret_cast<U>((vb & 0x7fffffffu) > 0x7f800000u);
+    u = (v_nan & vb) | (~v_nan & u);
+    // num::f32_to_bf16 then back: NaN quieted with its sign and top bits kept, otherwise half to even.
+    const U nan = reinterpret_cast<U>((u & 0x7fffffffu) > 0x7f800000u);
+    const U quiet = (u | 0x00400000u) & 0xffff0000u;
+    const U even = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    u = (nan & quiet) | (~nan & even);
+    std::memcpy(out + k, &u, sizeof u);
+  }
+}
+
 // The multiply-add ceiling of this build (head_block.h MultiplyAddFn): kMultiplyAddChains(W)
 // independent accumulators, so that the loop is bound by the multiply-add throughput rather than its
 // latency (4 cycles on current x86 cores, 2 per cycle: 8 in flight); 12 for the 16-register builds

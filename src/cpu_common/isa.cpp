@@ -63,6 +63,16 @@ HeadBlockFn head_block_fn(CpuIsa isa) {
   LKV_FAIL(ErrorKind::kValue, "head_block_fn: unknown instruction set ", static_cast<int>(isa));
 }
 
+PayloadFn payload_fn(CpuIsa isa) {
+  LKV_CHECK(cpu_supports(isa), "payload_fn: this CPU cannot run the ", cpu_isa_name(isa), " build");
+  switch (isa) {
+    case CpuIsa::kSse4: return dequantize_payload_sse4;
+    case CpuIsa::kAvx2: return dequantize_payload_avx2;
+    case CpuIsa::kAvx512: return dequantize_payload_avx512;
+  }
+  LKV_FAIL(ErrorKind::kValue, "payload_fn: unknown instruction set ", static_cast<int>(isa));
+}
+
 MultiplyAddFn multiply_add_fn(CpuIsa isa) {
   LKV_CHECK(cpu_supports(isa), "multiply_add_fn: this CPU cannot run the ", cpu_isa_name(isa), " build");
   switch (isa) {

@@ -39,6 +39,36 @@ void store(float* ptr, typename Vec<W>::F v) {
   std::memcpy(ptr, &v, sizeof v);
 }
 
+// W bytes at ptr, zero-extended to W uint32 lanes (one pmovzxbd; the vector extension's
+// __builtin_convertvector of a byte vector compiles to a byte-by-byte insert sequence).
+template <int W>
+typename Vec<W>::U widen_bytes(const uint8_t* ptr) {
+  typename Vec<W>::U u;
+  if constexpr (W == 4) {
+    int32_t word;
+    std::memcpy(&word, ptr, 4);
+    const __m128i v = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(word));
+    std::memcpy(&u, &v, sizeof u);
+  } else if constexpr (W == 8) {
+#ifdef __AVX2__
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(ptr)));
+    std::memcpy(&u, &v, sizeof u);
+#else
+    static_assert(W != 8, "the 8-lane build needs -mavx2");
+#endif
+  } else {
+#ifdef __AVX512F__
+    // (The zero-masked form with every lane on: GCC 12 warns that the unmasked form's undefined
+    // pass-through register "may be used uninitialized".)
+    const __m512i v = _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(ptr)));
+    std::memcpy(&u, &v, sizeof u);
+#else
+    static_assert(W != 16, "the 16-lane build needs -mavx512f");
+#endif
+  }
+  return u;
+}
+
 template <int W>
 typename Vec<W>::F splat(float x) {
   return typename Vec<W>::F{} + x;

@@ -1,6 +1,6 @@
 // The fast CPU paths' record dequantization (cpu_common/dequant.h) against the codec every backend
-// shares (formats::decode_unit, widened from bf16): bit for bit, for every format, over records of
-// random bytes (every e4m3 / int8 / fp4 code, NaN codes included, in every position) with random
+// shares (formats::decode_unit, widened from bf16): bit for bit, for every format and every
+// instruction-set build of the payload decoding this CPU runs, over records of random bytes (every e4m3 / int8 / fp4 code, NaN codes included, in every position) with random
 // scales, scales at the edges of their range (subnormal and overflowing products), and zeros.
 #include <gtest/gtest.h>
 
@@ -16,8 +16,10 @@ namespace latentkv::cpu_common {
 namespace {
 
 template <CacheFormat F>
-void check_format(const char* name) {
+void check_format(const char* name, CpuIsa isa) {
   SCOPED_TRACE(name);
+  SCOPED_TRACE(cpu_isa_name(isa));
+  const PayloadFn payload = payload_fn(isa);
   constexpr formats::CodecLayout L = formats::codec_layout(F);
   std::mt19937 rng(11);
   std::vector<uint8_t> data(L.bytes_per_token + 64), scale(64);
@@ -39,7 +41,7 @@ void check_format(const char* name) {
     if (rep == 1) std::fill(data.begin(), data.end(), uint8_t{0});
     const uint8_t* sc = scale.data();  // (both sides read the scales from here)
     for (int u = 0; u < L.num_units; ++u) formats::decode_unit<F>(u, data.data(), sc, ref_row);
-    dequantize_record_f32<F>(data.data(), sc, row, got);
+    dequantize_record_f32<F>(data.data(), sc, row, got, payload);
     for (int d = 0; d < L.d_qk; ++d) {
       const float want = num::bf16_to_f32(ref_row[d]);
       uint32_t a, b;
@@ -52,12 +54,18 @@ void check_format(const char* name) {
   EXPECT_EQ(checked, 400 * L.d_qk);
 }
 
-TEST(CpuDequant, TableDecodeMatchesTheCodecBitForBit) {
-  check_format<CacheFormat::v32_fp8>("v32_fp8");
-  check_format<CacheFormat::v4_fp8>("v4_fp8");
-  check_format<CacheFormat::v4_int8>("v4_int8");
-  check_format<CacheFormat::v41_fp8>("v41_fp8");
-  check_format<CacheFormat::v41_fp4>("v41_fp4");
+TEST(CpuDequant, LaneDecodeMatchesTheCodecBitForBit) {
+  int builds = 0;
+  for (CpuIsa isa : {CpuIsa::kSse4, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!cpu_supports(isa)) continue;
+    ++builds;
+    check_format<CacheFormat::v32_fp8>("v32_fp8", isa);
+    check_format<CacheFormat::v4_fp8>("v4_fp8", isa);
+    check_format<CacheFormat::v4_int8>("v4_int8", isa);
+    check_format<CacheFormat::v41_fp8>("v41_fp8", isa);
+    check_format<CacheFormat::v41_fp4>("v41_fp4", isa);
+  }
+  EXPECT_GE(builds, 1);  // the baseline build runs on every x86-64-v2 CPU
 }
 
 }  // namespace

@@ -24,6 +24,7 @@ using cpu_common::kHeadBlock;
 
 struct Scratch {
   cpu_common::HeadBlockFn head_block;  // this CPU's build (cpu_common::default_head_block)
+  cpu_common::PayloadFn payload;       // and its payload decoding (cpu_common::default_payload)
   std::vector<const CacheRef*> cache;  // [n] the cache of each attended token
   std::vector<int64_t> slot;           // [n] its slot
   std::vector<uint16_t> row;           // [d_qk] one dequantized token, bf16 (v41_fp4)
@@ -34,20 +35,20 @@ struct Scratch {
 };
 
 // One token's dequantized row as fp32 [d_qk] (cpu_common/dequant.h: the same values as
-// formats::decode_unit's bf16 row, decoded by table).
+// formats::decode_unit's bf16 row, the payload decoded by lanes).
 template <CacheFormat F>
-void dequantize_f32(const CacheRef& c, int64_t slot, uint16_t* row, float* out) {
+void dequantize_f32(const CacheRef& c, int64_t slot, const Scratch& w, uint16_t* row, float* out) {
   const formats::RecordByteOffsets o = formats::record_byte_offsets(F, c.page_size, c.page_stride, slot);
-  cpu_common::dequantize_record_f32<F>(c.base + o.data, c.base + o.scale, row, out);
+  cpu_common::dequantize_record_f32<F>(c.base + o.data, c.base + o.scale, row, out, w.payload);
 }
 
-void dequantize_f32(CacheFormat f, const CacheRef& c, int64_t slot, uint16_t* row, float* out) {
+void dequantize_f32(CacheFormat f, const CacheRef& c, int64_t slot, const Scratch& w, uint16_t* row, float* out) {
   switch (f) {
-    case CacheFormat::v32_fp8: return dequantize_f32<CacheFormat::v32_fp8>(c, slot, row, out);
-    case CacheFormat::v4_fp8: return dequantize_f32<CacheFormat::v4_fp8>(c, slot, row, out);
-    case CacheFormat::v4_int8: return dequantize_f32<CacheFormat::v4_int8>(c, slot, row, out);
-    case CacheFormat::v41_fp8: return dequantize_f32<CacheFormat::v41_fp8>(c, slot, row, out);
-    case CacheFormat::v41_fp4: return dequantize_f32<CacheFormat::v41_fp4>(c, slot, row, out);
+    case CacheFormat::v32_fp8: return dequantize_f32<CacheFormat::v32_fp8>(c, slot, w, row, out);
+    case CacheFormat::v4_fp8: return dequantize_f32<CacheFormat::v4_fp8>(c, slot, w, row, out);
+    case CacheFormat::v4_int8: return dequantize_f32<CacheFormat::v4_int8>(c, slot, w, row, out);
+    case CacheFormat::v41_fp8: return dequantize_f32<CacheFormat::v41_fp8>(c, slot, w, row, out);
+    case CacheFormat::v41_fp4: return dequantize_f32<CacheFormat::v41_fp4>(c, slot, w, row, out);
   }
 }
 
@@ -68,7 +69,7 @@ int64_t gather(const Params& p, int64_t i, int64_t j, Scratch& w) {
   if (static_cast<int64_t>(w.k.size()) < n * p.d_qk) w.k.resize(static_cast<size_t>(n * p.d_qk));
   if (static_cast<int64_t>(w.s.size()) < kHeadBlock * n) w.s.resize(static_cast<size_t>(kHeadBlock * n));
   for (int64_t t = 0; t < n; ++t)
-    dequantize_f32(p.format, *w.cache[t], w.slot[t], w.row.data(), w.k.data() + t * p.d_qk);
+    dequantize_f32(p.format, *w.cache[t], w.slot[t], w, w.row.data(), w.k.data() + t * p.d_qk);
   return n;
 }
 
@@ -103,10 +104,12 @@ void head_block(const Params& p, int64_t i, int64_t j, int64_t h0, int nh, int64
 void sparse_decode_cpu_fast(const Params& p) {
   const int64_t pairs = p.b * p.s_q;
   const cpu_common::HeadBlockFn head_block_build = cpu_common::default_head_block();
+  const cpu_common::PayloadFn payload_build = cpu_common::default_payload();
 #pragma omp parallel
   {
     Scratch w;
     w.head_block = head_block_build;
+    w.payload = payload_build;
     w.row.resize(static_cast<size_t>(p.d_qk));
     w.q.resize(static_cast<size_t>(kHeadBlock * p.d_qk));
 #pragma omp for schedule(dynamic, 1)

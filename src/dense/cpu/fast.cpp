@@ -24,6 +24,7 @@ using cpu_common::kHeadBlock;
 
 struct Scratch {
   cpu_common::HeadBlockFn head_block;  // this CPU's build (cpu_common::default_head_block)
+  cpu_common::PayloadFn payload;       // and its payload decoding (cpu_common::default_payload)
   std::vector<float> k;  // [n, d_qk] visible keys of one kv head
   uint16_t row[576];     // codec scratch of cpu_common::dequantize_record_f32 (unused by v32_fp8)
   std::vector<float> q;  // [kHeadBlock, d_qk] scaled queries of the block
@@ -56,10 +57,12 @@ void dense_decode_cpu_fast(const Params& p) {
   const int64_t pairs = p.b * p.s_q;
   const int64_t heads_per_kv = p.h_q / p.h_kv;
   const cpu_common::HeadBlockFn head_block_build = cpu_common::default_head_block();
+  const cpu_common::PayloadFn payload_build = cpu_common::default_payload();
 #pragma omp parallel
   {
     Scratch w;
     w.head_block = head_block_build;
+    w.payload = payload_build;
     w.q.resize(static_cast<size_t>(kHeadBlock * p.d_qk));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t pair = 0; pair < pairs; ++pair) {
@@ -80,11 +83,12 @@ void dense_decode_cpu_fast(const Params& p) {
       for (int64_t kv_head = 0; kv_head < p.h_kv; ++kv_head) {
         for (int64_t t = 0; t < n; ++t) {
           float* kt = w.k.data() + t * p.d_qk;
-          if (p.fp8) {  // the oracle's load_key values, decoded by table (cpu_common/dequant.h)
+          if (p.fp8) {  // the oracle's load_key values, the payload decoded by lanes (cpu_common/dequant.h)
             constexpr CacheFormat F = CacheFormat::v32_fp8;
             const formats::RecordByteOffsets o =
                 formats::record_byte_offsets(F, p.page_size, p.page_stride_fp8, token_slot(p, i, t));
-            cpu_common::dequantize_record_f32<F>(p.k_cache_fp8 + o.data, p.k_cache_fp8 + o.scale, w.row, kt);
+            cpu_common::dequantize_record_f32<F>(p.k_cache_fp8 + o.data, p.k_cache_fp8 + o.scale, w.row, kt,
+                                                 w.payload);
           } else {
             load_key(p, i, t, kv_head, kt);
           }
