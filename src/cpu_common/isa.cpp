@@ -53,34 +53,33 @@ const char* cpu_isa_name(CpuIsa isa) {
   return "unknown";
 }
 
-HeadBlockFn head_block_fn(CpuIsa isa) {
-  LKV_CHECK(cpu_supports(isa), "head_block_fn: this CPU cannot run the ", cpu_isa_name(isa), " build");
+namespace {
+// The build of `isa` among the three (an error if this CPU cannot run it); `what` names the caller.
+template <class Fn>
+Fn pick_build(CpuIsa isa, const char* what, Fn sse4, Fn avx2, Fn avx512) {
+  LKV_CHECK(cpu_supports(isa), what, ": this CPU cannot run the ", cpu_isa_name(isa), " build");
   switch (isa) {
-    case CpuIsa::kSse4: return attend_head_block_sse4;
-    case CpuIsa::kAvx2: return attend_head_block_avx2;
-    case CpuIsa::kAvx512: return attend_head_block_avx512;
+    case CpuIsa::kSse4: return sse4;
+    case CpuIsa::kAvx2: return avx2;
+    case CpuIsa::kAvx512: return avx512;
   }
-  LKV_FAIL(ErrorKind::kValue, "head_block_fn: unknown instruction set ", static_cast<int>(isa));
+  LKV_FAIL(ErrorKind::kValue, what, ": unknown instruction set ", static_cast<int>(isa));
+}
+}  // namespace
+
+HeadBlockFn head_block_fn(CpuIsa isa) {
+  return pick_build<HeadBlockFn>(isa, "head_block_fn", attend_head_block_sse4, attend_head_block_avx2,
+                                 attend_head_block_avx512);
 }
 
 PayloadFn payload_fn(CpuIsa isa) {
-  LKV_CHECK(cpu_supports(isa), "payload_fn: this CPU cannot run the ", cpu_isa_name(isa), " build");
-  switch (isa) {
-    case CpuIsa::kSse4: return dequantize_payload_sse4;
-    case CpuIsa::kAvx2: return dequantize_payload_avx2;
-    case CpuIsa::kAvx512: return dequantize_payload_avx512;
-  }
-  LKV_FAIL(ErrorKind::kValue, "payload_fn: unknown instruction set ", static_cast<int>(isa));
+  return pick_build<PayloadFn>(isa, "payload_fn", dequantize_payload_sse4, dequantize_payload_avx2,
+                               dequantize_payload_avx512);
 }
 
 MultiplyAddFn multiply_add_fn(CpuIsa isa) {
-  LKV_CHECK(cpu_supports(isa), "multiply_add_fn: this CPU cannot run the ", cpu_isa_name(isa), " build");
-  switch (isa) {
-    case CpuIsa::kSse4: return multiply_add_chains_sse4;
-    case CpuIsa::kAvx2: return multiply_add_chains_avx2;
-    case CpuIsa::kAvx512: return multiply_add_chains_avx512;
-  }
-  LKV_FAIL(ErrorKind::kValue, "multiply_add_fn: unknown instruction set ", static_cast<int>(isa));
+  return pick_build<MultiplyAddFn>(isa, "multiply_add_fn", multiply_add_chains_sse4, multiply_add_chains_avx2,
+                                   multiply_add_chains_avx512);
 }
 
 int cpu_isa_lanes(CpuIsa isa) { return isa == CpuIsa::kAvx512 ? 16 : isa == CpuIsa::kAvx2 ? 8 : 4; }

@@ -95,12 +95,7 @@ struct Bench {
 #endif
     if (!cuda) {
       res.device = "cpu";
-      roof = measure_cpu_roof();
-      res.ceilings["read_GBps"] = roof.read_GBps;
-      res.ceilings["fp32_TFLOPS"] = roof.fp32_GFLOPS / 1e3;
-      res.notes["cpu_isa"] = roof.isa;
-      std::printf("measured with every OpenMP thread: read %.1f GB/s, fp32 multiply-add %.1f GFLOPS (%s)\n",
-                  roof.read_GBps, roof.fp32_GFLOPS, roof.isa.c_str());
+      roof = measure_cpu_roof(res);
     }
     res.notes["timing"] = cuda ? "median of " + std::to_string(o.reps) +
                                      " event-timed calls (kernel through combine), L2 flushed before each"

@@ -362,14 +362,7 @@ int cmd_bench_decode(const Args& args) {
 #endif
   // On the CPU the fraction column is of the roofline measured here (measure_cpu_roof).
   CpuRoof roof;
-  if (!cuda) {
-    roof = measure_cpu_roof();
-    res.ceilings["read_GBps"] = roof.read_GBps;
-    res.ceilings["fp32_TFLOPS"] = roof.fp32_GFLOPS / 1e3;
-    res.notes["cpu_isa"] = roof.isa;
-    std::printf("measured with every OpenMP thread: read %.1f GB/s, fp32 multiply-add %.1f GFLOPS (%s)\n",
-                roof.read_GBps, roof.fp32_GFLOPS, roof.isa.c_str());
-  }
+  if (!cuda) roof = measure_cpu_roof(res);
   // splits: the plan's split count; unsplit: its requests run unsplit in a first launch
   // (DecodePlan::unsplit_b; the splits apply to the others).
   std::printf("sparse_decode on %s%s%s\n%-44s %10s %9s %9s %8s %7s %8s\n", res.device.c_str(),

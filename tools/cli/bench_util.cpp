@@ -253,6 +253,16 @@ void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, do
   }
 }
 
+CpuRoof measure_cpu_roof(BenchResult& r) {
+  const CpuRoof roof = measure_cpu_roof();
+  r.ceilings["read_GBps"] = roof.read_GBps;
+  r.ceilings["fp32_TFLOPS"] = roof.fp32_GFLOPS / 1e3;
+  r.notes["cpu_isa"] = roof.isa;
+  std::printf("measured with every OpenMP thread: read %.1f GB/s, fp32 multiply-add %.1f GFLOPS (%s)\n",
+              roof.read_GBps, roof.fp32_GFLOPS, roof.isa.c_str());
+  return roof;
+}
+
 void add_cpu_roof(BenchCase& bc, double flops, double bytes, const CpuRoof& roof) {
   if (roof.read_GBps <= 0 || roof.fp32_GFLOPS <= 0 || bytes <= 0 || bc.time_us <= 0) return;
   bc.numbers["flops_per_byte"] = flops / bytes;

@@ -94,6 +94,10 @@ double floor_time_us(double empty_launch_us, double bytes, double hbm_GBps, doub
 void add_roofline(BenchCase& bc, double flops, double bytes, double hbm_GBps, double peak_TFLOPS,
                   double empty_launch_us = 0);
 
+// measure_cpu_roof() for a CPU bench: records its ceilings (read_GBps, fp32_TFLOPS) and
+// notes.cpu_isa in r and prints them on one line.
+CpuRoof measure_cpu_roof(BenchResult& r);
+
 // A CPU case under measure_cpu_roof()'s roof: flops_per_byte, memory_bound (below the ridge
 // fp32_GFLOPS / read_GBps), floor_time_us (the longer of bytes at read_GBps and flops at
 // fp32_GFLOPS; no launch term) and frac_of_roof (floor_time_us over the measured time: 1 would be a
