@@ -28,8 +28,11 @@ void check_format(const char* name, CpuIsa isa) {
   int64_t checked = 0;
   for (int rep = 0; rep < 400; ++rep) {
     for (uint8_t& b : data) b = static_cast<uint8_t>(rng());
+    // Records start at every offset mod 16 (cache records sit at multiples of 656, 584, ... bytes:
+    // the lane loads must not assume alignment).
+    const int off = rep % 16;
     // Payload byte k of the first group runs through every code over the first 256 records.
-    data[rep % L.payload_bytes] = static_cast<uint8_t>(rep);
+    data[off + rep % L.payload_bytes] = static_cast<uint8_t>(rep);
     for (uint8_t& b : scale) b = static_cast<uint8_t>(rng());
     if constexpr (F == CacheFormat::v32_fp8) {
       // fp32 scales: powers of two across the whole range (2^-149 .. 2^127), and arbitrary floats.
@@ -40,8 +43,8 @@ void check_format(const char* name, CpuIsa isa) {
     }
     if (rep == 1) std::fill(data.begin(), data.end(), uint8_t{0});
     const uint8_t* sc = scale.data();  // (both sides read the scales from here)
-    for (int u = 0; u < L.num_units; ++u) formats::decode_unit<F>(u, data.data(), sc, ref_row);
-    dequantize_record_f32<F>(data.data(), sc, row, got, payload);
+    for (int u = 0; u < L.num_units; ++u) formats::decode_unit<F>(u, data.data() + off, sc, ref_row);
+    dequantize_record_f32<F>(data.data() + off, sc, row, got, payload);
     for (int d = 0; d < L.d_qk; ++d) {
       const float want = num::bf16_to_f32(ref_row[d]);
       uint32_t a, b;
