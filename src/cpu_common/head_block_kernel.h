@@ -205,7 +205,10 @@ void dequantize_payload(const uint8_t* payload, int n, float scale, bool int8, f
   using F = typename Vec<W>::F;
   using U = typename Vec<W>::U;
   typedef int32_t I __attribute__((vector_size(4 * W)));
-  const F sc = splat<W>(scale);
+  // The scale in every lane as it is: splat adds it to +0, which would turn a -0 scale (v32_fp8's
+  // scales are raw fp32) into +0 and flip the sign of the zero products.
+  F sc;
+  for (int i = 0; i < W; ++i) sc[i] = scale;
   for (int k = 0; k < n; k += W) {
     const U c = simd::widen_bytes<W>(payload + k);
     F v;
@@ -244,7 +247,8 @@ void dequantize_payload(const uint8_t* payload, int n, float scale, bool int8, f
 
 // The multiply-add ceiling of this build (head_block.h MultiplyAddFn): kMultiplyAddChains(W)
 // independent accumulators, so that the loop is bound by the multiply-add throughput rather than its
-// latency (4 cycles on current x86 cores, 2 per cycle: 8 in flight); 12 for the 16-register builds
+// latency (4 cycles on current x86 cores, 2 per cycle: 8 in flight; the 4-lane build's multiply
+// then add, ~6-7 cycles, 2 of each per cycle: 12-14); 12 for the 16-register builds
 // (12 accumulators and the two operands), 16 for AVX-512's 32 registers. The operands stay in
 // registers: the loop reads and writes no memory. Returns the lanes' total, so that the work is kept.
 template <int W>
@@ -256,8 +260,10 @@ float multiply_add_chains(int64_t iters) {
   F a = splat<W>(1.0f), b = splat<W>(1.0f / 1048576.0f);
   // (An empty asm that may change a and b: the compiler cannot fold the loop into a multiplication.)
   asm volatile("" : "+x"(a), "+x"(b));
+  // acc * a + b: the product depends on the accumulator, so the 4-lane build (a multiply, then an
+  // add) cannot compute it once outside the loop, as it could a * b.
   for (int64_t i = 0; i < iters; ++i)
-    for (int c = 0; c < kChains; ++c) acc[c] = fmadd<W>(a, b, acc[c]);
+    for (int c = 0; c < kChains; ++c) acc[c] = fmadd<W>(acc[c], a, b);
   F total = acc[0];
   for (int c = 1; c < kChains; ++c) total += acc[c];
   return lane_sum<W>(total);

@@ -40,6 +40,10 @@ void check_format(const char* name, CpuIsa isa) {
         const uint32_t bits = rep % 3 == 0 ? static_cast<uint32_t>(rng()) : static_cast<uint32_t>((rng() % 255) << 23);
         formats::store_u32_le(scale.data() + 4 * g, bits);
       }
+      // And signed zeros, infinities and NaN of either sign as whole scales (zero products keep
+      // the sign of code and scale).
+      constexpr uint32_t kSpecial[] = {0x80000000u, 0x00000000u, 0x7f800000u, 0xff800000u, 0xffc00000u, 0x7fc00001u};
+      if (rep % 5 == 1) formats::store_u32_le(scale.data() + 4 * (rep % L.num_groups), kSpecial[rep % 6]);
     }
     if (rep == 1) std::fill(data.begin(), data.end(), uint8_t{0});
     const uint8_t* sc = scale.data();  // (both sides read the scales from here)

@@ -154,8 +154,8 @@ TEST(HeadBlock, NaNKeysPropagateAndMaxSkipsThem) {
 }
 
 // The CPU benches' compute ceiling (bench_util measure_cpu_roof) counts kMultiplyAddChains(lanes) x
-// lanes multiply-adds per pass: every accumulator c starts at c (< 16) and gains a x b = 2^-20 per
-// pass, exact in fp32 below 16; with passes a multiple of 1024 the lane sums are exact too, so the
+// lanes multiply-adds per pass: every accumulator c starts at c (< 16) and becomes acc x 1 + 2^-20
+// each pass, exact in fp32 below 16; with passes a multiple of 1024 the lane sums are exact too, so the
 // returned total says how many were done. The build must also be the one
 // for its instruction set (the lanes it reports).
 TEST(HeadBlock, MultiplyAddCeilingDoesTheCountedWork) {
