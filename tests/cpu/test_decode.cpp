@@ -407,6 +407,42 @@ TEST(DecodeCpu, FastPathIsBitwiseDeterministic) {
   ASSERT_EQ(automatic.out, first.out);
 }
 
+// Fewer (request, query token) pairs than threads: the threads share each pair (its tokens'
+// decoding, then its blocks of 16 heads). The result must be the oracle's and bitwise the same as
+// one thread taking each pair whole, for every thread count; with zero lengths (a lonely pair among
+// them, odd requests kept) and adversarial indices, both caches, a sink, and 5 head blocks of
+// which the last is partial.
+TEST(DecodeCpu, FewPairsShareTheirHeadsAcrossThreadsBitwise) {
+  const int threads = omp_get_max_threads();
+  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
+    SCOPED_TRACE(format_info(f).name);
+    DecodeWorkloadOptions o;
+    o.format = f;
+    o.b = 2;
+    o.s_q = 1;
+    o.h_q = 70;
+    o.topk = 300;
+    o.page_size = 61;
+    o.extra = true;
+    o.sink = true;
+    o.extra_topk_length = true;
+    o.zero_lengths = true;  // request 0 attends nothing in either cache
+    o.adversarial = true;
+    DecodeWorkload w = make_decode_workload(o);
+    omp_set_num_threads(1);
+    const Result single = run(w, DecodeImpl::kCpuFast);
+    for (int t : {2, 3, 4, 7}) {
+      omp_set_num_threads(t);
+      const Result shared = run(w, DecodeImpl::kCpuFast);
+      EXPECT_EQ(shared.out, single.out) << t << " threads";
+      EXPECT_EQ(std::memcmp(shared.lse.data(), single.lse.data(), single.lse.size() * sizeof(float)), 0) << t;
+    }
+    omp_set_num_threads(4);
+    expect_fast_matches_oracle(o);
+    omp_set_num_threads(threads);
+  }
+}
+
 // ---- a case small enough to compute by hand ---------------------------------------------------
 // One request, one query, one head, two tokens of v32_fp8 whose values quantize exactly:
 //   k0 = e_0 + 0.5 e_1 + 0.25 e_575,  k1 = 3 e_0,  q = e_0 + 2 e_575, softmax_scale 1.

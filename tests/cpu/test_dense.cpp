@@ -164,6 +164,39 @@ TEST(DenseCpu, FastPathIsBitwiseDeterministic) {
   expect_bitwise_equal(run(w, DenseImpl::kAuto), first, "kAuto");
 }
 
+// Fewer (request, query row) pairs than threads: the threads share each pair's key loading, then
+// its blocks of heads, kv head by kv head. Bitwise the same as one thread per pair for every thread
+// count, and the oracle's values: bf16, f16 and v32_fp8 caches, 3 or 5 blocks of heads per kv head
+// (the last partial), two kv heads, causal rows, a request with no key and NaN in unused slots.
+TEST(DenseCpu, FewPairsShareTheirHeadsAcrossThreadsBitwise) {
+  const int threads = omp_get_max_threads();
+  for (int variant = 0; variant < 3; ++variant) {
+    DenseWorkloadOptions o;
+    o.b = 2;
+    o.s_q = 1;
+    o.h_q = variant == 2 ? 70 : 96;
+    o.h_kv = variant == 2 ? 1 : 2;
+    o.f16 = variant == 1;
+    o.fp8 = variant == 2;
+    o.page_size = 53;
+    o.max_len = 300;
+    o.causal = true;
+    o.zero_lengths = true;  // request 0 sees no key
+    o.nan_unused = true;
+    SCOPED_TRACE(describe(o));
+    DenseWorkload w = make_dense_workload(o);
+    omp_set_num_threads(1);
+    const Result single = run(w, DenseImpl::kCpuFast);
+    for (int t : {2, 3, 4, 7}) {
+      omp_set_num_threads(t);
+      expect_bitwise_equal(run(w, DenseImpl::kCpuFast), single, "threads " + std::to_string(t));
+    }
+    omp_set_num_threads(4);
+    expect_fast_matches_oracle(o);
+    omp_set_num_threads(threads);
+  }
+}
+
 // d_qk 512 (the CUDA backend's other head width), both 16-bit cache types, causal and not.
 TEST(DenseCpu, HeadWidth512) {
   Worst worst;

@@ -41,6 +41,8 @@ std::vector<DecodeCase> decode_cases(bool small) {
   if (small) {
     v.push_back({"v32_b2_h128_topk2048", CacheFormat::v32_fp8, 2, 2, 128, 2048, 64});
     v.push_back({"v4_b2_h64_topk128_extra512", CacheFormat::v4_fp8, 2, 2, 64, 128, 256, 512, 64});
+    // One request, one query token: fewer pairs than cores, so the threads share its heads.
+    v.push_back({"v32_b1_sq1_h128_topk2048", CacheFormat::v32_fp8, 1, 1, 128, 2048, 64});
     return v;
   }
   for (int64_t b : {2, 64, 74, 128})
