@@ -1,9 +1,9 @@
 // The fast fp32 CPU path of sparse_decode.
 //
 // Work split. With at least as many (request, query token) pairs as OpenMP threads, threads take
-// pairs (dynamic schedule: lengths differ per request). With fewer (small-batch decode: b 1 and s_q
-// 1 would keep one core busy), the threads share each pair in turn: first its tokens' decoding,
-// then its blocks of heads. Either way a pair's attended tokens are dequantized once into an fp32
+// pairs (dynamic schedule: lengths differ per request). With fewer, and more blocks of heads per
+// pair than pairs (small-batch decode: b 1 and s_q 1 would keep one core busy), the threads share
+// each pair in turn: first its tokens' decoding, then its blocks of heads. Either way a pair's attended tokens are dequantized once into an fp32
 // buffer shared by all of its heads; heads then go kHeadBlock at a time, so each key row is loaded
 // into L1 once per block rather than once per head. Softmax takes two passes over the scores (max,
 // then exponentials), with fp32 scores, sums and accumulators. Inner loops run over the contiguous
@@ -135,7 +135,8 @@ void sparse_decode_cpu_fast(const Params& p) {
   };
   auto heads_of = [&](int64_t hb) { return static_cast<int>(std::min<int64_t>(kHeadBlock, p.h_q - hb * kHeadBlock)); };
 
-  if (pairs >= omp_get_max_threads() || head_blocks == 1) {
+  // Sharing a pair pays where its blocks of heads outnumber the pairs (it runs one pair at a time).
+  if (pairs >= omp_get_max_threads() || head_blocks <= pairs) {
 #pragma omp parallel
     {
       Scratch w;

@@ -79,8 +79,8 @@ void write_lonely(const Params& p, int64_t i, int64_t j) {
 }  // namespace
 
 // Work split as in sparse decode (decode/cpu/fast.cpp): threads take (request, query token) pairs,
-// or, with fewer pairs than threads, share each pair's key loading and then its blocks of heads, kv
-// head by kv head. Bitwise the same either way.
+// or, with fewer pairs than threads and more blocks of heads per kv head than pairs, share each
+// pair's key loading and then its blocks of heads, kv head by kv head. Bitwise the same either way.
 void dense_decode_cpu_fast(const Params& p) {
   const int64_t pairs = p.b * p.s_q;
   const int64_t heads_per_kv = p.h_q / p.h_kv;
@@ -98,7 +98,8 @@ void dense_decode_cpu_fast(const Params& p) {
     return static_cast<int>(std::min<int64_t>(kHeadBlock, heads_per_kv - hb * kHeadBlock));
   };
 
-  if (pairs >= omp_get_max_threads() || blocks_per_kv == 1) {
+  // Sharing a pair pays where its blocks of heads outnumber the pairs (it runs one pair at a time).
+  if (pairs >= omp_get_max_threads() || blocks_per_kv <= pairs) {
 #pragma omp parallel
     {
       Scratch w;
