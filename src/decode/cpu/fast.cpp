@@ -94,6 +94,16 @@ void write_lonely(const Params& p, int64_t i, int64_t j) {
   }
 }
 
+// (i, j) of `pair` and its attended tokens in g; a pair with none is written (out 0, lse +inf) and
+// 0 returned.
+int64_t begin_pair(const Params& p, int64_t pair, Gathered& g, int64_t& i, int64_t& j) {
+  i = pair / p.s_q;
+  j = pair % p.s_q;
+  const int64_t n = collect(p, i, j, g);
+  if (n == 0) write_lonely(p, i, j);
+  return n;
+}
+
 // Heads [h0, h0 + nh) of pair (i, j) over its n > 0 gathered keys k [n, d_qk].
 void head_block(const Params& p, int64_t i, int64_t j, int64_t h0, int nh, const float* k, int64_t n, Scratch& w) {
   const int d_qk = p.d_qk;
@@ -144,12 +154,9 @@ void sparse_decode_cpu_fast(const Params& p) {
       Gathered g;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t pair = 0; pair < pairs; ++pair) {
-        const int64_t i = pair / p.s_q, j = pair % p.s_q;
-        const int64_t n = collect(p, i, j, g);
-        if (n == 0) {
-          write_lonely(p, i, j);
-          continue;
-        }
+        int64_t i, j;
+        const int64_t n = begin_pair(p, pair, g, i, j);
+        if (n == 0) continue;
         for (int64_t t = 0; t < n; ++t) dequantize_token(p, g, t, w);
         for (int64_t hb = 0; hb < head_blocks; ++hb) head_block(p, i, j, hb * kHeadBlock, heads_of(hb), g.k.data(), n, w);
       }
@@ -159,12 +166,9 @@ void sparse_decode_cpu_fast(const Params& p) {
   // Fewer pairs than threads: all threads on one pair at a time.
   Gathered g;
   for (int64_t pair = 0; pair < pairs; ++pair) {
-    const int64_t i = pair / p.s_q, j = pair % p.s_q;
-    const int64_t n = collect(p, i, j, g);
-    if (n == 0) {
-      write_lonely(p, i, j);
-      continue;
-    }
+    int64_t i, j;
+    const int64_t n = begin_pair(p, pair, g, i, j);
+    if (n == 0) continue;
 #pragma omp parallel
     {
       Scratch w;

@@ -76,6 +76,16 @@ void write_lonely(const Params& p, int64_t i, int64_t j) {
   }
 }
 
+// (i, j) of `pair` and its visible keys' count; a pair with none is written (out 0, lse +inf) and 0
+// returned.
+int64_t begin_pair(const Params& p, int64_t pair, int64_t& i, int64_t& j) {
+  i = pair / p.s_q;
+  j = pair % p.s_q;
+  const int64_t n = visible_keys(p, i, j);
+  if (n == 0) write_lonely(p, i, j);
+  return n;
+}
+
 }  // namespace
 
 // Work split as in sparse decode (decode/cpu/fast.cpp): threads take (request, query token) pairs,
@@ -106,12 +116,9 @@ void dense_decode_cpu_fast(const Params& p) {
       make_scratch(w);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t pair = 0; pair < pairs; ++pair) {
-        const int64_t i = pair / p.s_q, j = pair % p.s_q;
-        const int64_t n = visible_keys(p, i, j);
-        if (n == 0) {
-          write_lonely(p, i, j);
-          continue;
-        }
+        int64_t i, j;
+        const int64_t n = begin_pair(p, pair, i, j);
+        if (n == 0) continue;
         if (static_cast<int64_t>(w.k.size()) < n * p.d_qk) w.k.resize(static_cast<size_t>(n * p.d_qk));
         for (int64_t kv_head = 0; kv_head < p.h_kv; ++kv_head) {
           for (int64_t t = 0; t < n; ++t) key_f32(p, i, t, kv_head, w, w.k.data() + t * p.d_qk);
@@ -128,12 +135,9 @@ void dense_decode_cpu_fast(const Params& p) {
   // Fewer pairs than threads: all threads on one (pair, kv head) at a time.
   std::vector<float> keys;
   for (int64_t pair = 0; pair < pairs; ++pair) {
-    const int64_t i = pair / p.s_q, j = pair % p.s_q;
-    const int64_t n = visible_keys(p, i, j);
-    if (n == 0) {
-      write_lonely(p, i, j);
-      continue;
-    }
+    int64_t i, j;
+    const int64_t n = begin_pair(p, pair, i, j);
+    if (n == 0) continue;
     if (static_cast<int64_t>(keys.size()) < n * p.d_qk) keys.resize(static_cast<size_t>(n * p.d_qk));
     for (int64_t kv_head = 0; kv_head < p.h_kv; ++kv_head) {
 #pragma omp parallel
