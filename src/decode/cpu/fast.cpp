@@ -3,9 +3,10 @@
 // Work split. With at least as many (request, query token) pairs as OpenMP threads, threads take
 // pairs (dynamic schedule: lengths differ per request). With fewer, and more blocks of heads per
 // pair than pairs (small-batch decode: b 1 and s_q 1 would keep one core busy), the threads share
-// each pair in turn: first its tokens' decoding, then its blocks of heads. Either way a pair's attended tokens are dequantized once into an fp32
-// buffer shared by all of its heads; heads then go kHeadBlock at a time, so each key row is loaded
-// into L1 once per block rather than once per head. Softmax takes two passes over the scores (max,
+// each pair in turn: first its tokens' decoding, then its blocks of heads. Either way a pair's
+// attended tokens are dequantized once into an fp32 buffer shared by all of its heads; heads then
+// go kHeadBlock at a time, so each key row is loaded into L1 once per block rather than once per
+// head. Softmax takes two passes over the scores (max,
 // then exponentials), with fp32 scores, sums and accumulators. Inner loops run over the contiguous
 // d dimension and vectorise.
 //
@@ -48,18 +49,18 @@ struct Scratch {
 // One token's dequantized row as fp32 [d_qk] (cpu_common/dequant.h: the same values as
 // formats::decode_unit's bf16 row, the payload decoded by lanes).
 template <CacheFormat F>
-void dequantize_f32(const CacheRef& c, int64_t slot, const Scratch& w, uint16_t* row, float* out) {
+void dequantize_f32(const CacheRef& c, int64_t slot, Scratch& w, float* out) {
   const formats::RecordByteOffsets o = formats::record_byte_offsets(F, c.page_size, c.page_stride, slot);
-  cpu_common::dequantize_record_f32<F>(c.base + o.data, c.base + o.scale, row, out, w.payload);
+  cpu_common::dequantize_record_f32<F>(c.base + o.data, c.base + o.scale, w.row.data(), out, w.payload);
 }
 
-void dequantize_f32(CacheFormat f, const CacheRef& c, int64_t slot, const Scratch& w, uint16_t* row, float* out) {
+void dequantize_f32(CacheFormat f, const CacheRef& c, int64_t slot, Scratch& w, float* out) {
   switch (f) {
-    case CacheFormat::v32_fp8: return dequantize_f32<CacheFormat::v32_fp8>(c, slot, w, row, out);
-    case CacheFormat::v4_fp8: return dequantize_f32<CacheFormat::v4_fp8>(c, slot, w, row, out);
-    case CacheFormat::v4_int8: return dequantize_f32<CacheFormat::v4_int8>(c, slot, w, row, out);
-    case CacheFormat::v41_fp8: return dequantize_f32<CacheFormat::v41_fp8>(c, slot, w, row, out);
-    case CacheFormat::v41_fp4: return dequantize_f32<CacheFormat::v41_fp4>(c, slot, w, row, out);
+    case CacheFormat::v32_fp8: return dequantize_f32<CacheFormat::v32_fp8>(c, slot, w, out);
+    case CacheFormat::v4_fp8: return dequantize_f32<CacheFormat::v4_fp8>(c, slot, w, out);
+    case CacheFormat::v4_int8: return dequantize_f32<CacheFormat::v4_int8>(c, slot, w, out);
+    case CacheFormat::v41_fp8: return dequantize_f32<CacheFormat::v41_fp8>(c, slot, w, out);
+    case CacheFormat::v41_fp4: return dequantize_f32<CacheFormat::v41_fp4>(c, slot, w, out);
   }
 }
 
@@ -82,7 +83,7 @@ int64_t collect(const Params& p, int64_t i, int64_t j, Gathered& g) {
 }
 
 void dequantize_token(const Params& p, Gathered& g, int64_t t, Scratch& w) {
-  dequantize_f32(p.format, *g.cache[t], g.slot[t], w, w.row.data(), g.k.data() + t * p.d_qk);
+  dequantize_f32(p.format, *g.cache[t], g.slot[t], w, g.k.data() + t * p.d_qk);
 }
 
 // A query that attends nothing: out 0, lse +inf, with or without a sink.
