@@ -19,7 +19,7 @@ enum class ErrorKind {
   kValue,     // a value out of range (shape, index, size)
   kType,      // wrong dtype or device
   kRuntime,   // CUDA failure, allocation failure
-  kNotBuilt,  // a backend that this build does not contain
+  kNotBuilt,  // a backend, or a backend's path for these inputs, that this build does not contain
 };
 
 class Error : public std::runtime_error {

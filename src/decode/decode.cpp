@@ -263,6 +263,7 @@ decode::CacheRef cache_ref(const TensorView& cache, CacheFormat f, int64_t page_
                            const TensorView& indices) {
   const CacheGeometry g = cache_geometry(cache, f, page_size);
   decode::CacheRef c{};
+  c.format = f;
   c.base = g.base;
   c.page_size = g.page_size;
   c.page_stride = g.page_stride;
@@ -279,7 +280,8 @@ decode::CacheRef cache_ref(const TensorView& cache, CacheFormat f, int64_t page_
 void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   // ---- Shapes and dtypes.
   LKV_CHECK(a.format == CacheFormat::v32_fp8 || a.format == CacheFormat::v4_fp8 || a.format == CacheFormat::v41_fp8,
-            "sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches, got ", format_info(a.format).name);
+            "sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches (v41_fp4 only as the extra cache of a "
+            "v41_fp8 one), got ", format_info(a.format).name);
   const int64_t d_qk = format_info(a.format).d_qk;
   SizeEnv env;
   check_tensor(a.q, "q", {"b", "s_q", "h_q", d_qk}, DType::bf16, env);
@@ -288,6 +290,15 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   LKV_CHECK(has_extra == (a.extra_indices.data != nullptr),
             "sparse_decode: extra_k_cache and extra_indices must be given together");
   if (has_extra) check_tensor(a.extra_indices, "extra_indices", {"b", "s_q", "extra_topk"}, DType::i32, env);
+  // The extra cache's format: the main one's, or DeepSeek V4.1's pairing of a v41_fp8 k_cache with
+  // a v41_fp4 extra cache (FlashMLA accepts v41_fp4 only there). Other pairings of equal d_qk would
+  // be well defined, but no model writes them, so they are refused as a likely caller mistake.
+  LKV_CHECK(!a.extra_format || has_extra, "sparse_decode: extra_format (",
+            format_info(*a.extra_format).name, ") given without extra_k_cache");
+  const CacheFormat extra_format = a.extra_format.value_or(a.format);
+  LKV_CHECK(extra_format == a.format || (a.format == CacheFormat::v41_fp8 && extra_format == CacheFormat::v41_fp4),
+            "sparse_decode: the extra cache's format must be k_cache's (", format_info(a.format).name,
+            ") or, with a v41_fp8 k_cache, v41_fp4; got extra_format ", format_info(extra_format).name);
   if (a.topk_length.data) check_tensor(a.topk_length, "topk_length", {"b"}, DType::i32, env);
   if (a.extra_topk_length.data) {
     LKV_CHECK(has_extra, "sparse_decode: extra_topk_length given without extra_k_cache");
@@ -341,7 +352,7 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   p.main = cache_ref(a.k_cache, a.format, a.page_size, a.indices);
   p.main.topk_length = a.topk_length.ptr<const int32_t>();
   if (has_extra) {
-    p.extra = cache_ref(a.extra_k_cache, a.format, a.extra_page_size, a.extra_indices);
+    p.extra = cache_ref(a.extra_k_cache, extra_format, a.extra_page_size, a.extra_indices);
     p.extra.topk_length = a.extra_topk_length.ptr<const int32_t>();
   }
   p.sink = a.attn_sink.ptr<const float>();
@@ -394,6 +405,11 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
     return;
   }
 #ifdef LKV_WITH_CUDA
+  // The CUDA kernels dequantize both caches with one record layout, chosen at compile time.
+  if (has_extra && extra_format != a.format)
+    LKV_FAIL(ErrorKind::kNotBuilt, "sparse_decode on CUDA needs the extra cache in k_cache's format (",
+             format_info(a.format).name, "); an extra cache in ", format_info(extra_format).name,
+             " runs on the CPU only");
   const cuda_common::DeviceGuard guard(dev.index);
   // The kernel reads q rows and writes out rows with 16-byte accesses.
   LKV_CHECK(a.q.rows_aligned(16), "sparse_decode on CUDA needs q rows aligned to 16 bytes, got ",

@@ -22,6 +22,7 @@ struct CacheRef {
   int64_t stride_idx_b, stride_idx_s;
   int64_t topk;                 // 0 when the cache is absent
   const int32_t* topk_length;   // [b]; may be null (then topk)
+  CacheFormat format;           // its records' format (the extra cache's may differ from the main's)
 };
 
 struct Params {
@@ -35,7 +36,7 @@ struct Params {
   int64_t stride_lse_b, stride_lse_h;
   int64_t b, s_q, h_q;
   int d_qk;
-  CacheFormat format;
+  CacheFormat format;           // main.format (the CUDA kernels take extra.format == format)
   float scale;                  // softmax scale (natural-log domain)
   // Split-KV (GPU): candidate positions [0, main.topk + extra.topk) in splits of keys_per_split.
   // unsplit_b > 0 (num_splits > 1): requests [0, unsplit_b) run unsplit in a launch of their own
@@ -71,8 +72,8 @@ LKV_HD void dequantize_token(const CacheRef& c, int64_t slot, uint16_t* out) {
     formats::decode_unit<F>(u, c.base + o.data, c.base + o.scale, out);
 }
 
-inline void dequantize_token(CacheFormat f, const CacheRef& c, int64_t slot, uint16_t* out) {
-  switch (f) {
+inline void dequantize_token(const CacheRef& c, int64_t slot, uint16_t* out) {
+  switch (c.format) {
     case CacheFormat::v32_fp8: return dequantize_token<CacheFormat::v32_fp8>(c, slot, out);
     case CacheFormat::v4_fp8: return dequantize_token<CacheFormat::v4_fp8>(c, slot, out);
     case CacheFormat::v4_int8: return dequantize_token<CacheFormat::v4_int8>(c, slot, out);

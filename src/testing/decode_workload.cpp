@@ -94,7 +94,8 @@ std::vector<int32_t> make_lengths(const DecodeWorkloadOptions& o, int64_t topk, 
 
 // Overwrites the record of every slot that no attended index references with NaN bytes: e4m3 NaN
 // payloads, NaN scales (fp32 NaN for v32_fp8, ue8m0 0xff for the page-split format, whose pad byte
-// becomes 0xff too, and for v41_fp8) and bf16 NaN RoPE values.
+// becomes 0xff too, and for v41_fp8, e4m3 0x7f for v41_fp4, whose e2m1 payload has no NaN code)
+// and bf16 NaN RoPE values.
 void poison_unreferenced(CacheFormat f, std::vector<uint8_t>& kv, int64_t num_pages,
                          int64_t page_size, int64_t page_stride, const std::vector<int32_t>& idx,
                          int64_t b, int64_t s_q, int64_t topk, const std::vector<int32_t>& len) {
@@ -120,6 +121,8 @@ void poison_unreferenced(CacheFormat f, std::vector<uint8_t>& kv, int64_t num_pa
       std::fill(scale, scale + formats::kSplitScaleBytes, uint8_t{0xff});
     } else if (f == CacheFormat::v41_fp8) {
       std::fill(scale, scale + L.num_groups, uint8_t{0xff});  // one ue8m0 byte per group
+    } else if (f == CacheFormat::v41_fp4) {
+      std::fill(scale, scale + L.num_groups, uint8_t{0x7f});  // one e4m3 byte per group
     } else {
       for (int g = 0; g < L.num_groups; ++g) formats::store_u32_le(scale + 4 * g, 0x7fc00000u);
     }
@@ -155,6 +158,8 @@ DecodeWorkload make_decode_workload(const DecodeWorkloadOptions& opt) {
   LKV_CHECK(opt.format == CacheFormat::v32_fp8 || opt.format == CacheFormat::v4_fp8 ||
                 opt.format == CacheFormat::v41_fp8,
             "decode workload: format must be v32_fp8, v4_fp8 or v41_fp8, got ", format_info(opt.format).name);
+  LKV_CHECK(format_info(opt.extra_format.value_or(opt.format)).d_qk == format_info(opt.format).d_qk,
+            "decode workload: the extra cache's format must have format's d_qk");
   LKV_CHECK(opt.b >= 1 && opt.s_q >= 1 && opt.h_q >= 1 && opt.topk >= 1 && opt.page_size >= 1 &&
                 opt.extra_page_size >= 1 && opt.num_pages >= 0 && opt.page_pad_bytes >= 0,
             "decode workload: bad options b=", opt.b, " s_q=", opt.s_q, " h_q=", opt.h_q,
@@ -171,8 +176,8 @@ DecodeWorkload make_decode_workload(const DecodeWorkloadOptions& opt) {
   const int64_t extra_topk = w.extra_topk();
   if (opt.extra) {
     w.extra_num_pages = pages_for(b * extra_topk * 2, opt.extra_page_size);
-    w.extra_page_stride = stride_for(opt.format, opt.extra_page_size, opt.page_pad_bytes);
-    w.extra_kv = make_cache(opt.format, w.extra_num_pages, opt.extra_page_size,
+    w.extra_page_stride = stride_for(w.extra_format(), opt.extra_page_size, opt.page_pad_bytes);
+    w.extra_kv = make_cache(w.extra_format(), w.extra_num_pages, opt.extra_page_size,
                             w.extra_page_stride, opt.seed + kStreamExtraLatent);
   }
 
@@ -202,7 +207,7 @@ DecodeWorkload make_decode_workload(const DecodeWorkloadOptions& opt) {
     poison_unreferenced(opt.format, w.kv, w.num_pages, opt.page_size, w.page_stride, w.indices, b,
                         s_q, topk, w.topk_length);
     if (opt.extra)
-      poison_unreferenced(opt.format, w.extra_kv, w.extra_num_pages, opt.extra_page_size,
+      poison_unreferenced(w.extra_format(), w.extra_kv, w.extra_num_pages, opt.extra_page_size,
                           w.extra_page_stride, w.extra_indices, b, s_q, extra_topk,
                           w.extra_topk_length);
   }
@@ -225,9 +230,11 @@ SparseDecodeArgs DecodeWorkload::args() {
   if (!topk_length.empty()) a.topk_length = TensorView(topk_length.data(), DType::i32, {b});
   if (!sink.empty()) a.attn_sink = TensorView(sink.data(), DType::f32, {h_q});
   if (opt.extra) {
+    const int64_t extra_bpt = format_info(extra_format()).bytes_per_token;
     a.extra_k_cache = TensorView(extra_kv.data(), DType::u8,
-                                 {extra_num_pages, opt.extra_page_size, 1, bpt},
-                                 {extra_page_stride, bpt, bpt, 1});
+                                 {extra_num_pages, opt.extra_page_size, 1, extra_bpt},
+                                 {extra_page_stride, extra_bpt, extra_bpt, 1});
+    a.extra_format = opt.extra_format;
     a.extra_indices = TensorView(extra_indices.data(), DType::i32, {b, s_q, extra_topk()});
     if (!extra_topk_length.empty())
       a.extra_topk_length = TensorView(extra_topk_length.data(), DType::i32, {b});

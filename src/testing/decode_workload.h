@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "latentkv/decode.h"
@@ -35,6 +36,7 @@ struct DecodeWorkloadOptions {
   bool extra = false;             // an extra cache with its own indices
   int64_t extra_topk = 0;         // 0 with extra: 64
   int64_t extra_page_size = 64;
+  std::optional<CacheFormat> extra_format;  // absent: format (v41_fp4 with a v41_fp8 format)
   bool extra_topk_length = false;
   bool nan_unused = false;        // every record no attended index references holds NaN bytes
   bool adversarial = false;       // ~10% of indices become INT_MIN, -2, num_slots, INT_MAX or -1
@@ -62,6 +64,7 @@ struct DecodeWorkload {
 
   int64_t topk() const { return opt.topk; }
   int64_t extra_topk() const;  // 0 without an extra cache
+  CacheFormat extra_format() const { return opt.extra_format.value_or(opt.format); }
   int64_t num_slots() const { return num_pages * opt.page_size; }
   int64_t extra_num_slots() const { return extra_num_pages * opt.extra_page_size; }
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,9 +58,9 @@ std::string describe(const DecodeWorkloadOptions& o) {
                         static_cast<long>(o.topk), static_cast<long>(o.page_size), o.topk_length,
                         o.sink);
   if (o.extra)
-    std::snprintf(buf + n, sizeof(buf) - n, " extra(topk=%ld P=%ld len=%d)",
-                  static_cast<long>(o.extra_topk), static_cast<long>(o.extra_page_size),
-                  o.extra_topk_length);
+    std::snprintf(buf + n, sizeof(buf) - n, " extra(%s topk=%ld P=%ld len=%d)",
+                  format_info(o.extra_format.value_or(o.format)).name, static_cast<long>(o.extra_topk),
+                  static_cast<long>(o.extra_page_size), o.extra_topk_length);
   return buf;
 }
 
@@ -94,7 +95,8 @@ DecodeDiff expect_fast_matches_oracle(const DecodeWorkloadOptions& o, float soft
 bool is_zero_bf16(uint16_t x) { return (x & 0x7fffu) == 0; }
 
 // The grid of one format: b x s_q x (topk, page) with heads and features cycling through the cases.
-void run_grid(CacheFormat f, const char* name) {
+// With extra_format, every case has an extra cache in that format.
+void run_grid(CacheFormat f, const char* name, std::optional<CacheFormat> extra_format = std::nullopt) {
   const int64_t topk_page[4][2] = {{64, 2}, {64, 64}, {64, 69}, {576, 61}};
   const int64_t heads[3] = {1, 16, 64};
   const int64_t extra_pages[3] = {64, 2, 61};
@@ -112,7 +114,8 @@ void run_grid(CacheFormat f, const char* name) {
         o.h_q = heads[c % 3];
         o.topk_length = c % 2 == 1;
         o.sink = (c / 2) % 2 == 1;
-        o.extra = (c / 4) % 2 == 1;
+        o.extra = extra_format || (c / 4) % 2 == 1;
+        o.extra_format = extra_format;
         o.extra_topk = c % 3 == 0 ? 64 : 100;
         o.extra_page_size = extra_pages[(c / 2) % 3];
         o.extra_topk_length = o.extra && c % 3 != 1;
@@ -133,6 +136,11 @@ TEST(DecodeCpu, GridV32Fp8) { run_grid(CacheFormat::v32_fp8, "grid v32_fp8"); }
 TEST(DecodeCpu, GridV4Fp8) { run_grid(CacheFormat::v4_fp8, "grid v4_fp8"); }
 
 TEST(DecodeCpu, GridV41Fp8) { run_grid(CacheFormat::v41_fp8, "grid v41_fp8"); }
+
+// DeepSeek V4.1's pairing: a v41_fp8 cache with a v41_fp4 extra cache (288-byte records).
+TEST(DecodeCpu, GridV41Fp8WithFp4Extra) {
+  run_grid(CacheFormat::v41_fp8, "grid v41_fp8 + v41_fp4 extra", CacheFormat::v41_fp4);
+}
 
 TEST(DecodeCpu, LongTopk2048) {
   Worst worst;
@@ -203,11 +211,22 @@ TEST(DecodeCpu, FlashMlaGridCorners) {
 
 // ---- corner cases -----------------------------------------------------------------------------
 
+// Every format sparse_decode reads, and the one mixed pairing (the extra cache's format second).
+struct FormatPair {
+  CacheFormat f;
+  std::optional<CacheFormat> extra;
+};
+const FormatPair kFormatPairs[] = {{CacheFormat::v32_fp8, std::nullopt},
+                                   {CacheFormat::v4_fp8, std::nullopt},
+                                   {CacheFormat::v41_fp8, std::nullopt},
+                                   {CacheFormat::v41_fp8, CacheFormat::v41_fp4}};
+
 TEST(DecodeCorner, AllIndicesInvalidGiveZeroAndPlusInf) {
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
+  for (const FormatPair& fp : kFormatPairs)
     for (bool sink : {false, true}) {
       DecodeWorkloadOptions o;
-      o.format = f;
+      o.format = fp.f;
+      o.extra_format = fp.extra;
       o.b = 2;
       o.s_q = 2;
       o.h_q = 5;
@@ -291,9 +310,10 @@ TEST(DecodeCorner, SinkMinusInfHasNoEffect) {
 }
 
 TEST(DecodeCorner, AdversarialIndicesAreSkippedLikeMinusOne) {
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
+  for (const FormatPair& fp : kFormatPairs) {
     DecodeWorkloadOptions o;
-    o.format = f;
+    o.format = fp.f;
+    o.extra_format = fp.extra;
     o.b = 3;
     o.s_q = 2;
     o.h_q = 16;
@@ -317,9 +337,10 @@ TEST(DecodeCorner, AdversarialIndicesAreSkippedLikeMinusOne) {
 }
 
 TEST(DecodeCorner, NanInUnattendedRecordsNeverReachesTheOutput) {
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
+  for (const FormatPair& fp : kFormatPairs) {
     DecodeWorkloadOptions o;
-    o.format = f;
+    o.format = fp.f;
+    o.extra_format = fp.extra;
     o.b = 4;
     o.s_q = 2;
     o.h_q = 8;
@@ -336,6 +357,9 @@ TEST(DecodeCorner, NanInUnattendedRecordsNeverReachesTheOutput) {
     int64_t nan_bytes = 0;
     for (uint8_t x : w.kv) nan_bytes += x == 0x7f;
     ASSERT_GT(nan_bytes, 10000) << describe(o);
+    int64_t extra_nan_bytes = 0;  // (a v41_fp4 record's NaN is in its e4m3 scales)
+    for (uint8_t x : w.extra_kv) extra_nan_bytes += x == 0x7f;
+    ASSERT_GT(extra_nan_bytes, 1000) << describe(o);
     const DecodeDiff d = expect_fast_matches_oracle(o);
     EXPECT_EQ(d.nan_out, 0);
   }
@@ -440,6 +464,85 @@ TEST(DecodeCpu, FewPairsShareTheirHeadsAcrossThreadsBitwise) {
     omp_set_num_threads(4);
     expect_fast_matches_oracle(o);
     omp_set_num_threads(threads);
+  }
+}
+
+// A v41_fp4 extra cache attends exactly like a v41_fp8 one holding the same values. Latents whose
+// every 16 dims are e2m1 grid values times one power of two per 32 dims, the largest magnitude
+// 6 x that power, dequantize to themselves from both formats (checked first), so the two calls see
+// the same keys from records of different sizes (288 and 528 bytes) and page strides, and must
+// agree bit for bit: a record located or decoded with the main cache's format would not.
+TEST(DecodeCpu, Fp4ExtraCacheEqualsFp8ExtraWhereTheValuesAgree) {
+  DecodeWorkloadOptions o;
+  o.format = CacheFormat::v41_fp8;
+  o.b = 3;
+  o.s_q = 2;
+  o.h_q = 20;
+  o.topk = 96;
+  o.page_size = 7;
+  o.extra = true;
+  o.extra_topk = 80;
+  o.extra_page_size = 5;
+  o.extra_topk_length = true;
+  o.adversarial = true;
+  o.sink = true;
+  DecodeWorkload w = make_decode_workload(o);
+  const int64_t slots = w.extra_num_slots(), pages = w.extra_num_pages;
+
+  // The shared latents: e2m1 grid values (signs and zeros included) times 2^e, e in [-4, 3] per 32
+  // dims, with +/-6 x 2^e at the start of every 16.
+  const float grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  std::vector<float> latents(static_cast<size_t>(slots * 512));
+  uint64_t r = 12345;
+  auto next = [&] { return (r = r * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  for (int64_t t = 0; t < slots; ++t)
+    for (int g = 0; g < 16; ++g) {
+      const float e = std::ldexp(1.0f, static_cast<int>(next() % 8) - 4);
+      for (int d = 0; d < 32; ++d) {
+        const float v = d % 16 == 0 ? 6.0f : grid[next() % 8];
+        latents[t * 512 + g * 32 + d] = (next() % 2 ? -v : v) * e;
+      }
+    }
+  std::vector<int32_t> all(static_cast<size_t>(slots));
+  for (int64_t s = 0; s < slots; ++s) all[s] = static_cast<int32_t>(s);
+  const TensorView latent_view(latents.data(), DType::f32, {slots, 512});
+  const TensorView slot_view(all.data(), DType::i32, {slots});
+  struct Extra {
+    CacheFormat f;
+    int64_t pages, bpt, stride;  // pages of 5 tokens; stride padded beyond the records
+    std::vector<uint8_t> bytes;
+    TensorView view() { return TensorView(bytes.data(), DType::u8, {pages, 5, 1, bpt}, {stride, bpt, bpt, 1}); }
+  };
+  ASSERT_EQ(o.extra_page_size, 5);
+  Extra fp8{CacheFormat::v41_fp8, pages, 528, 5 * 528 + 16, {}}, fp4{CacheFormat::v41_fp4, pages, 288, 5 * 288 + 48, {}};
+  for (Extra* e : {&fp8, &fp4}) {
+    e->bytes.assign(static_cast<size_t>(pages * e->stride), 0);
+    quantize(e->f, latent_view, slot_view, e->view());
+    std::vector<uint16_t> back(static_cast<size_t>(slots * 512));
+    dequantize(e->f, e->view(), slot_view, TensorView(back.data(), DType::bf16, {slots, 512}));
+    for (int64_t k = 0; k < slots * 512; ++k)
+      ASSERT_EQ(num::bf16_to_f32(back[k]), latents[k]) << format_info(e->f).name << " element " << k;
+  }
+
+  for (DecodeImpl impl : {DecodeImpl::kCpuOracle, DecodeImpl::kCpuFast}) {
+    Result res[2];
+    for (int k = 0; k < 2; ++k) {
+      Extra& e = k == 0 ? fp8 : fp4;
+      w.poison_outputs();
+      SparseDecodeArgs a = w.args();
+      a.extra_k_cache = e.view();
+      a.extra_format = e.f;
+      sparse_decode(a, nullptr, impl);
+      res[k] = {w.out, w.lse};
+    }
+    EXPECT_EQ(res[0].out, res[1].out);
+    EXPECT_EQ(std::memcmp(res[0].lse.data(), res[1].lse.data(), res[0].lse.size() * sizeof(float)), 0);
+    // The extra cache mattered: without it the outputs differ.
+    w.poison_outputs();
+    SparseDecodeArgs none = w.args();
+    none.extra_k_cache = none.extra_indices = none.extra_topk_length = TensorView();
+    sparse_decode(none, nullptr, impl);
+    EXPECT_NE(w.out, res[1].out);
   }
 }
 
@@ -549,7 +652,10 @@ TEST(DecodeErrors, BadShapesAndDtypesAreNamed) {
        [&](SparseDecodeArgs& a) { a.extra_indices = a.indices; },
        "extra_k_cache and extra_indices must be given together"},
       {"a v4_int8 cache", [&](SparseDecodeArgs& a) { a.format = CacheFormat::v4_int8; },
-       "sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches, got v4_int8"},
+       "sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches (v41_fp4 only as the extra cache of a "
+       "v41_fp8 one), got v4_int8"},
+      {"extra_format without an extra cache", [&](SparseDecodeArgs& a) { a.extra_format = CacheFormat::v32_fp8; },
+       "sparse_decode: extra_format (v32_fp8) given without extra_k_cache"},
       {"a negative softmax scale", [&](SparseDecodeArgs& a) { a.softmax_scale = -1.0f; },
        "softmax_scale must be finite and >= 0"},
       {"a NaN softmax scale",
@@ -593,6 +699,54 @@ TEST(DecodeErrors, BadShapesAndDtypesAreNamed) {
       for (float l : lse2) ASSERT_TRUE(std::isnan(l)) << c.what;
       ASSERT_EQ(w.out, out_before) << c.what;
     }
+}
+
+// The extra cache's format: k_cache's, or v41_fp4 with a v41_fp8 k_cache; the view must be that
+// format's records.
+TEST(DecodeErrors, ExtraCacheFormatPairings) {
+  struct Case {
+    CacheFormat f;
+    std::optional<CacheFormat> extra;
+    std::function<void(SparseDecodeArgs&)> bend;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {CacheFormat::v4_fp8, CacheFormat::v41_fp4, nullptr,
+       "the extra cache's format must be k_cache's (v4_fp8) or, with a v41_fp8 k_cache, v41_fp4; got extra_format "
+       "v41_fp4"},
+      {CacheFormat::v41_fp8, CacheFormat::v4_fp8, nullptr,
+       "the extra cache's format must be k_cache's (v41_fp8) or, with a v41_fp8 k_cache, v41_fp4; got extra_format "
+       "v4_fp8"},
+      {CacheFormat::v32_fp8, CacheFormat::v41_fp4, nullptr, "got extra_format v41_fp4"},
+      {CacheFormat::v41_fp8, CacheFormat::v41_fp4,
+       [](SparseDecodeArgs& a) { a.format = CacheFormat::v41_fp4; },
+       "sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches (v41_fp4 only as the extra cache of a v41_fp8 "
+       "one), got v41_fp4"},
+      // v41_fp8 records (528 bytes) named v41_fp4 (288).
+      {CacheFormat::v41_fp8, std::nullopt, [](SparseDecodeArgs& a) { a.extra_format = CacheFormat::v41_fp4; },
+       "288"},
+  };
+  for (const Case& c : cases) {
+    DecodeWorkloadOptions o;
+    o.format = c.f;
+    o.extra = true;
+    // The workload is built with a pairing it supports; the case then names the one under test.
+    o.extra_format = c.extra && format_info(*c.extra).d_qk == format_info(c.f).d_qk && c.f == CacheFormat::v41_fp8
+                         ? c.extra
+                         : std::nullopt;
+    DecodeWorkload w = make_decode_workload(o);
+    for (DecodeImpl impl : {DecodeImpl::kCpuOracle, DecodeImpl::kCpuFast}) {
+      w.poison_outputs();
+      const std::vector<uint16_t> out_before = w.out;
+      SparseDecodeArgs a = w.args();
+      a.extra_format = c.extra;
+      if (c.bend) c.bend(a);
+      const std::string msg = latentkv::testing::error_of([&] { sparse_decode(a, nullptr, impl); });
+      EXPECT_NE(msg.find(c.message), std::string::npos) << "got \"" << msg << "\"";
+      for (float l : w.lse) ASSERT_TRUE(std::isnan(l)) << msg;
+      ASSERT_EQ(w.out, out_before) << msg;
+    }
+  }
 }
 
 // Views whose only odd stride is that of a dimension of length 1 (one request, one query token)

@@ -54,8 +54,8 @@ void dequantize_f32(const CacheRef& c, int64_t slot, Scratch& w, float* out) {
   cpu_common::dequantize_record_f32<F>(c.base + o.data, c.base + o.scale, w.row.data(), out, w.payload);
 }
 
-void dequantize_f32(CacheFormat f, const CacheRef& c, int64_t slot, Scratch& w, float* out) {
-  switch (f) {
+void dequantize_f32(const CacheRef& c, int64_t slot, Scratch& w, float* out) {
+  switch (c.format) {
     case CacheFormat::v32_fp8: return dequantize_f32<CacheFormat::v32_fp8>(c, slot, w, out);
     case CacheFormat::v4_fp8: return dequantize_f32<CacheFormat::v4_fp8>(c, slot, w, out);
     case CacheFormat::v4_int8: return dequantize_f32<CacheFormat::v4_int8>(c, slot, w, out);
@@ -83,7 +83,7 @@ int64_t collect(const Params& p, int64_t i, int64_t j, Gathered& g) {
 }
 
 void dequantize_token(const Params& p, Gathered& g, int64_t t, Scratch& w) {
-  dequantize_f32(p.format, *g.cache[t], g.slot[t], w, g.k.data() + t * p.d_qk);
+  dequantize_f32(*g.cache[t], g.slot[t], w, g.k.data() + t * p.d_qk);
 }
 
 // A query that attends nothing: out 0, lse +inf, with or without a sink.

@@ -47,7 +47,7 @@ void sparse_decode_oracle(const Params& p) {
     std::vector<double> k(static_cast<size_t>(n * p.d_qk));
     std::vector<uint16_t> row(static_cast<size_t>(p.d_qk));
     for (int64_t t = 0; t < n; ++t) {
-      dequantize_token(p.format, *set[t].cache, set[t].slot, row.data());
+      dequantize_token(*set[t].cache, set[t].slot, row.data());
       for (int d = 0; d < p.d_qk; ++d) k[t * p.d_qk + d] = num::bf16_to_f32(row[d]);
     }
 
