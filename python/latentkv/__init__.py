@@ -275,6 +275,7 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
                   page_size: Optional[int] = None, topk_length: Any = None,
                   attn_sink: Any = None, extra_k_cache: Any = None, extra_indices: Any = None,
                   extra_topk_length: Any = None, extra_page_size: Optional[int] = None,
+                  extra_format: Optional[str] = None,
                   softmax_scale: Optional[float] = None, plan: Optional[DecodePlan] = None,
                   out: Any = None, lse: Any = None, impl: str = "auto",
                   workspace: Any = None) -> Tuple[Any, Any]:
@@ -286,6 +287,8 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
     indices:  i32 [b, s_q, topk], flat slots; any value outside the cache is skipped
     topk_length, extra_topk_length: i32 [b] or None; attn_sink: f32 [h_q] or None
     extra_k_cache / extra_indices (i32 [b, s_q, extra_topk]): a second cache, given together
+    extra_format: None means format; "v41_fp4" with a v41_fp8 k_cache (DeepSeek V4.1's pairing;
+              CPU only for now: CUDA raises NotImplementedError)
     softmax_scale: None means d_qk ** -0.5
     Returns out bf16 [b, s_q, h_q, 512] and lse f32 [b, h_q, s_q] (natural log; +inf and a zero
     output row for a query with no valid key; the sink scales out, never lse).
@@ -303,7 +306,7 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
             q, k_cache, indices, fmt, ps, topk_length, attn_sink, extra_k_cache, eps,
             extra_indices, extra_topk_length, scale,
             [] if p is None else _plan_fields(p),
-            impl, workspace)
+            impl, workspace, extra_format or "")
     b, s_q, h_q = (int(s) for s in q.shape[:3])
     given = (out, lse, workspace)
     if out is None:
@@ -315,7 +318,8 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
         _arrays.native(indices), _arrays.native(topk_length), _arrays.native(attn_sink),
         _arrays.native_bytes(extra_k_cache), eps, _arrays.native(extra_indices),
         _arrays.native(extra_topk_length), scale, _arrays.native(out, bf16=True),
-        _arrays.native(lse), plan, impl, _arrays.native_bytes(workspace), _arrays.stream_of(q))
+        _arrays.native(lse), plan, impl, _arrays.native_bytes(workspace), _arrays.stream_of(q),
+        extra_format or "")
     _arrays.mark_written(*given)
     return out, lse
 

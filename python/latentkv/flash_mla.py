@@ -33,8 +33,11 @@ indices, or an fp8 dense cache that is not v32_fp8 ValueError; ``indexer_topk > 
 assert; latentkv raises ValueError/TypeError.
 
 Caches: sparse ``k_cache`` is [num_blocks, page_block_size, 1, bytes_per_token] of any 1-byte dtype
-(FlashMLA's float8_e4m3fn views included): 656 bytes per token with head_dim 576 (V3.2, v32_fp8),
-584 with head_dim 512 (V4, v4_fp8, page-split pages; any page stride). Dense ``k_cache`` is q's
+(FlashMLA's float8_e4m3fn views included), its format told by bytes_per_token as FlashMLA tells it:
+656 with head_dim 576 (V3.2, v32_fp8), 584 with head_dim 512 (V4, v4_fp8, page-split pages; any page
+stride), 528 with head_dim 512 (V4.1, v41_fp8). ``extra_k_cache`` is in k_cache's format, or with a
+V4.1 k_cache in V4.1's fp4 format, 288 bytes per token (v41_fp4; latentkv attends it on the CPU,
+and raises NotImplementedError for CUDA tensors). Dense ``k_cache`` is q's
 dtype (bf16 or f16) [num_blocks, page_block_size, h_k, head_dim], or with ``is_fp8_kvcache=True``
 the v32_fp8 records [num_blocks, page_block_size, 1, 656] of any 1-byte dtype (head_dim 576).
 """
@@ -141,6 +144,21 @@ def _dense(q: Any, k_cache: Any, block_table: Any, cache_seqlens: Any, meta: Sch
         softmax_scale=float(q.shape[-1]) ** -0.5 if softmax_scale is None else softmax_scale)
 
 
+# The sparse caches' formats by bytes per token, as FlashMLA tells them apart. (latentkv's
+# sparse_decode then checks the pairing: the extra cache in k_cache's format, or v41_fp4 with
+# v41_fp8, and q's head_dim against the format's.)
+_MAIN_FORMATS = {656: "v32_fp8", 584: "v4_fp8", 528: "v41_fp8"}
+_EXTRA_FORMATS = {**_MAIN_FORMATS, 288: "v41_fp4"}
+
+
+def _sparse_format(cache: Any, name: str, formats: dict) -> str:
+    bpt = int(cache.shape[-1])
+    if bpt not in formats:
+        known = ", ".join(f"{n} ({f})" for n, f in formats.items())
+        raise ValueError(f"{name}: {bpt} bytes per token is no sparse cache format; expected one of {known}")
+    return formats[bpt]
+
+
 def flash_mla_with_kvcache(
     q: Any,
     k_cache: Any,
@@ -161,7 +179,7 @@ def flash_mla_with_kvcache(
 ) -> Tuple[Any, Any]:
     """MLA decode with FlashMLA's signature, sparse (indices given) or dense; returns (out, lse).
 
-    q:            bf16 [b, s_q, h_q, d_qk], d_qk 576 (V3.2) or 512 (V4); dense: bf16 or f16
+    q:            bf16 [b, s_q, h_q, d_qk], d_qk 576 (V3.2) or 512 (V4, V4.1); dense: bf16 or f16
     k_cache:      sparse: [num_blocks, page_block_size, 1, bytes_per_token], 1-byte dtype;
                   dense: q's dtype [num_blocks, page_block_size, h_k, d_qk], or with
                   is_fp8_kvcache v32_fp8 records [num_blocks, page_block_size, 1, 656]
@@ -172,7 +190,8 @@ def flash_mla_with_kvcache(
     causal:       dense only (bottom-right aligned)
     indices:      i32 [b, s_q, topk], flat slots (page * page_block_size + offset)
     attn_sink:    f32 [h_q] or None
-    extra_k_cache, extra_indices_in_kvcache (i32 [b, s_q, extra_topk]): a second cache
+    extra_k_cache, extra_indices_in_kvcache (i32 [b, s_q, extra_topk]): a second cache (288
+                  bytes per token: V4.1's fp4 records, with a V4.1 k_cache)
     topk_length, extra_topk_length: i32 [b] or None
     Returns out [b, s_q, h_q, 512] (bf16; dense: q's dtype) and lse f32 [b, h_q, s_q].
     """
@@ -193,7 +212,8 @@ def flash_mla_with_kvcache(
         raise ValueError("causal must be False when indices are given (sparse attention)")
     if not is_fp8_kvcache:
         raise ValueError("is_fp8_kvcache must be True when indices are given: latentkv's sparse "
-                         "decode reads fp8 caches (v32_fp8, v4_fp8)")
+                         "decode reads quantized caches (v32_fp8, v4_fp8, v41_fp8, and v41_fp4 as "
+                         "a V4.1 extra cache)")
     if k_cache.ndim != 4:
         raise ValueError("k_cache must be [num_blocks, page_block_size, 1, bytes_per_token], got "
                          f"shape {tuple(k_cache.shape)}")
@@ -208,13 +228,16 @@ def flash_mla_with_kvcache(
         extra_page_block_size=None if extra_k_cache is None else int(extra_k_cache.shape[1]),
         extra_topk=(None if extra_indices_in_kvcache is None
                     else int(extra_indices_in_kvcache.shape[-1])))
+    fmt = _sparse_format(k_cache, "k_cache", _MAIN_FORMATS)
+    extra_fmt = (None if extra_k_cache is None
+                 else _sparse_format(extra_k_cache, "extra_k_cache", _EXTRA_FORMATS))
     _use_metadata(meta, config, lambda: plan_decode(
         config.b, config.s_q, config.h_q, config.topk, config.extra_topk or 0, _num_sms(q)))
 
     return sparse_decode(
-        q, k_cache, indices, topk_length=topk_length, attn_sink=attn_sink,
+        q, k_cache, indices, format=fmt, topk_length=topk_length, attn_sink=attn_sink,
         extra_k_cache=extra_k_cache, extra_indices=extra_indices_in_kvcache,
-        extra_topk_length=extra_topk_length,
+        extra_topk_length=extra_topk_length, extra_format=extra_fmt,
         softmax_scale=float(q.shape[-1]) ** -0.5 if softmax_scale is None else softmax_scale,
         plan=meta.plan)
 

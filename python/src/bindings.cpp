@@ -18,6 +18,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -506,7 +507,7 @@ NB_MODULE(_native, m) {
                             nb::handle extra_indices, nb::handle extra_topk_length,
                             float softmax_scale, nb::handle out, nb::handle lse,
                             const DecodePlan* plan, const std::string& impl, nb::handle workspace,
-                            uintptr_t stream) {
+                            uintptr_t stream, const std::string& extra_format) {
     Keep keep;
     SparseDecodeArgs a{
         .q = to_view(q, "q", keep),
@@ -517,6 +518,8 @@ NB_MODULE(_native, m) {
         .topk_length = to_view(topk_length, "topk_length", keep),
         .attn_sink = to_view(attn_sink, "attn_sink", keep),
         .extra_k_cache = to_view(extra_k_cache, "extra_k_cache", keep),
+        // "": the extra cache is in `format`.
+        .extra_format = extra_format.empty() ? std::nullopt : std::optional(parse_format(extra_format)),
         .extra_page_size = extra_page_size,
         .extra_indices = to_view(extra_indices, "extra_indices", keep),
         .extra_topk_length = to_view(extra_topk_length, "extra_topk_length", keep),
@@ -534,7 +537,8 @@ NB_MODULE(_native, m) {
      nb::arg("extra_k_cache").none(), nb::arg("extra_page_size"),
      nb::arg("extra_indices").none(), nb::arg("extra_topk_length").none(),
      nb::arg("softmax_scale"), nb::arg("out"), nb::arg("lse"), nb::arg("plan").none(),
-     nb::arg("impl") = "auto", nb::arg("workspace").none() = nb::none(), nb::arg("stream") = 0);
+     nb::arg("impl") = "auto", nb::arg("workspace").none() = nb::none(), nb::arg("stream") = 0,
+     nb::arg("extra_format") = "");
   m.def("sparse_prefill", [](nb::handle q, nb::handle kv, nb::handle indices, float sm_scale,
                              int64_t d_v, nb::handle attn_sink, nb::handle topk_length,
                              nb::handle out, nb::handle max_logits, nb::handle lse,

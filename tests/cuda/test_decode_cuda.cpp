@@ -388,6 +388,31 @@ TEST(DecodeCuda, CornerCases) {
   }
 }
 
+// The CUDA kernels take one record layout for both caches, so DeepSeek V4.1's v41_fp4 extra cache
+// (which the CPU paths attend) is refused there by name, as not built, before anything is written.
+TEST(DecodeCuda, Fp4ExtraCacheIsRefusedWithoutWriting) {
+  REQUIRE_GPU();
+  DecodeWorkloadOptions o;
+  o.format = CacheFormat::v41_fp8;
+  o.extra = true;
+  o.extra_format = CacheFormat::v41_fp4;
+  DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+  OnDevice d(w);
+  try {
+    sparse_decode(d.args);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kNotBuilt);
+    EXPECT_NE(std::string(e.what()).find("an extra cache in v41_fp4 runs on the CPU only"), std::string::npos)
+        << e.what();
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint16_t> out = d.out.download();
+  const std::vector<float> lse = d.lse.download();
+  ASSERT_EQ(out, w.out);  // still the workload's poison
+  for (float l : lse) ASSERT_TRUE(std::isnan(l));
+}
+
 TEST(DecodeCuda, PlanReuseSplitsAndDeterminism) {
   REQUIRE_GPU();
   for (KernelChoice kernel : kernels()) {

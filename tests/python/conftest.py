@@ -105,18 +105,18 @@ def compress_inputs(num_reqs=2, tokens_per_req=256, C=16, block_size=8, P=64, se
 
 
 def decode_inputs(fmt="v32_fp8", b=2, s_q=2, h_q=16, topk=128, num_pages=8, P=64, seed=0,
-                  extra=False, lengths=False, sink=False):
+                  extra=False, lengths=False, sink=False, extra_fmt=None):
     """Sparse-decode inputs: a cache filled by latentkv.quantize from random latents, random
-    indices with some -1 entries, optional lengths, sink and extra cache."""
+    indices with some -1 entries, optional lengths, sink and extra cache (in extra_fmt when given,
+    which then appears as the extra_format argument)."""
     rng = np.random.default_rng(seed)
-    info = latentkv.format_info(fmt)
-    d_qk, bpt = info["d_qk"], info["bytes_per_token"]
+    d_qk = latentkv.format_info(fmt)["d_qk"]
 
-    def cache(pages, page_size):
-        c = np.zeros((pages, page_size, 1, bpt), np.uint8)
+    def cache(pages, page_size, f=fmt):
+        c = np.zeros((pages, page_size, 1, latentkv.format_info(f)["bytes_per_token"]), np.uint8)
         n = pages * page_size
         latents = bf16(rng.standard_normal((n, d_qk)))
-        latentkv.quantize(latents, np.arange(n, dtype=np.int64), c, fmt)
+        latentkv.quantize(latents, np.arange(n, dtype=np.int64), c, f)
         return c
 
     def index(k, num_slots):
@@ -131,10 +131,12 @@ def decode_inputs(fmt="v32_fp8", b=2, s_q=2, h_q=16, topk=128, num_pages=8, P=64
     if sink:
         out["attn_sink"] = rng.standard_normal(h_q).astype(np.float32)
     if extra:
-        out["extra_k_cache"] = cache(2, 32)
+        out["extra_k_cache"] = cache(2, 32, extra_fmt or fmt)
         out["extra_indices"] = index(64, 64)
         if lengths:
             out["extra_topk_length"] = rng.integers(0, 65, b, dtype=np.int32)
+        if extra_fmt:
+            out["extra_format"] = extra_fmt
     if fmt == "v41_fp8":
         out["format"] = fmt  # d_qk 512 alone means v4_fp8
     return out

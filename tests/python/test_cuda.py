@@ -14,7 +14,8 @@ What is checked:
 - sparse_decode against the float64 CPU oracle (impl="oracle" on CPU copies) with decode_close's
   tolerance: plain, topk_length, sink, extra cache, all together, long topk (split plans), odd h_q;
   a reused plan and workspace are bitwise equal to a planless call and reruns are bitwise equal;
-  formats without a decode kernel are rejected with the core's message.
+  formats without a decode kernel are rejected with the core's message, and a v41_fp4 extra cache
+  (CPU only) raises NotImplementedError.
 - The contest: latentkv.contest.c128_256_512_compress (and compress_kv with v4_fp8) against the
   contest's eager PyTorch reference (bench/compress_reference.py, imported, not copied) on its 12
   workloads built by that file's builder: 0 scale differences, at most 4 NoPE codes off by one.
@@ -370,11 +371,23 @@ def test_sparse_decode_other_formats_rejected(fmt):
     q = torch.randn(1, 1, 4, 512, device=DEV).to(torch.bfloat16)
     cache = torch.zeros(1, 64, 1, bpt, dtype=torch.uint8, device=DEV)
     idx = torch.zeros(1, 1, 64, dtype=torch.int32, device=DEV)
-    message = f"sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches, got {fmt}"
+    message = (r"sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches \(v41_fp4 only as the "
+               rf"extra cache of a v41_fp8 one\), got {fmt}")
     with pytest.raises(ValueError, match=message):
         latentkv.sparse_decode(q, cache, idx, format=fmt)
     with pytest.raises(ValueError, match=message):
         latentkv.sparse_decode(q, cache, idx, format=fmt, impl="cuda")
+
+
+def test_sparse_decode_fp4_extra_cache_not_built_on_cuda():
+    # DeepSeek V4.1's v41_fp4 extra cache runs on the CPU paths only: NotImplementedError on CUDA,
+    # with nothing written.
+    inp = on_dev(decode_inputs("v41_fp8", b=2, s_q=1, h_q=4, seed=23, extra=True, extra_fmt="v41_fp4"))
+    out = torch.full((2, 1, 4, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
+    lse = torch.full((2, 4, 1), float("nan"), device=DEV)
+    with pytest.raises(NotImplementedError, match=r"an extra cache in v41_fp4 runs on the CPU only"):
+        decode_numpy(inp, "auto", out=out, lse=lse)
+    assert out.isnan().all() and lse.isnan().all()
 
 
 def test_sparse_decode_device_mismatch():

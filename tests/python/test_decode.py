@@ -26,15 +26,74 @@ def check_against_oracle(inp, **kw):
     return out, lse
 
 
-@pytest.mark.parametrize("fmt", ["v32_fp8", "v4_fp8", "v41_fp8"])
+@pytest.mark.parametrize("fmt", ["v32_fp8", "v4_fp8", "v41_fp8", "v41_fp8+v41_fp4"])
 @pytest.mark.parametrize("case", ["plain", "lengths", "sink", "extra", "all"])
 def test_fast_matches_oracle(fmt, case):
+    fmt, _, extra_fmt = fmt.partition("+")
     flags = dict(lengths=case in ("lengths", "all"), sink=case in ("sink", "all"),
-                 extra=case in ("extra", "all"))
-    inp = decode_inputs(fmt, h_q=3 if case == "sink" else 16, seed=hash(case) % 1000, **flags)
+                 extra=case in ("extra", "all") or bool(extra_fmt))
+    inp = decode_inputs(fmt, h_q=3 if case == "sink" else 16, seed=hash(case) % 1000,
+                        extra_fmt=extra_fmt or None, **flags)
     out, lse = check_against_oracle(inp)
     b, s_q, h_q = inp["q"].shape[:3]
     assert out.shape == (b, s_q, h_q, 512) and lse.shape == (b, h_q, s_q)
+
+
+def decode_reference(inp, fmt, extra_fmt):
+    """sparse_decode per SPEC.md section 4 in float64 NumPy, the keys from latentkv.dequantize (the
+    format code, not the decode code): main candidates then extra ones, lengths clamp, indices
+    outside a cache skipped, the sink scales out, lonely queries get 0 and +inf."""
+    q = inp["q"].astype(np.float64)
+    b, s_q, h_q, d_qk = q.shape
+    scale = d_qk ** -0.5
+    out = np.zeros((b, s_q, h_q, 512))
+    lse = np.zeros((b, h_q, s_q))
+    caches = [(inp["k_cache"], inp["indices"], inp.get("topk_length"), fmt)]
+    if "extra_k_cache" in inp:
+        caches.append((inp["extra_k_cache"], inp["extra_indices"], inp.get("extra_topk_length"),
+                       extra_fmt))
+    for i in range(b):
+        for j in range(s_q):
+            keys = []
+            for cache, idx, length, f in caches:
+                n = idx.shape[-1] if length is None else min(max(int(length[i]), 0), idx.shape[-1])
+                slots = idx[i, j, :n].astype(np.int64)
+                slots = slots[(slots >= 0) & (slots < cache.shape[0] * cache.shape[1])]
+                keys.append(latentkv.dequantize(cache, slots, f).astype(np.float64))
+            k = np.concatenate(keys)
+            if len(k) == 0:
+                lse[i, :, j] = np.inf
+                continue
+            s = q[i, j] @ k.T * scale  # [h_q, n]
+            m = s.max(axis=1, keepdims=True)
+            e = np.exp(s - m)
+            total = e.sum(axis=1, keepdims=True)
+            l = (m + np.log(total))[:, 0]
+            o = e @ k[:, :512] / total
+            if inp.get("attn_sink") is not None:
+                o *= 1.0 / (1.0 + np.exp(inp["attn_sink"].astype(np.float64) - l))[:, None]
+            out[i, j] = o
+            lse[i, :, j] = l
+    return out, lse
+
+
+@pytest.mark.parametrize("lengths,sink", [(False, False), (True, True)])
+def test_fp4_extra_cache_against_numpy(lengths, sink):
+    """DeepSeek V4.1's pairing: a v41_fp8 cache with a v41_fp4 extra cache, both CPU paths against
+    a NumPy reference built on latentkv.dequantize."""
+    inp = decode_inputs("v41_fp8", b=3, s_q=2, h_q=5, topk=64, seed=17, extra=True,
+                        lengths=lengths, sink=sink, extra_fmt="v41_fp4")
+    assert inp["extra_k_cache"].shape[-1] == 288
+    ref_out, ref_lse = decode_reference(inp, "v41_fp8", "v41_fp4")
+    for impl in ("oracle", "fast"):
+        out, lse = run(inp, impl)
+        decode_close(out.astype(np.float32), ref_out)
+        finite = np.isfinite(ref_lse)
+        np.testing.assert_array_equal(np.isfinite(lse), finite)
+        np.testing.assert_allclose(lse[finite], ref_lse[finite], rtol=1e-5, atol=1e-5)
+    # The extra cache read as v41_fp8 records would not even fit its 288-byte view.
+    with pytest.raises(ValueError, match=r"288"):
+        run(dict(inp, extra_format=None), "fast")
 
 
 def test_explicit_scale_and_default():
@@ -112,8 +171,15 @@ def test_errors():
         latentkv.sparse_decode(q, inp["k_cache"], inp["indices"].astype(np.int64))
     with pytest.raises(ValueError, match=r"extra_k_cache and extra_indices must be given together"):
         latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], extra_k_cache=inp["k_cache"])
-    with pytest.raises(ValueError, match=r"sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches, got v4_int8"):
+    with pytest.raises(ValueError, match=r"sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches "
+                       r"\(v41_fp4 only as the extra cache of a v41_fp8 one\), got v4_int8"):
         latentkv.sparse_decode(q[..., :512], inp["k_cache"], inp["indices"], format="v4_int8")
+    with pytest.raises(ValueError, match=r"extra_format \(v41_fp4\) given without extra_k_cache"):
+        latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], extra_format="v41_fp4")
+    with pytest.raises(ValueError, match=r"the extra cache's format must be k_cache's \(v32_fp8\) or, "
+                       r"with a v41_fp8 k_cache, v41_fp4; got extra_format v41_fp4"):
+        latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], extra_k_cache=inp["k_cache"],
+                               extra_indices=inp["indices"], extra_format="v41_fp4")
     with pytest.raises(ValueError, match=r"softmax_scale must be finite"):
         latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], softmax_scale=float("nan"))
     with pytest.raises(ValueError, match=r"the plan was made for b=1 s_q=1 h_q=64 topk=2048"):

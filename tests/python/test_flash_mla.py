@@ -87,6 +87,43 @@ def test_rejections():
     assert not meta.have_initialized, "a rejected call leaves the metadata untouched"
 
 
+@pytest.mark.parametrize("extra_fmt", [None, "v41_fp4"])
+def test_v41_caches_told_by_bytes_per_token(extra_fmt):
+    # FlashMLA tells V4.1's caches by their bytes per token: 528 (v41_fp8), and 288 (v41_fp4) for
+    # the extra cache of a V4.1 k_cache.
+    inp = decode_inputs("v41_fp8", b=2, s_q=2, h_q=6, topk=64, seed=41, extra=True, lengths=True,
+                        sink=True, extra_fmt=extra_fmt)
+    meta, _ = get_mla_metadata()
+    out, lse = flash_mla_with_kvcache(
+        inp["q"], inp["k_cache"], None, None, 512, meta, is_fp8_kvcache=True,
+        indices=inp["indices"], attn_sink=inp["attn_sink"], extra_k_cache=inp["extra_k_cache"],
+        extra_indices_in_kvcache=inp["extra_indices"], topk_length=inp["topk_length"],
+        extra_topk_length=inp["extra_topk_length"])
+    args = dict(inp)
+    ref_out, ref_lse = latentkv.sparse_decode(args.pop("q"), args.pop("k_cache"), args.pop("indices"),
+                                              **args)
+    np.testing.assert_array_equal(out.view(np.uint16), ref_out.view(np.uint16))
+    np.testing.assert_array_equal(lse, ref_lse)
+
+
+def test_unknown_bytes_per_token_is_named():
+    inp = decode_inputs("v4_fp8", b=1, s_q=1, h_q=2, seed=42, extra=True)
+    meta, _ = get_mla_metadata()
+    with pytest.raises(ValueError, match=r"k_cache: 600 bytes per token is no sparse cache format; "
+                                         r"expected one of 656 \(v32_fp8\), 584 \(v4_fp8\), 528 \(v41_fp8\)$"):
+        flash_mla_with_kvcache(inp["q"], np.zeros((2, 64, 1, 600), np.uint8), None, None, 512, meta,
+                               is_fp8_kvcache=True, indices=inp["indices"])
+    with pytest.raises(ValueError, match=r"extra_k_cache: 100 bytes per token .* 288 \(v41_fp4\)$"):
+        flash_mla_with_kvcache(inp["q"], inp["k_cache"], None, None, 512, meta, is_fp8_kvcache=True,
+                               indices=inp["indices"], extra_k_cache=np.zeros((2, 64, 1, 100), np.uint8),
+                               extra_indices_in_kvcache=inp["extra_indices"])
+    # A V4 k_cache with V4.1's fp4 extra cache: the core names the pairing.
+    with pytest.raises(ValueError, match=r"the extra cache's format must be k_cache's \(v4_fp8\)"):
+        flash_mla_with_kvcache(inp["q"], inp["k_cache"], None, None, 512, meta, is_fp8_kvcache=True,
+                               indices=inp["indices"], extra_k_cache=np.zeros((2, 64, 1, 288), np.uint8),
+                               extra_indices_in_kvcache=inp["extra_indices"])
+
+
 def test_float8_view_of_cache_and_lonely_query():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     inp = decode_inputs("v32_fp8", b=1, s_q=1, h_q=2, seed=5)
