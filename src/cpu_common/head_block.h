@@ -42,12 +42,14 @@ void attend_head_block_avx512(const float* q, int nh, const float* k, int64_t n,
 HeadBlockFn head_block_fn(CpuIsa isa);
 
 // A quantized group's payload as fp32, built per instruction set as the head block is (the body and
-// its contract: head_block_kernel.h dequantize_payload): n codes (a multiple of 16), e4m3 or int8,
-// times `scale`, rounded to bf16. cpu_common/dequant.h takes it for the records' groups.
-using PayloadFn = void (*)(const uint8_t* payload, int n, float scale, bool int8, float* out);
-void dequantize_payload_sse4(const uint8_t* payload, int n, float scale, bool int8, float* out);
-void dequantize_payload_avx2(const uint8_t* payload, int n, float scale, bool int8, float* out);
-void dequantize_payload_avx512(const uint8_t* payload, int n, float scale, bool int8, float* out);
+// its contract: head_block_kernel.h dequantize_payload): n codes (a multiple of 16), e4m3, int8 or
+// e2m1 (two per byte, the even dim in the low nibble: n / 2 bytes), times `scale`, rounded to bf16.
+// cpu_common/dequant.h takes it for the records' groups.
+enum class PayloadCode : uint8_t { kE4m3, kInt8, kE2m1 };
+using PayloadFn = void (*)(const uint8_t* payload, int n, float scale, PayloadCode code, float* out);
+void dequantize_payload_sse4(const uint8_t* payload, int n, float scale, PayloadCode code, float* out);
+void dequantize_payload_avx2(const uint8_t* payload, int n, float scale, PayloadCode code, float* out);
+void dequantize_payload_avx512(const uint8_t* payload, int n, float scale, PayloadCode code, float* out);
 PayloadFn payload_fn(CpuIsa isa);
 inline PayloadFn default_payload() { return payload_fn(default_cpu_isa()); }
 

@@ -10,8 +10,8 @@ void attend_head_block_avx2(const float* q, int nh, const float* k, int64_t n, i
   head_block_w<8>(q, nh, k, n, key_stride, d_qk, d_v, s, acc, max, sum);
 }
 
-void dequantize_payload_avx2(const uint8_t* payload, int n, float scale, bool int8, float* out) {
-  dequantize_payload<8>(payload, n, scale, int8, out);
+void dequantize_payload_avx2(const uint8_t* payload, int n, float scale, PayloadCode code, float* out) {
+  dequantize_payload<8>(payload, n, scale, code, out);
 }
 
 float multiply_add_chains_avx2(int64_t iters) { return multiply_add_chains<8>(iters); }

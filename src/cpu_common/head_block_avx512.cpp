@@ -10,8 +10,8 @@ void attend_head_block_avx512(const float* q, int nh, const float* k, int64_t n,
   head_block_w<16>(q, nh, k, n, key_stride, d_qk, d_v, s, acc, max, sum);
 }
 
-void dequantize_payload_avx512(const uint8_t* payload, int n, float scale, bool int8, float* out) {
-  dequantize_payload<16>(payload, n, scale, int8, out);
+void dequantize_payload_avx512(const uint8_t* payload, int n, float scale, PayloadCode code, float* out) {
+  dequantize_payload<16>(payload, n, scale, code, out);
 }
 
 float multiply_add_chains_avx512(int64_t iters) { return multiply_add_chains<16>(iters); }

@@ -196,12 +196,12 @@ void head_block_w(const float* q, int nh, const float* k, int64_t n, int64_t key
 
 // A group's payload as fp32 (cpu_common/dequant.h dequantize_record_f32): n codes (a multiple of
 // W), each decoded (e4m3 by its bits: sign, exponent rebiased, mantissa moved; subnormals as
-// m x 2^-9, exact; 0x7f / 0xff NaN; or int8), times the group's scale, rounded to bf16 and widened,
-// lane by lane. The same operations as num::e4m3_to_f32, the fp32 product and num::round_bf16, so
-// the same bits, NaN payloads included (tests/cpu/test_cpu_dequant.cpp holds every build to the
-// codec).
+// m x 2^-9, exact; 0x7f / 0xff NaN; int8; or e2m1 by its bits: 0.5 for the one subnormal, no NaN),
+// times the group's scale, rounded to bf16 and widened, lane by lane. The same operations as
+// num::e4m3_to_f32 (num::e2m1_to_f32), the fp32 product and num::round_bf16, so the same bits, NaN
+// payloads included (tests/cpu/test_cpu_dequant.cpp holds every build to the codec).
 template <int W>
-void dequantize_payload(const uint8_t* payload, int n, float scale, bool int8, float* out) {
+void dequantize_payload(const uint8_t* payload, int n, float scale, PayloadCode code, float* out) {
   using F = typename Vec<W>::F;
   using U = typename Vec<W>::U;
   typedef int32_t I __attribute__((vector_size(4 * W)));
@@ -209,13 +209,24 @@ void dequantize_payload(const uint8_t* payload, int n, float scale, bool int8, f
   // scales are raw fp32) into +0 and flip the sign of the zero products.
   F sc;
   for (int i = 0; i < W; ++i) sc[i] = scale;
+  U nibble_shift;  // e2m1: the even dims' codes in the low nibbles, the odd dims' in the high ones
+  for (int i = 0; i < W; ++i) nibble_shift[i] = (i & 1) * 4u;
   for (int k = 0; k < n; k += W) {
-    const U c = simd::widen_bytes<W>(payload + k);
     F v;
-    if (int8) {
+    if (code == PayloadCode::kE2m1) {
+      // Lane i takes byte i / 2 of the W / 2 bytes, then its nibble.
+      const U c = (simd::widen_pairs<W>(payload + k / 2) >> nibble_shift) & 0xfu;
+      const U sign = (c & 0x8u) << 28, e = (c >> 1) & 0x3u, m = c & 0x1u;
+      const U normal = ((e + 126u) << 23) | (m << 22);  // 2^(e - 1) x (1 + m / 2)
+      const U is_sub = reinterpret_cast<U>(e == 0u);
+      const U bits = sign | (is_sub & (m * 0x3f000000u)) | (~is_sub & normal);  // subnormal: m x 0.5
+      std::memcpy(&v, &bits, sizeof v);
+    } else if (code == PayloadCode::kInt8) {
+      const U c = simd::widen_bytes<W>(payload + k);
       // The byte's sign extended by an arithmetic shift, then converted (exact).
       v = __builtin_convertvector(reinterpret_cast<I>(c << 24) >> 24, F);
     } else {
+      const U c = simd::widen_bytes<W>(payload + k);
       const U sign = (c & 0x80u) << 24, e = (c >> 3) & 0xfu, m = c & 0x7u;
       const U normal = sign | ((e + 120u) << 23) | (m << 20);  // exponent e - 7 + 127
       const F sub_f = __builtin_convertvector(m, F) * splat<W>(0.001953125f);

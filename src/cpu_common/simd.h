@@ -39,6 +39,39 @@ void store(float* ptr, typename Vec<W>::F v) {
   std::memcpy(ptr, &v, sizeof v);
 }
 
+// W / 2 bytes at ptr, each zero-extended into two neighbouring uint32 lanes (lanes 2i and 2i + 1
+// hold byte i): the two e2m1 codes of a byte, before their nibbles are taken apart.
+template <int W>
+typename Vec<W>::U widen_pairs(const uint8_t* ptr) {
+  typename Vec<W>::U u;
+  if constexpr (W == 4) {
+    uint16_t pair;
+    std::memcpy(&pair, ptr, 2);
+    const __m128i v = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(pair));
+    std::memcpy(&u, &v, sizeof u);
+    return __builtin_shufflevector(u, u, 0, 0, 1, 1);
+  } else if constexpr (W == 8) {
+#ifdef __AVX2__
+    int32_t word;
+    std::memcpy(&word, ptr, 4);
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_cvtsi32_si128(word));
+    std::memcpy(&u, &v, sizeof u);
+    return __builtin_shufflevector(u, u, 0, 0, 1, 1, 2, 2, 3, 3);
+#else
+    static_assert(W != 8, "the 8-lane build needs -mavx2");
+#endif
+  } else {
+#ifdef __AVX512F__
+    const __m512i v = _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(ptr)));
+    std::memcpy(&u, &v, sizeof u);
+    return __builtin_shufflevector(u, u, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+#else
+    static_assert(W != 16, "the 16-lane build needs -mavx512f");
+#endif
+  }
+  return u;
+}
+
 // W bytes at ptr, zero-extended to W uint32 lanes (one pmovzxbd; the vector extension's
 // __builtin_convertvector of a byte vector compiles to a byte-by-byte insert sequence).
 template <int W>

@@ -23,7 +23,7 @@ void check_format(const char* name, CpuIsa isa) {
   constexpr formats::CodecLayout L = formats::codec_layout(F);
   std::mt19937 rng(11);
   std::vector<uint8_t> data(L.bytes_per_token + 64), scale(64);
-  uint16_t row[L.d_qk], ref_row[L.d_qk];
+  uint16_t ref_row[L.d_qk];
   float got[L.d_qk];
   int64_t checked = 0;
   for (int rep = 0; rep < 400; ++rep) {
@@ -48,7 +48,7 @@ void check_format(const char* name, CpuIsa isa) {
     if (rep == 1) std::fill(data.begin(), data.end(), uint8_t{0});
     const uint8_t* sc = scale.data();  // (both sides read the scales from here)
     for (int u = 0; u < L.num_units; ++u) formats::decode_unit<F>(u, data.data() + off, sc, ref_row);
-    dequantize_record_f32<F>(data.data() + off, sc, row, got, payload);
+    dequantize_record_f32<F>(data.data() + off, sc, got, payload);
     for (int d = 0; d < L.d_qk; ++d) {
       const float want = num::bf16_to_f32(ref_row[d]);
       uint32_t a, b;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,7 @@ struct DecodeCase {
   CacheFormat format;
   int64_t b, s_q, h_q, topk, page;
   int64_t extra_topk = 0, extra_page = 64;
+  std::optional<CacheFormat> extra_format = std::nullopt;  // absent: format
 };
 
 std::vector<DecodeCase> decode_cases(bool small) {
@@ -43,6 +45,10 @@ std::vector<DecodeCase> decode_cases(bool small) {
     v.push_back({"v4_b2_h64_topk128_extra512", CacheFormat::v4_fp8, 2, 2, 64, 128, 256, 512, 64});
     // One request, one query token: fewer pairs than cores, so the threads share its heads.
     v.push_back({"v32_b1_sq1_h128_topk2048", CacheFormat::v32_fp8, 1, 1, 128, 2048, 64});
+    // DeepSeek V4.1 with its extra cache in v41_fp8 and in v41_fp4 (CPU only), in V4's shape.
+    v.push_back({"v41_b2_h64_topk128_extra512", CacheFormat::v41_fp8, 2, 2, 64, 128, 256, 512, 64});
+    v.push_back({"v41_b2_h64_topk128_extra512fp4", CacheFormat::v41_fp8, 2, 2, 64, 128, 256, 512, 64,
+                 CacheFormat::v41_fp4});
     return v;
   }
   for (int64_t b : {2, 64, 74, 128})
@@ -84,6 +90,11 @@ std::vector<uint8_t> random_cache(CacheFormat f, int64_t num_pages, int64_t P, u
     for (int64_t t = 0; t < P; ++t) {
       const uint64_t k = static_cast<uint64_t>(page * P + t);
       uint8_t* data = base + t * (fi.page_split ? 576 : fi.bytes_per_token);
+      if (f == CacheFormat::v41_fp4) {  // any e2m1 pair; e4m3 scales of 2^-2: values up to 1.5
+        for (int d = 0; d < 256; ++d) data[d] = static_cast<uint8_t>(testing::bits_at(seed, k * 1024 + d));
+        for (int g = 0; g < 32; ++g) data[256 + g] = 0x28;
+        continue;
+      }
       const int nope = f == CacheFormat::v4_fp8 ? 448 : 512;  // v41_fp8: every dim e4m3
       for (int d = 0; d < nope; ++d) {
         uint8_t c = static_cast<uint8_t>(testing::bits_at(seed, k * 1024 + d));
@@ -379,7 +390,8 @@ int cmd_bench_decode(const Args& args) {
     std::vector<int32_t> idx = random_indices(c.b, c.s_q, c.topk, ctx, 11);
     const int64_t extra_ctx = std::max<int64_t>(2 * c.extra_topk, 4096);
     const int64_t extra_pages = c.extra_topk ? (c.b * extra_ctx + c.extra_page - 1) / c.extra_page : 0;
-    std::vector<uint8_t> ekv = c.extra_topk ? random_cache(c.format, extra_pages, c.extra_page, 13)
+    const FormatInfo& efi = format_info(c.extra_format.value_or(c.format));
+    std::vector<uint8_t> ekv = c.extra_topk ? random_cache(efi.format, extra_pages, c.extra_page, 13)
                                             : std::vector<uint8_t>();
     std::vector<int32_t> eidx = c.extra_topk ? random_indices(c.b, c.s_q, c.extra_topk, extra_ctx, 17)
                                              : std::vector<int32_t>();
@@ -390,10 +402,10 @@ int cmd_bench_decode(const Args& args) {
 
     const double attended = static_cast<double>(c.b * c.s_q * (c.topk + c.extra_topk));
     const double flops = 2.0 * c.h_q * attended * (fi.d_qk + 512);
-    const double unique = static_cast<double>(unique_count(idx, num_pages * c.page) +
-                                              (c.extra_topk ? unique_count(eidx, extra_pages * c.extra_page) : 0));
-    const double bytes = 2.0 * c.b * c.s_q * c.h_q * fi.d_qk + unique * fi.bytes_per_token +
-                         2.0 * c.b * c.s_q * c.h_q * 512;
+    const double unique_bytes =
+        static_cast<double>(unique_count(idx, num_pages * c.page)) * fi.bytes_per_token +
+        (c.extra_topk ? static_cast<double>(unique_count(eidx, extra_pages * c.extra_page)) * efi.bytes_per_token : 0.0);
+    const double bytes = 2.0 * c.b * c.s_q * c.h_q * fi.d_qk + unique_bytes + 2.0 * c.b * c.s_q * c.h_q * 512;
 
     SparseDecodeArgs a;
     a.format = c.format;
@@ -416,7 +428,8 @@ int cmd_bench_decode(const Args& args) {
     a.indices = TensorView(place(idx.data(), idx.size() * 4), DType::i32, {c.b, c.s_q, c.topk}, where);
     if (c.extra_topk) {
       a.extra_k_cache = TensorView(place(ekv.data(), ekv.size()), DType::u8,
-                                   {extra_pages, c.extra_page, 1, fi.bytes_per_token}, where);
+                                   {extra_pages, c.extra_page, 1, efi.bytes_per_token}, where);
+      a.extra_format = c.extra_format;
       a.extra_indices = TensorView(place(eidx.data(), eidx.size() * 4), DType::i32, {c.b, c.s_q, c.extra_topk}, where);
     }
     a.out = TensorView(place(out.data(), out.size() * 2), DType::bf16, {c.b, c.s_q, c.h_q, 512}, where);

@@ -40,7 +40,6 @@ struct Gathered {
 struct Scratch {
   cpu_common::HeadBlockFn head_block;  // this CPU's build (cpu_common::default_head_block)
   cpu_common::PayloadFn payload;       // and its payload decoding (cpu_common::default_payload)
-  std::vector<uint16_t> row;           // [d_qk] one dequantized token, bf16 (v41_fp4)
   std::vector<float> q;                // [kHeadBlock, d_qk] scaled queries of the block
   std::vector<float> s;                // [kHeadBlock, n] scores, then exp(s - max)
   alignas(64) float acc[kHeadBlock][kDimV];
@@ -51,7 +50,7 @@ struct Scratch {
 template <CacheFormat F>
 void dequantize_f32(const CacheRef& c, int64_t slot, Scratch& w, float* out) {
   const formats::RecordByteOffsets o = formats::record_byte_offsets(F, c.page_size, c.page_stride, slot);
-  cpu_common::dequantize_record_f32<F>(c.base + o.data, c.base + o.scale, w.row.data(), out, w.payload);
+  cpu_common::dequantize_record_f32<F>(c.base + o.data, c.base + o.scale, out, w.payload);
 }
 
 void dequantize_f32(const CacheRef& c, int64_t slot, Scratch& w, float* out) {
@@ -141,7 +140,6 @@ void sparse_decode_cpu_fast(const Params& p) {
   auto make_scratch = [&](Scratch& w) {
     w.head_block = head_block_build;
     w.payload = payload_build;
-    w.row.resize(static_cast<size_t>(p.d_qk));
     w.q.resize(static_cast<size_t>(kHeadBlock * p.d_qk));
   };
   auto heads_of = [&](int64_t hb) { return static_cast<int>(std::min<int64_t>(kHeadBlock, p.h_q - hb * kHeadBlock)); };

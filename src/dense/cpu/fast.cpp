@@ -29,7 +29,6 @@ struct Scratch {
   cpu_common::HeadBlockFn head_block;  // this CPU's build (cpu_common::default_head_block)
   cpu_common::PayloadFn payload;       // and its payload decoding (cpu_common::default_payload)
   std::vector<float> k;  // [n, d_qk] visible keys of one kv head
-  uint16_t row[576];     // codec scratch of cpu_common::dequantize_record_f32 (unused by v32_fp8)
   std::vector<float> q;  // [kHeadBlock, d_qk] scaled queries of the block
   std::vector<float> s;  // [kHeadBlock, n] scores, then exp(s - max)
   alignas(64) float acc[kHeadBlock][cpu_common::kMaxDimV];
@@ -60,7 +59,7 @@ void key_f32(const Params& p, int64_t i, int64_t t, int64_t kv_head, Scratch& w,
   if (p.fp8) {
     constexpr CacheFormat F = CacheFormat::v32_fp8;
     const formats::RecordByteOffsets o = formats::record_byte_offsets(F, p.page_size, p.page_stride_fp8, token_slot(p, i, t));
-    cpu_common::dequantize_record_f32<F>(p.k_cache_fp8 + o.data, p.k_cache_fp8 + o.scale, w.row, kt, w.payload);
+    cpu_common::dequantize_record_f32<F>(p.k_cache_fp8 + o.data, p.k_cache_fp8 + o.scale, kt, w.payload);
   } else {
     load_key(p, i, t, kv_head, kt);
   }
