@@ -259,16 +259,34 @@ def sparse_decode_workspace_bytes(plan: DecodePlan) -> int:
     return _native.sparse_decode_workspace_bytes(plan)
 
 
-def _decode_format(q: Any, format: Optional[str]) -> str:
+# A 4-D cache's format by its bytes per token (its last dimension), as FlashMLA tells them apart.
+_FORMAT_BY_BPT = {656: "v32_fp8", 584: "v4_fp8", 528: "v41_fp8", 288: "v41_fp4"}
+
+
+def _decode_format(q: Any, k_cache: Any, format: Optional[str]) -> str:
     if format is not None:
         return format
+    if len(k_cache.shape) == 4 and int(k_cache.shape[-1]) in (528, 584, 656):
+        return _FORMAT_BY_BPT[int(k_cache.shape[-1])]
     d_qk = int(q.shape[-1])
     if d_qk == 576:
         return "v32_fp8"
     if d_qk == 512:
         return "v4_fp8"
     raise ValueError(f"sparse_decode: cannot infer the cache format from d_qk={d_qk} "
-                     "(576: v32_fp8, 512: v4_fp8; v41_fp8 is never inferred); pass format=")
+                     "(576: v32_fp8, 512: v4_fp8; a 4-D cache of 528 bytes per token: v41_fp8); "
+                     "pass format=")
+
+
+def _extra_format(fmt: str, extra_k_cache: Any, extra_format: Optional[str]) -> str:
+    """The extra cache's format for the binding: given, or V4.1's v41_fp4 told by a 4-D cache of 288
+    bytes per token with a v41_fp8 k_cache, or "" (the same as k_cache's)."""
+    if extra_format is not None:
+        return extra_format
+    if (fmt == "v41_fp8" and extra_k_cache is not None and len(extra_k_cache.shape) == 4
+            and int(extra_k_cache.shape[-1]) == 288):
+        return "v41_fp4"
+    return ""
 
 
 def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] = None,
@@ -281,21 +299,24 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
                   workspace: Any = None) -> Tuple[Any, Any]:
     """Sparse MLA decode over a quantized paged cache; returns (out, lse).
 
-    q:        bf16 [b, s_q, h_q, d_qk]; d_qk 576 (v32_fp8) or 512 (v4_fp8, v41_fp8); format defaults
-              from it (512: v4_fp8; pass format="v41_fp8" for DeepSeek V4.1 caches)
+    q:        bf16 [b, s_q, h_q, d_qk]; d_qk 576 (v32_fp8) or 512 (v4_fp8, v41_fp8)
+    format:   None tells it by a 4-D k_cache's bytes per token (656 v32_fp8, 584 v4_fp8, 528
+              v41_fp8), else by d_qk (576 v32_fp8, 512 v4_fp8)
     k_cache:  u8 [num_pages, P, 1, bytes_per_token], or [num_pages, page_bytes] with page_size
     indices:  i32 [b, s_q, topk], flat slots; any value outside the cache is skipped
     topk_length, extra_topk_length: i32 [b] or None; attn_sink: f32 [h_q] or None
     extra_k_cache / extra_indices (i32 [b, s_q, extra_topk]): a second cache, given together
-    extra_format: None means format; "v41_fp4" with a v41_fp8 k_cache (DeepSeek V4.1's pairing;
-              CPU only for now: CUDA raises NotImplementedError)
+    extra_format: None means format, or "v41_fp4" for a 4-D extra cache of 288 bytes per token
+              with a v41_fp8 k_cache (DeepSeek V4.1's pairing; CPU only for now: CUDA raises
+              NotImplementedError)
     softmax_scale: None means d_qk ** -0.5
     Returns out bf16 [b, s_q, h_q, 512] and lse f32 [b, h_q, s_q] (natural log; +inf and a zero
     output row for a query with no valid key; the sink scales out, never lse).
     plan: from plan_decode (GPU; None plans per call; CPU paths only check its shapes).
     impl: "auto", "oracle" (float64 CPU), "fast" (CPU), "cuda".
     """
-    fmt = _decode_format(q, format)
+    fmt = _decode_format(q, k_cache, format)
+    efmt = _extra_format(fmt, extra_k_cache, extra_format)
     ps = -1 if page_size is None else page_size
     eps = -1 if extra_page_size is None else extra_page_size
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
@@ -306,7 +327,7 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
             q, k_cache, indices, fmt, ps, topk_length, attn_sink, extra_k_cache, eps,
             extra_indices, extra_topk_length, scale,
             [] if p is None else _plan_fields(p),
-            impl, workspace, extra_format or "")
+            impl, workspace, efmt)
     b, s_q, h_q = (int(s) for s in q.shape[:3])
     given = (out, lse, workspace)
     if out is None:
@@ -319,7 +340,7 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
         _arrays.native_bytes(extra_k_cache), eps, _arrays.native(extra_indices),
         _arrays.native(extra_topk_length), scale, _arrays.native(out, bf16=True),
         _arrays.native(lse), plan, impl, _arrays.native_bytes(workspace), _arrays.stream_of(q),
-        extra_format or "")
+        efmt)
     _arrays.mark_written(*given)
     return out, lse
 

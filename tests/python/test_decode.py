@@ -91,9 +91,23 @@ def test_fp4_extra_cache_against_numpy(lengths, sink):
         finite = np.isfinite(ref_lse)
         np.testing.assert_array_equal(np.isfinite(lse), finite)
         np.testing.assert_allclose(lse[finite], ref_lse[finite], rtol=1e-5, atol=1e-5)
-    # The extra cache read as v41_fp8 records would not even fit its 288-byte view.
+    # The extra cache named v41_fp8 (528-byte records) does not fit its 288-byte view.
     with pytest.raises(ValueError, match=r"288"):
-        run(dict(inp, extra_format=None), "fast")
+        run(dict(inp, extra_format="v41_fp8"), "fast")
+
+
+def test_formats_told_by_bytes_per_token():
+    # Without format / extra_format, 4-D caches name their formats by bytes per token: 528 is
+    # v41_fp8 (d_qk 512 alone would mean v4_fp8), and 288 beside it V4.1's v41_fp4 extra cache.
+    inp = decode_inputs("v41_fp8", b=2, s_q=1, h_q=3, topk=32, seed=18, extra=True, extra_fmt="v41_fp4")
+    explicit = run(inp, "fast")
+    told = run({k: v for k, v in inp.items() if k not in ("format", "extra_format")}, "fast")
+    np.testing.assert_array_equal(told[0].view(np.uint16), explicit[0].view(np.uint16))
+    np.testing.assert_array_equal(told[1], explicit[1])
+    # A 2-D cache has no bytes per token: d_qk 512 then means v4_fp8, named in the error.
+    k2 = inp["k_cache"].reshape(inp["k_cache"].shape[0], -1)
+    with pytest.raises(ValueError, match=r"for format v4_fp8"):
+        latentkv.sparse_decode(inp["q"], k2, inp["indices"], page_size=64)
 
 
 def test_explicit_scale_and_default():
@@ -186,6 +200,9 @@ def test_errors():
         latentkv.sparse_decode(q, inp["k_cache"], inp["indices"],
                                plan=latentkv.plan_decode(1, 1, 64, 2048))
     with pytest.raises(ValueError, match=r"cannot infer the cache format from d_qk=100"):
+        latentkv.sparse_decode(q[..., :100], inp["k_cache"].reshape(8, -1), inp["indices"], page_size=64)
+    # (A 4-D cache names its format by bytes per token; q is then checked against it.)
+    with pytest.raises(ValueError, match=r"expected q of shape \[b, s_q, h_q, 576\] bf16, got \[2, 2, 4, 100\]"):
         latentkv.sparse_decode(q[..., :100], inp["k_cache"], inp["indices"])
     # Outputs may not share memory with each other or with an input (nothing is written then).
     out = np.full((2, 2, 4, 512), 7, BF16)
