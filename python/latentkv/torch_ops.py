@@ -156,7 +156,10 @@ def sparse_decode(q: Tensor, k_cache: Tensor, indices: Tensor, format: str, page
                   extra_k_cache: Optional[Tensor], extra_page_size: int,
                   extra_indices: Optional[Tensor], extra_topk_length: Optional[Tensor],
                   softmax_scale: float, plan: List[int], impl: str,
-                  workspace: Optional[Tensor], extra_format: str = "") -> Tuple[Tensor, Tensor]:
+                  workspace: Optional[Tensor],
+                  extra_format: Optional[str] = None) -> Tuple[Tensor, Tensor]:
+    # (extra_format: None or "" means format. A None default, not a string one: torch releases
+    # before string defaults in custom-op schemas refuse those when the op is defined.)
     b, s_q, h_q = q.shape[0], q.shape[1], q.shape[2]
     out = torch.empty((b, s_q, h_q, 512), dtype=torch.bfloat16, device=q.device)
     lse = torch.empty((b, h_q, s_q), dtype=torch.float32, device=q.device)
@@ -167,7 +170,7 @@ def sparse_decode(q: Tensor, k_cache: Tensor, indices: Tensor, format: str, page
         _arrays.native_bytes(extra_k_cache), extra_page_size, _arrays.native(extra_indices),
         _arrays.native(extra_topk_length), softmax_scale, _arrays.native(out),
         _arrays.native(lse), plan_obj, impl, _arrays.native_bytes(workspace),
-        _arrays.stream_of(q), extra_format)
+        _arrays.stream_of(q), extra_format or "")
     return out, lse
 
 

@@ -62,7 +62,8 @@ LKV_HD int64_t candidate_slot(const CacheRef& c, int64_t i, int64_t j, int64_t k
 }
 
 // Dequantizes the record of `slot` to bf16 bits [d_qk] through the shared codec (exact: payload
-// times a power-of-two scale, SPEC.md section 1).
+// times its group's scale, a power of two, or for v41_fp4 an e4m3 value, whose product with an e2m1
+// code bf16 holds exactly; SPEC.md section 1).
 template <CacheFormat F>
 LKV_HD void dequantize_token(const CacheRef& c, int64_t slot, uint16_t* out) {
   const formats::RecordByteOffsets o =

@@ -31,7 +31,8 @@ void check_format(const char* name, CpuIsa isa) {
     // Records start at every offset mod 16 (cache records sit at multiples of 656, 584, ... bytes:
     // the lane loads must not assume alignment).
     const int off = rep % 16;
-    // Payload byte k of the first group runs through every code over the first 256 records.
+    // Payload byte rep % payload_bytes takes the value rep: over the first 256 records every byte
+    // value occurs (for v41_fp4 every code in both nibbles); the random bytes cover the rest.
     data[off + rep % L.payload_bytes] = static_cast<uint8_t>(rep);
     for (uint8_t& b : scale) b = static_cast<uint8_t>(rng());
     if constexpr (F == CacheFormat::v32_fp8) {

@@ -18,6 +18,7 @@
 #include "decode/sm90/nan_bits.h"
 
 #include "decode/plan.h"
+#include "formats/record_codec.h"
 #include "latentkv/decode.h"
 #include "latentkv/error.h"
 #include "latentkv/numerics.h"
@@ -291,9 +292,10 @@ TEST(DecodeCorner, SinkPlusInfZeroesOutputAndKeepsLse) {
 }
 
 TEST(DecodeCorner, SinkMinusInfHasNoEffect) {
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
+  for (const FormatPair& fp : kFormatPairs) {
     DecodeWorkloadOptions o;
-    o.format = f;
+    o.format = fp.f;
+    o.extra_format = fp.extra;
     o.s_q = 2;
     o.h_q = 6;
     o.extra = true;
@@ -357,49 +359,67 @@ TEST(DecodeCorner, NanInUnattendedRecordsNeverReachesTheOutput) {
     int64_t nan_bytes = 0;
     for (uint8_t x : w.kv) nan_bytes += x == 0x7f;
     ASSERT_GT(nan_bytes, 10000) << describe(o);
-    int64_t extra_nan_bytes = 0;  // (a v41_fp4 record's NaN is in its e4m3 scales)
-    for (uint8_t x : w.extra_kv) extra_nan_bytes += x == 0x7f;
-    ASSERT_GT(extra_nan_bytes, 1000) << describe(o);
+    // The extra cache's unattended records must hold NaN scales: a v41_fp4 record's only NaN (its
+    // e2m1 payload has no NaN code; the poison's 0x7f payload bytes are finite).
+    const CacheFormat ef = w.extra_format();
+    int64_t nan_scale_records = 0;
+    for (int64_t slot = 0; slot < w.extra_num_slots(); ++slot) {
+      const uint8_t* sc =
+          w.extra_kv.data() + formats::record_byte_offsets(ef, o.extra_page_size, w.extra_page_stride, slot).scale;
+      const float first = ef == CacheFormat::v32_fp8   ? num::bits_f32(formats::load_u32_le(sc))
+                          : ef == CacheFormat::v41_fp4 ? num::e4m3_to_f32(sc[0])
+                                                       : num::ue8m0_to_f32(sc[0]);
+      nan_scale_records += std::isnan(first);
+    }
+    ASSERT_GT(nan_scale_records, 10) << describe(o);
     const DecodeDiff d = expect_fast_matches_oracle(o);
     EXPECT_EQ(d.nan_out, 0);
   }
 }
 
 TEST(DecodeCorner, PaddedPagesAndStridedViews) {
-  DecodeWorkloadOptions o;
-  o.format = CacheFormat::v4_fp8;
-  o.b = 2;
-  o.s_q = 3;
-  o.h_q = 5;
-  o.page_size = 13;
-  o.page_pad_bytes = 100;
-  o.extra = true;
-  expect_fast_matches_oracle(o);
-  DecodeWorkload w = make_decode_workload(o);
-  const Result ref = run(w, DecodeImpl::kCpuFast);
+  // V4's page-split records, and V4.1's with the v41_fp4 extra cache.
+  for (const FormatPair& fp : {FormatPair{CacheFormat::v4_fp8, std::nullopt},
+                               FormatPair{CacheFormat::v41_fp8, CacheFormat::v41_fp4}}) {
+    DecodeWorkloadOptions o;
+    o.format = fp.f;
+    o.extra_format = fp.extra;
+    o.b = 2;
+    o.s_q = 3;
+    o.h_q = 5;
+    o.page_size = 13;
+    o.page_pad_bytes = 100;
+    o.extra = true;
+    o.extra_page_size = 7;
+    expect_fast_matches_oracle(o);
+    DecodeWorkload w = make_decode_workload(o);
+    const Result ref = run(w, DecodeImpl::kCpuFast);
 
-  // The same inputs and outputs through padded rows, and the main cache in its 2-D form.
-  const int64_t b = o.b, s_q = o.s_q, h_q = o.h_q, d_qk = w.d_qk, pad = 8;
-  std::vector<uint16_t> q(static_cast<size_t>(b * s_q * h_q * (d_qk + pad)), 0x7fc0);
-  for (int64_t r = 0; r < b * s_q * h_q; ++r)
-    std::memcpy(&q[r * (d_qk + pad)], &w.q[r * d_qk], d_qk * sizeof(uint16_t));
-  std::vector<uint16_t> out(static_cast<size_t>(b * s_q * h_q * (512 + pad)), 0x7fc0);
-  std::vector<float> lse(static_cast<size_t>(b * h_q * (s_q + 1)), 0.0f);
-  SparseDecodeArgs a = w.args();
-  a.q = TensorView(q.data(), DType::bf16, {b, s_q, h_q, d_qk},
-                   {s_q * h_q * (d_qk + pad), h_q * (d_qk + pad), d_qk + pad, 1});
-  a.k_cache = TensorView(w.kv.data(), DType::u8, {w.num_pages, w.page_stride});
-  a.page_size = o.page_size;
-  a.out = TensorView(out.data(), DType::bf16, {b, s_q, h_q, 512},
-                     {s_q * h_q * (512 + pad), h_q * (512 + pad), 512 + pad, 1});
-  a.lse = TensorView(lse.data(), DType::f32, {b, h_q, s_q}, {h_q * (s_q + 1), s_q + 1, 1});
-  sparse_decode(a, nullptr, DecodeImpl::kCpuFast);
-  for (int64_t r = 0; r < b * s_q * h_q; ++r)
-    ASSERT_EQ(std::memcmp(&out[r * (512 + pad)], &ref.out[r * 512], 512 * sizeof(uint16_t)), 0);
-  for (int64_t i = 0; i < b; ++i)
-    for (int64_t h = 0; h < h_q; ++h)
-      for (int64_t j = 0; j < s_q; ++j)
-        ASSERT_EQ(lse[(i * h_q + h) * (s_q + 1) + j], ref.lse[(i * h_q + h) * s_q + j]);
+    // The same inputs and outputs through padded rows, and both caches in their 2-D form.
+    const int64_t b = o.b, s_q = o.s_q, h_q = o.h_q, d_qk = w.d_qk, pad = 8;
+    std::vector<uint16_t> q(static_cast<size_t>(b * s_q * h_q * (d_qk + pad)), 0x7fc0);
+    for (int64_t r = 0; r < b * s_q * h_q; ++r)
+      std::memcpy(&q[r * (d_qk + pad)], &w.q[r * d_qk], d_qk * sizeof(uint16_t));
+    std::vector<uint16_t> out(static_cast<size_t>(b * s_q * h_q * (512 + pad)), 0x7fc0);
+    std::vector<float> lse(static_cast<size_t>(b * h_q * (s_q + 1)), 0.0f);
+    SparseDecodeArgs a = w.args();
+    a.q = TensorView(q.data(), DType::bf16, {b, s_q, h_q, d_qk},
+                     {s_q * h_q * (d_qk + pad), h_q * (d_qk + pad), d_qk + pad, 1});
+    a.k_cache = TensorView(w.kv.data(), DType::u8, {w.num_pages, w.page_stride});
+    a.page_size = o.page_size;
+    a.extra_k_cache = TensorView(w.extra_kv.data(), DType::u8, {w.extra_num_pages, w.extra_page_stride});
+    a.extra_page_size = o.extra_page_size;
+    a.out = TensorView(out.data(), DType::bf16, {b, s_q, h_q, 512},
+                       {s_q * h_q * (512 + pad), h_q * (512 + pad), 512 + pad, 1});
+    a.lse = TensorView(lse.data(), DType::f32, {b, h_q, s_q}, {h_q * (s_q + 1), s_q + 1, 1});
+    sparse_decode(a, nullptr, DecodeImpl::kCpuFast);
+    for (int64_t r = 0; r < b * s_q * h_q; ++r)
+      ASSERT_EQ(std::memcmp(&out[r * (512 + pad)], &ref.out[r * 512], 512 * sizeof(uint16_t)), 0);
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t h = 0; h < h_q; ++h)
+        for (int64_t j = 0; j < s_q; ++j)
+          ASSERT_EQ(lse[(i * h_q + h) * (s_q + 1) + j], ref.lse[(i * h_q + h) * s_q + j]);
+  }
 }
 
 TEST(DecodeCpu, FastPathIsBitwiseDeterministic) {

@@ -26,6 +26,12 @@ def test_opcheck_every_op():
     torch.library.opcheck(torch_ops.sparse_decode,
                           (q, k, idx, "v32_fp8", -1, None, sink, None, -1, None, None, 0.0, [],
                            "auto", None))
+    # DeepSeek V4.1's v41_fp4 extra cache (the op's last argument).
+    v41 = decode_inputs("v41_fp8", b=2, s_q=1, h_q=3, topk=16, seed=34, extra=True, extra_fmt="v41_fp4")
+    torch.library.opcheck(torch_ops.sparse_decode,
+                          (t(v41["q"]), t(v41["k_cache"]), t(v41["indices"]), "v41_fp8", -1, None, None,
+                           t(v41["extra_k_cache"]), -1, t(v41["extra_indices"]), None, 0.0, [], "auto", None,
+                           "v41_fp4"))
     x = torch.randn(3, 512, dtype=torch.bfloat16)
     cache = torch.zeros(1, 4, 1, 584, dtype=torch.uint8)
     torch.library.opcheck(torch_ops.quantize, (x, torch.tensor([0, 1, 3]), cache, "v4_fp8", -1))
