@@ -259,15 +259,17 @@ def sparse_decode_workspace_bytes(plan: DecodePlan) -> int:
     return _native.sparse_decode_workspace_bytes(plan)
 
 
-# A 4-D cache's format by its bytes per token (its last dimension), as FlashMLA tells them apart.
-_FORMAT_BY_BPT = {656: "v32_fp8", 584: "v4_fp8", 528: "v41_fp8", 288: "v41_fp4"}
+# A 4-D cache's format by its bytes per token (its last dimension), as FlashMLA tells them apart:
+# a k_cache's, and an extra cache's (v41_fp4 only beside v41_fp8; sparse_decode checks the pairing).
+_MAIN_FORMAT_BY_BPT = {656: "v32_fp8", 584: "v4_fp8", 528: "v41_fp8"}
+_EXTRA_FORMAT_BY_BPT = {**_MAIN_FORMAT_BY_BPT, 288: "v41_fp4"}
 
 
 def _decode_format(q: Any, k_cache: Any, format: Optional[str]) -> str:
     if format is not None:
         return format
-    if len(k_cache.shape) == 4 and int(k_cache.shape[-1]) in (528, 584, 656):
-        return _FORMAT_BY_BPT[int(k_cache.shape[-1])]
+    if len(k_cache.shape) == 4 and int(k_cache.shape[-1]) in _MAIN_FORMAT_BY_BPT:
+        return _MAIN_FORMAT_BY_BPT[int(k_cache.shape[-1])]
     d_qk = int(q.shape[-1])
     if d_qk == 576:
         return "v32_fp8"
@@ -284,7 +286,7 @@ def _extra_format(fmt: str, extra_k_cache: Any, extra_format: Optional[str]) -> 
     if extra_format is not None:
         return extra_format
     if (fmt == "v41_fp8" and extra_k_cache is not None and len(extra_k_cache.shape) == 4
-            and int(extra_k_cache.shape[-1]) == 288):
+            and _EXTRA_FORMAT_BY_BPT.get(int(extra_k_cache.shape[-1])) == "v41_fp4"):
         return "v41_fp4"
     return ""
 

@@ -49,6 +49,7 @@ from typing import Any, Optional, Tuple
 
 from . import _arrays, _native
 from . import dense_decode, plan_decode, sparse_decode, sparse_prefill, DecodePlan
+from . import _EXTRA_FORMAT_BY_BPT, _MAIN_FORMAT_BY_BPT
 
 __all__ = ["SchedMeta", "FlashMLASchedMeta", "get_mla_metadata", "flash_mla_with_kvcache",
            "flash_mla_sparse_fwd"]
@@ -144,13 +145,8 @@ def _dense(q: Any, k_cache: Any, block_table: Any, cache_seqlens: Any, meta: Sch
         softmax_scale=float(q.shape[-1]) ** -0.5 if softmax_scale is None else softmax_scale)
 
 
-# The sparse caches' formats by bytes per token, as FlashMLA tells them apart. (latentkv's
-# sparse_decode then checks the pairing: the extra cache in k_cache's format, or v41_fp4 with
-# v41_fp8, and q's head_dim against the format's.)
-_MAIN_FORMATS = {656: "v32_fp8", 584: "v4_fp8", 528: "v41_fp8"}
-_EXTRA_FORMATS = {**_MAIN_FORMATS, 288: "v41_fp4"}
-
-
+# (A sparse cache's format by its bytes per token: latentkv's tables, as FlashMLA tells them apart;
+# sparse_decode then checks the pairing and q's head_dim against the format's.)
 def _sparse_format(cache: Any, name: str, formats: dict) -> str:
     bpt = int(cache.shape[-1])
     if bpt not in formats:
@@ -228,9 +224,9 @@ def flash_mla_with_kvcache(
         extra_page_block_size=None if extra_k_cache is None else int(extra_k_cache.shape[1]),
         extra_topk=(None if extra_indices_in_kvcache is None
                     else int(extra_indices_in_kvcache.shape[-1])))
-    fmt = _sparse_format(k_cache, "k_cache", _MAIN_FORMATS)
+    fmt = _sparse_format(k_cache, "k_cache", _MAIN_FORMAT_BY_BPT)
     extra_fmt = (None if extra_k_cache is None
-                 else _sparse_format(extra_k_cache, "extra_k_cache", _EXTRA_FORMATS))
+                 else _sparse_format(extra_k_cache, "extra_k_cache", _EXTRA_FORMAT_BY_BPT))
     _use_metadata(meta, config, lambda: plan_decode(
         config.b, config.s_q, config.h_q, config.topk, config.extra_topk or 0, _num_sms(q)))
 
