@@ -405,12 +405,13 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
     return;
   }
 #ifdef LKV_WITH_CUDA
-  // The CUDA kernels dequantize both caches with one record layout, chosen at compile time.
-  if (has_extra && extra_format != a.format)
-    LKV_FAIL(ErrorKind::kNotBuilt, "sparse_decode on CUDA needs the extra cache in k_cache's format (",
-             format_info(a.format).name, "); an extra cache in ", format_info(extra_format).name,
-             " runs on the CPU only");
   const cuda_common::DeviceGuard guard(dev.index);
+  // V4.1's fp4 extra cache runs on the portable kernel (decode/cuda/attend_launch.cuh), which does
+  // not fit the shared memory of the GPUs the compact kernel serves.
+  if (has_extra && extra_format != a.format && decode::cuda::use_compact(dev.index, decode::cuda::SmemLayout<512, false>::total))
+    LKV_FAIL(ErrorKind::kNotBuilt, "sparse_decode on CUDA takes an extra cache in ", format_info(extra_format).name,
+             " on the portable kernel only, which needs ", decode::cuda::SmemLayout<512, false>::total,
+             " bytes of shared memory per block; device ", dev.index, " runs the compact kernel");
   // The kernel reads q rows and writes out rows with 16-byte accesses.
   LKV_CHECK(a.q.rows_aligned(16), "sparse_decode on CUDA needs q rows aligned to 16 bytes, got ",
             a.q.alignment_str(16));

@@ -45,7 +45,7 @@ std::vector<DecodeCase> decode_cases(bool small) {
     v.push_back({"v4_b2_h64_topk128_extra512", CacheFormat::v4_fp8, 2, 2, 64, 128, 256, 512, 64});
     // One request, one query token: fewer pairs than cores, so the threads share its heads.
     v.push_back({"v32_b1_sq1_h128_topk2048", CacheFormat::v32_fp8, 1, 1, 128, 2048, 64});
-    // DeepSeek V4.1 with its extra cache in v41_fp8 and in v41_fp4 (CPU only), in V4's shape.
+    // DeepSeek V4.1 with its extra cache in v41_fp8 and in v41_fp4 in V4's shape.
     v.push_back({"v41_b2_h64_topk128_extra512", CacheFormat::v41_fp8, 2, 2, 64, 128, 256, 512, 64});
     v.push_back({"v41_b2_h64_topk128_extra512fp4", CacheFormat::v41_fp8, 2, 2, 64, 128, 256, 512, 64,
                  CacheFormat::v41_fp4});
@@ -65,6 +65,10 @@ std::vector<DecodeCase> decode_cases(bool small) {
     for (int64_t b : {2, 64, 128})
       v.push_back({"v41_b" + std::to_string(b) + "_h" + std::to_string(h) + "_topk128_extra512p64",
                    CacheFormat::v41_fp8, b, 2, h, 128, 256, 512, 64});
+  // The same with V4.1's fp4 extra cache (the portable kernel on every device).
+  for (int64_t b : {2, 64, 128})
+    v.push_back({"v41_b" + std::to_string(b) + "_h64_topk128_extra512p64fp4", CacheFormat::v41_fp8, b, 2, 64, 128, 256,
+                 512, 64, CacheFormat::v41_fp4});
   // Beyond FlashMLA's list: V3.2 sharded over 8 or 4 GPUs by heads (16 or 32 per GPU), where a
   // CTA's 64 rows are mostly padding.
   for (int64_t h : {16, 32})

@@ -92,7 +92,10 @@ template <class Source, class PortableSource = Source>
 void launch_attend_once(const KernelParams<typename Source::Args>& p, Stream stream) {
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
-  if constexpr (!Source::kF16) {
+  // Mixed v41_fp8 / v41_fp4 records (KeyStorage::kV41Mixed): the portable kernel on every device
+  // (docs/design/fp4-extra-cache-cuda.md); sparse_decode refuses them where it does not fit.
+  constexpr bool kPortableOnly = Source::kStorage == KeyStorage::kV41Mixed;
+  if constexpr (!Source::kF16 && !kPortableOnly) {
     if (use_sm90(device)) {
       decode::sm90::launch_attend<Source>(p, stream);
       if (p.g.num_splits > 1) launch_combine(p.g, p.o, false, stream);
@@ -107,10 +110,12 @@ void launch_attend_once(const KernelParams<typename Source::Args>& p, Stream str
   // The compact kernel where the portable kernel's narrow layout does not fit (or where forced);
   // it takes none of the portable kernel's choices, so it runs with Source (one instantiation where
   // the portable kernel has two).
-  if (use_compact(device, SmemLayout<P::kDqk, kDirect>::total)) {
-    compact::launch_attend<Source>(p, stream);
-    if (p.g.num_splits > 1) launch_combine(p.g, p.o, P::kF16, stream);
-    return;
+  if constexpr (!kPortableOnly) {
+    if (use_compact(device, SmemLayout<P::kDqk, kDirect>::total)) {
+      compact::launch_attend<Source>(p, stream);
+      if (p.g.num_splits > 1) launch_combine(p.g, p.o, P::kF16, stream);
+      return;
+    }
   }
   // The wide layout: quantized keys dequantized while the products run (any device with the
   // room); 16-bit keys three tiles deep, on sm_90 only (there the kernel's bulk copies keep two
