@@ -408,7 +408,8 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   const cuda_common::DeviceGuard guard(dev.index);
   // V4.1's fp4 extra cache runs on the portable kernel (decode/cuda/attend_launch.cuh), which does
   // not fit the shared memory of the GPUs the compact kernel serves.
-  if (has_extra && extra_format != a.format && decode::cuda::use_compact(dev.index, decode::cuda::SmemLayout<512, false>::total))
+  const bool fp4_extra = p.extra.topk > 0 && extra_format != a.format;  // decode/cuda/decode.cu's routing
+  if (fp4_extra && decode::cuda::use_compact(dev.index, decode::cuda::SmemLayout<512, false>::total))
     LKV_FAIL(ErrorKind::kNotBuilt, "sparse_decode on CUDA takes an extra cache in ", format_info(extra_format).name,
              " on the portable kernel only, which needs ", decode::cuda::SmemLayout<512, false>::total,
              " bytes of shared memory per block; device ", dev.index, " runs the compact kernel");
@@ -433,8 +434,10 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   DecodePlan local;
   const DecodePlan* plan = a.plan;
   if (!plan) {
+    // (The fp4 extra cache runs on the portable kernel on every device.)
     local = plan_decode(b, s_q, h_q, p.main.topk, p.extra.topk, cuda_common::sm_count(dev.index),
-                        decode::cuda::use_sm90(dev.index) ? DecodePlanKernel::kSm90 : DecodePlanKernel::kPortable);
+                        decode::cuda::use_sm90(dev.index) && !fp4_extra ? DecodePlanKernel::kSm90
+                                                                        : DecodePlanKernel::kPortable);
     plan = &local;
   }
   p.num_splits = plan->num_splits;

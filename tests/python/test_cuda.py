@@ -386,7 +386,11 @@ def test_sparse_decode_fp4_extra_cache_matches_oracle(case):
     inp = decode_inputs("v41_fp8", seed=23, extra_fmt="v41_fp4", **dict(kw, extra=True))
     inp["indices"][0, 0] = -1
     ref_out, ref_lse = decode_numpy(inp, "oracle")
-    out, lse = decode_numpy(on_dev(inp), "auto")
+    try:
+        out, lse = decode_numpy(on_dev(inp), "auto")
+    except NotImplementedError as e:  # a GPU that runs the compact kernel (99 KB of shared memory)
+        assert "on the portable kernel only" in str(e)
+        pytest.skip(str(e))
     check_decode(out, lse, ref_out, ref_lse)
 
 

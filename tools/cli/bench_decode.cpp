@@ -387,6 +387,10 @@ int cmd_bench_decode(const Args& args) {
               "TFLOPS", "GB/s", cuda ? "of HBM" : "of roof", "splits", "unsplit");
   for (const DecodeCase& c : decode_cases(!cuda)) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+#ifdef LKV_WITH_CUDA
+    // The fp4 extra cache runs on the portable kernel only, which a 99 KB GPU cannot hold.
+    if (cuda && c.extra_format && decode::cuda::use_compact(0, decode::cuda::SmemLayout<512, false>::total)) continue;
+#endif
     const FormatInfo& fi = format_info(c.format);
     const int64_t ctx = std::max<int64_t>(2 * c.topk, 4096);
     const int64_t num_pages = (c.b * ctx + c.page - 1) / c.page;
@@ -460,7 +464,9 @@ int cmd_bench_decode(const Args& args) {
       DecodePlan plan{};
       if (cuda) {
 #ifdef LKV_WITH_CUDA
-        plan = plan_decode(c.b, c.s_q, c.h_q, c.topk, c.extra_topk, bench_cuda::sm_count(0));
+        // (The fp4 extra cache runs on the portable kernel on every device.)
+        plan = plan_decode(c.b, c.s_q, c.h_q, c.topk, c.extra_topk, bench_cuda::sm_count(0),
+                           c.extra_format ? DecodePlanKernel::kPortable : DecodePlanKernel::kAuto);
         if (forced) {
           const int64_t total = c.topk + c.extra_topk;
           plan.keys_per_split = ((total + forced - 1) / forced + 63) / 64 * 64;

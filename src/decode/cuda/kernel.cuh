@@ -596,8 +596,8 @@ __device__ __forceinline__ void dequant16_e2m1(const uint2 raw, float s, uint4& 
 }
 
 // kV41Mixed (dequantize_tile's): every token's 32 chunks of 16 dims, each by its record's kind, one
-// chunk per thread and iteration (no batching: this path is for correctness first; the one tile
-// of a split that holds both kinds diverges, the others do not).
+// chunk per thread and iteration (no batching: this path is for correctness first). A warp's 32
+// chunks are one token's, so the kind's branch is uniform within every warp.
 template <int kRawRecord, int kStride>
 __device__ __forceinline__ void dequantize_tile_mixed(const uint8_t* const* tile_data, const uint8_t* const* tile_scale,
                                                       const uint8_t* raw_tile, uint16_t* keys, int tid) {
