@@ -176,10 +176,12 @@ LKV_HD uint8_t f32_to_e4m3(float x) {
 
 // ---- e2m1 (fp4) -------------------------------------------------------------------------------
 // Layout s.ee.m, values {0, 0.5, 1, 1.5, 2, 3, 4, 6}; round to nearest even, saturate at 6.
+// Built from the code's bits (exponent e, mantissa m: 2^(e - 1) (1 + m / 2), or m x 0.5 for e 0,
+// the sign on top) rather than a table, which a GPU kernel would keep in local memory.
 LKV_HD float e2m1_to_f32(uint8_t c) {
-  const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  float v = mag[c & 7u];
-  return (c & 8u) ? -v : v;
+  const uint32_t e = (c >> 1) & 3u, m = c & 1u;
+  const uint32_t mag = e == 0u ? m * 0x3f000000u : ((e + 126u) << 23) | (m << 22);
+  return bits_f32(mag | ((static_cast<uint32_t>(c) & 8u) << 28));
 }
 
 // NaN encodes as +0 (e2m1 has no NaN); callers never produce NaN inputs from finite data.

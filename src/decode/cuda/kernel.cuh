@@ -575,21 +575,17 @@ __device__ __forceinline__ void issue_bulk_records(const uint8_t* const* data, c
 // converted like the others and the result replaced by zeros, so that the loads of several chunks
 // are in flight at once (a rolled loop with a branch per chunk waited out each load in turn).
 // 16 e2m1 codes (8 bytes, the even dim in each byte's low nibble) times the e4m3 scale s to 16 bf16,
-// dims in order: each code's value built from its bits (sign, exponent, one mantissa bit; code 1 is
-// 0.5), times s in fp32, rounded once to bf16, as formats::decode_unit<v41_fp4> does (the product of
-// a 2-bit and a 4-bit significand is exact in bf16).
-__device__ __forceinline__ float e2m1_to_f32_bits(uint32_t c) {
-  const uint32_t e = (c >> 1) & 3u, m = c & 1u;
-  const uint32_t mag = e == 0u ? m * 0x3f000000u : ((e + 126u) << 23) | (m << 22);
-  return __uint_as_float(mag | ((c & 8u) << 28));
-}
+// dims in order: each code's value (num::e2m1_to_f32, from its bits), times s in fp32, rounded once
+// to bf16, as formats::decode_unit<v41_fp4> does (the product of a 2-bit and a 4-bit significand is
+// exact in bf16).
 __device__ __forceinline__ void dequant16_e2m1(const uint2 raw, float s, uint4& lo, uint4& hi) {
   const uint32_t w[2] = {raw.x, raw.y};
   uint32_t out[8];
 #pragma unroll
   for (int b = 0; b < 8; ++b) {
     const uint32_t byte = (w[b / 4] >> (8 * (b % 4))) & 0xffu;
-    out[b] = pack_bf16(e2m1_to_f32_bits(byte & 0xfu) * s, e2m1_to_f32_bits(byte >> 4) * s);
+    out[b] = pack_bf16(num::e2m1_to_f32(static_cast<uint8_t>(byte & 0xfu)) * s,
+                       num::e2m1_to_f32(static_cast<uint8_t>(byte >> 4)) * s);
   }
   lo = make_uint4(out[0], out[1], out[2], out[3]);
   hi = make_uint4(out[4], out[5], out[6], out[7]);
