@@ -184,6 +184,16 @@ LKV_HD float e2m1_to_f32(uint8_t c) {
   return bits_f32(mag | ((static_cast<uint32_t>(c) & 8u) << 28));
 }
 
+// The two e2m1 codes of the low byte of w (the even dim's in its low nibble, the rest of w ignored)
+// as a bf16 pair, low half first, whose values are the codes' values x 2^-126: each code's sign to
+// bit 15 of its half and its exponent and mantissa bits to bits 8..6, so that e2m1's exponent field
+// becomes the low two bits of bf16's and its mantissa bit bf16's top one (e2m1's 0.5, exponent 0,
+// lands on a bf16 subnormal with the same digit). The Hopper decode kernel finishes fp4 records
+// with two exact bf16x2 multiplies, by 2^126 and by the record's scale; exact for all 16 codes.
+LKV_HD uint32_t e2m1x2_as_bf16x2_scaled(uint32_t w) {
+  return ((w << 6) & 0x000001c0u) | ((w << 12) & 0x00008000u) | ((w << 18) & 0x01c00000u) | ((w << 24) & 0x80000000u);
+}
+
 // NaN encodes as +0 (e2m1 has no NaN); callers never produce NaN inputs from finite data.
 LKV_HD uint8_t f32_to_e2m1(float x) {
   uint32_t u = f32_bits(x);

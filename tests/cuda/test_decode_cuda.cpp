@@ -400,8 +400,9 @@ TEST(DecodeCuda, CornerCases) {
   }
 }
 
-// DeepSeek V4.1's v41_fp4 extra cache beside a v41_fp8 cache (KeyStorage::kV41Mixed, the portable
-// kernel on every device, whatever kernel is asked for) against the float64 oracle (the layouts and
+// DeepSeek V4.1's v41_fp4 extra cache beside a v41_fp8 cache (KeyStorage::kV41Mixed) on the
+// portable kernel and on the Hopper one (its 64-row kernel for h_q 64-128, its narrow kernel for h_q
+// 1 and 16; records.cuh reads fp4 records by 4 lanes per token) against the float64 oracle (the layouts and
 // copy-warp counts: WideAndNarrowLayoutsAgreeBitwise, CopyWarpsAgreeBitwise): main topk a
 // multiple of 64 and not (a block of candidates holding both kinds), lengths, sinks, hostile
 // indices with NaN in unattended records (fp4 records' NaN is in their e4m3 scales), all indices
@@ -420,8 +421,6 @@ TEST(DecodeCuda, Fp4ExtraCacheAgainstTheOracle) {
       {5, 1, 1, 1, 1, 1, 1, true, false},
   };
   for (KernelChoice kernel : kernels()) {
-    // (Asked for the Hopper kernel the call runs the portable one, which the first pass covers.)
-    if (kernel == KernelChoice::kSm90) continue;
     UseKernel use(kernel);
     int n = 0;
     for (const Case& c : cases) {
@@ -449,7 +448,7 @@ TEST(DecodeCuda, Fp4ExtraCacheAgainstTheOracle) {
           ADD_FAILURE() << label << ": no error";
         } catch (const Error& e) {
           EXPECT_EQ(e.kind(), ErrorKind::kNotBuilt) << label;
-          EXPECT_NE(std::string(e.what()).find("on the portable kernel only"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("on the Hopper or the portable kernel only"), std::string::npos) << e.what();
         }
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         ASSERT_EQ(d.out.download(), w.out) << label << ": nothing written";
@@ -893,7 +892,8 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
 // bitwise-identical out and lse; and
 // both within the oracle's tolerance. h_q 128 (two full head blocks), 100 (the second one partial:
 // padded rows) and 192 (three blocks: no pairs, the single-CTA path under the same switch); with
-// splits (b 2: the planner splits) and without; NaN-free adversarial indices included.
+// splits (b 2: the planner splits) and without; NaN-free adversarial indices included; each format
+// and V4.1's fp4 extra cache (kVariantFormats).
 TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
   REQUIRE_GPU();
   if (!latentkv::decode::sm90::usable(0)) GTEST_SKIP() << "no sm_90a device";
@@ -901,11 +901,12 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
   // Restores the pair setting however the test ends.
   latentkv::testing::RestoreSwitch<bool> restore(latentkv::decode::sm90::cta_pairs, latentkv::decode::sm90::set_cta_pairs);
   int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
+  for (const auto& [f, ef] : kVariantFormats)
     for (int64_t h_q : {128, 100, 192})
       for (int64_t b : {2, 9}) {
         DecodeWorkloadOptions o;
         o.format = f;
+        o.extra_format = ef;
         o.b = b;
         o.s_q = 2;
         o.h_q = h_q;
@@ -923,8 +924,7 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
           w.poison_outputs();
           got[pairs] = run_gpu(w);
         }
-        const std::string label = std::string(format_info(f).name) + " h_q " + std::to_string(h_q) +
-                                  " b " + std::to_string(b);
+        const std::string label = variant_name(o) + " h_q " + std::to_string(h_q) + " b " + std::to_string(b);
         EXPECT_EQ(got[0].out, got[1].out) << label;
         EXPECT_EQ(std::memcmp(got[0].lse.data(), got[1].lse.data(), got[0].lse.size() * 4), 0) << label;
         const auto d = latentkv::testing::compare_decode(w, got[1].out, got[1].lse, ref.out, ref.lse);
@@ -938,7 +938,7 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
 
 // The narrow Hopper kernel (decode/sm90/narrow.cuh: CTAs of at most 16 rows, the tokens as wgmma's M)
 // against the 64-row one (kernel.cuh, with sm90::set_narrow_rows(false)) and the oracle: each
-// format, h_q 1, 5 and 16 (15, 11 and 0 padding columns), with lengths, sink, extra caches,
+// format and V4.1's fp4 extra cache (kVariantFormats), h_q 1, 5 and 16 (15, 11 and 0 padding columns), with lengths, sink, extra caches,
 // adversarial indices and NaN in unused slots, unsplit (b 70 h_q 16: the planner's choice) and in
 // one-launch and two-launch split plans (partials and the combine). Both kernels within the
 // oracle's tolerance with the same lonely-row masks and no NaN, each other within bf16 rounding,
@@ -950,17 +950,18 @@ TEST(DecodeCuda, Sm90NarrowRowsAgreeWithWideRows) {
   UseKernel use(KernelChoice::kSm90);
   latentkv::testing::RestoreSwitch<bool> restore(s9::narrow_rows, s9::set_narrow_rows);
   int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
+  for (const auto& [f, ef] : kVariantFormats)
     for (int64_t h_q : {1, 5, 16})
       for (int64_t b : {3, 70}) {
         const bool hostile = n % 2 == 0;
-        const DecodeWorkloadOptions o = variant_case(f, b, h_q, b == 3 ? 700 : 300, hostile, 3100 + n++);
+        DecodeWorkloadOptions o = variant_case(f, b, h_q, b == 3 ? 700 : 300, hostile, 3100 + n++);
+        o.extra_format = ef;
         DecodeWorkload w = latentkv::testing::make_decode_workload(o);
         const GpuResult ref = run_oracle(w);
         DecodePlan split = splits_of_256(o), two = split;
         two.unsplit_b = 1;
         for (const DecodePlan* plan : std::initializer_list<const DecodePlan*>{nullptr, &split, &two}) {
-          const std::string label = std::string(format_info(f).name) + " h_q " + std::to_string(h_q) + " b " +
+          const std::string label = variant_name(o) + " h_q " + std::to_string(h_q) + " b " +
                                     std::to_string(b) + (hostile ? " hostile" : "") +
                                     (plan == nullptr ? ", planner" : plan == &split ? ", split" : ", two launches");
           GpuResult got[2];

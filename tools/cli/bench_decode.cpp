@@ -65,7 +65,7 @@ std::vector<DecodeCase> decode_cases(bool small) {
     for (int64_t b : {2, 64, 128})
       v.push_back({"v41_b" + std::to_string(b) + "_h" + std::to_string(h) + "_topk128_extra512p64",
                    CacheFormat::v41_fp8, b, 2, h, 128, 256, 512, 64});
-  // The same with V4.1's fp4 extra cache (the portable kernel on every device).
+  // The same with V4.1's fp4 extra cache (the Hopper kernel on sm_90, else the portable one).
   for (int64_t b : {2, 64, 128})
     v.push_back({"v41_b" + std::to_string(b) + "_h64_topk128_extra512p64fp4", CacheFormat::v41_fp8, b, 2, 64, 128, 256,
                  512, 64, CacheFormat::v41_fp4});
@@ -388,8 +388,8 @@ int cmd_bench_decode(const Args& args) {
   for (const DecodeCase& c : decode_cases(!cuda)) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
 #ifdef LKV_WITH_CUDA
-    // The fp4 extra cache runs on the portable kernel only, which a 99 KB GPU cannot hold.
-    if (cuda && c.extra_format && decode::cuda::use_compact(0, decode::cuda::SmemLayout<512, false>::total)) continue;
+    // The fp4 extra cache runs on the Hopper or the portable kernel, not on the compact one of 99 KB GPUs.
+    if (cuda && c.extra_format && !decode::cuda::use_sm90(0) && decode::cuda::use_compact(0, decode::cuda::SmemLayout<512, false>::total)) continue;
 #endif
     const FormatInfo& fi = format_info(c.format);
     const int64_t ctx = std::max<int64_t>(2 * c.topk, 4096);
@@ -464,9 +464,7 @@ int cmd_bench_decode(const Args& args) {
       DecodePlan plan{};
       if (cuda) {
 #ifdef LKV_WITH_CUDA
-        // (The fp4 extra cache runs on the portable kernel on every device.)
-        plan = plan_decode(c.b, c.s_q, c.h_q, c.topk, c.extra_topk, bench_cuda::sm_count(0),
-                           c.extra_format ? DecodePlanKernel::kPortable : DecodePlanKernel::kAuto);
+        plan = plan_decode(c.b, c.s_q, c.h_q, c.topk, c.extra_topk, bench_cuda::sm_count(0), DecodePlanKernel::kAuto);
         if (forced) {
           const int64_t total = c.topk + c.extra_topk;
           plan.keys_per_split = ((total + forced - 1) / forced + 63) / 64 * 64;
