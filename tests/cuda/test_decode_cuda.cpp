@@ -838,12 +838,18 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
   // The two kernels accumulate in different orders (64- against 32-token tiles), so they agree to
   // bf16 rounding, not bitwise. Scales that are not powers of two (v32) or outside the fast
   // dequantization's range (v4, v41: scale byte 2, dims 128-191 or 64-95) take the Hopper kernel's
-  // fallback path; both must still match the oracle.
+  // fallback path; both must still match the oracle. V4.1's fp4 extra cache (main topk 700: the
+  // block of candidates 640-703 holds both kinds): with odd scales its records' e4m3 scales also
+  // take zero (+0 and -0) and subnormal (2^-9 x 3) values.
   int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
+  for (const auto& [f, ef] : kVariantFormats)
     for (int odd_scales = 0; odd_scales < 2; ++odd_scales) {
       DecodeWorkloadOptions o;
       o.format = f;
+      o.extra = ef.has_value();
+      o.extra_format = ef;
+      o.extra_topk = 200;
+      o.extra_page_size = 2;
       o.b = 3;
       o.s_q = 2;
       o.h_q = 128;
@@ -868,6 +874,16 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
           ++changed;
         }
         ASSERT_GT(changed, 0);
+        if (ef) {  // the fp4 records' scale bytes 256 + c (c: the chunk of 16 dims)
+          const uint8_t odd[3] = {0x00, 0x80, 0x03};
+          int64_t fp4_changed = 0;
+          for (int64_t slot = 0; slot < w.extra_num_slots(); slot += 2) {
+            const auto off = formats::record_byte_offsets(*ef, o.extra_page_size, w.extra_page_stride, slot);
+            w.extra_kv[off.scale + slot % 32] = odd[slot % 3];
+            ++fp4_changed;
+          }
+          ASSERT_GT(fp4_changed, 0);
+        }
       }
       const GpuResult ref = run_oracle(w);
       GpuResult got[2];
@@ -876,7 +892,7 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
         w.poison_outputs();
         got[k] = run_gpu(w);
       }
-      const std::string label = std::string(format_info(f).name) + (odd_scales ? " odd scales" : "");
+      const std::string label = variant_name(o) + (odd_scales ? " odd scales" : "");
       for (int k = 0; k < 2; ++k) expect_near_oracle(w, got[k], ref, k ? "sm90" : "portable", label);
       const auto d = latentkv::testing::compare_decode(w, got[1].out, got[1].lse, got[0].out, got[0].lse);
       std::printf("[decode] sm90 vs portable %-22s max_rel %.2e cos %.7f\n", label.c_str(), d.max_rel,
