@@ -176,10 +176,22 @@ LKV_HD uint8_t f32_to_e4m3(float x) {
 
 // ---- e2m1 (fp4) -------------------------------------------------------------------------------
 // Layout s.ee.m, values {0, 0.5, 1, 1.5, 2, 3, 4, 6}; round to nearest even, saturate at 6.
+// Built from the code's bits (exponent e, mantissa m: 2^(e - 1) (1 + m / 2), or m x 0.5 for e 0,
+// the sign on top) rather than a table, which a GPU kernel would keep in local memory.
 LKV_HD float e2m1_to_f32(uint8_t c) {
-  const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  float v = mag[c & 7u];
-  return (c & 8u) ? -v : v;
+  const uint32_t e = (c >> 1) & 3u, m = c & 1u;
+  const uint32_t mag = e == 0u ? m * 0x3f000000u : ((e + 126u) << 23) | (m << 22);
+  return bits_f32(mag | ((static_cast<uint32_t>(c) & 8u) << 28));
+}
+
+// The two e2m1 codes of the low byte of w (the even dim's in its low nibble, the rest of w ignored)
+// as a bf16 pair, low half first, whose values are the codes' values x 2^-126: each code's sign to
+// bit 15 of its half and its exponent and mantissa bits to bits 8..6, so that e2m1's exponent field
+// becomes the low two bits of bf16's and its mantissa bit bf16's top one (e2m1's 0.5, exponent 0,
+// lands on a bf16 subnormal with the same digit). The Hopper decode kernel finishes fp4 records
+// with two exact bf16x2 multiplies, by 2^126 and by the record's scale; exact for all 16 codes.
+LKV_HD uint32_t e2m1x2_as_bf16x2_scaled(uint32_t w) {
+  return ((w << 6) & 0x000001c0u) | ((w << 12) & 0x00008000u) | ((w << 18) & 0x01c00000u) | ((w << 24) & 0x80000000u);
 }
 
 // NaN encodes as +0 (e2m1 has no NaN); callers never produce NaN inputs from finite data.

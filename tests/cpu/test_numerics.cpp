@@ -390,6 +390,22 @@ TEST(NumericsE2m1, DecodeAll16Codes) {
   }
 }
 
+// The Hopper decode kernel's fp4 codes as bf16 pairs of value x 2^-126: every byte, with other bits
+// above it (which must not leak in), against the definition (value, sign of zero, lane order).
+TEST(NumericsE2m1, AsBf16PairsTimesTwoToTheMinus126ForEveryByte) {
+  for (uint32_t byte = 0; byte < 256; ++byte) {
+    for (const uint32_t above : {0x0u, 0xffffff00u, 0x5a3c9600u}) {
+      const uint32_t pair = num::e2m1x2_as_bf16x2_scaled(byte | above);
+      for (int half = 0; half < 2; ++half) {
+        const uint32_t code = (byte >> (4 * half)) & 0xfu;  // the even dim's code in the low half
+        const float got = num::bf16_to_f32(static_cast<uint16_t>(pair >> (16 * half)));
+        EXPECT_EQ(std::ldexp(static_cast<long double>(got), 126), e2m1_def(code)) << "byte " << byte << " half " << half;
+        EXPECT_EQ(std::signbit(got), (code & 8) != 0) << "code " << code;
+      }
+    }
+  }
+}
+
 TEST(NumericsE2m1, MidpointsNeighboursTiesAndSign) {
   const auto& t = e2m1_table();
   for (uint32_t c = 0; c + 1 < t.size(); ++c) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -243,6 +244,17 @@ DecodeWorkloadOptions variant_case(CacheFormat f, int64_t b, int64_t h_q, int64_
   return o;
 }
 
+// The formats the variant tests take: each cache format, and V4.1's fp4 extra cache beside v41_fp8
+// (variant_case gives v4 and v41 an extra cache).
+const std::pair<CacheFormat, std::optional<CacheFormat>> kVariantFormats[] = {
+    {CacheFormat::v32_fp8, std::nullopt},
+    {CacheFormat::v4_fp8, std::nullopt},
+    {CacheFormat::v41_fp8, std::nullopt},
+    {CacheFormat::v41_fp8, CacheFormat::v41_fp4}};
+std::string variant_name(const DecodeWorkloadOptions& o) {
+  return std::string(format_info(o.format).name) + (o.extra_format ? std::string("+") + format_info(*o.extra_format).name : "");
+}
+
 // The workload run again on the GPU, its outputs poisoned first.
 GpuResult rerun_gpu(DecodeWorkload& w, const DecodePlan* plan = nullptr, bool exact_workspace = false,
                     int graph_replays = 0) {
@@ -388,29 +400,76 @@ TEST(DecodeCuda, CornerCases) {
   }
 }
 
-// The CUDA kernels take one record layout for both caches, so DeepSeek V4.1's v41_fp4 extra cache
-// (which the CPU paths attend) is refused there by name, as not built, before anything is written.
-TEST(DecodeCuda, Fp4ExtraCacheIsRefusedWithoutWriting) {
+// DeepSeek V4.1's v41_fp4 extra cache beside a v41_fp8 cache (KeyStorage::kV41Mixed) on the
+// portable kernel and on the Hopper one (its 64-row kernel for h_q 64-128, its narrow kernel for h_q
+// 1 and 16; records.cuh reads fp4 records by 4 lanes per token) against the float64 oracle (the layouts and
+// copy-warp counts: WideAndNarrowLayoutsAgreeBitwise, CopyWarpsAgreeBitwise): main topk a
+// multiple of 64 and not (a block of candidates holding both kinds), lengths, sinks, hostile
+// indices with NaN in unattended records (fp4 records' NaN is in their e4m3 scales), all indices
+// invalid, zero lengths, split plans, pages whose last record ends the allocation (memcheck runs
+// this test); reruns bitwise equal. Forced to the compact kernel the call is refused, by name,
+// with nothing written.
+TEST(DecodeCuda, Fp4ExtraCacheAgainstTheOracle) {
   REQUIRE_GPU();
-  DecodeWorkloadOptions o;
-  o.format = CacheFormat::v41_fp8;
-  o.extra = true;
-  o.extra_format = CacheFormat::v41_fp4;
-  DecodeWorkload w = latentkv::testing::make_decode_workload(o);
-  OnDevice d(w);
-  try {
-    sparse_decode(d.args);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kNotBuilt);
-    EXPECT_NE(std::string(e.what()).find("an extra cache in v41_fp4 runs on the CPU only"), std::string::npos)
-        << e.what();
+  struct Case {
+    int64_t b, s_q, h_q, topk, page, extra_topk, extra_page;
+    bool hostile, lengths;
+  };
+  const Case cases[] = {
+      {3, 2, 64, 128, 64, 512, 64, false, false}, {4, 1, 16, 100, 61, 64, 2, true, true},
+      {2, 3, 70, 64, 53, 100, 7, true, true},     {20, 2, 128, 128, 256, 1024, 2, false, true},
+      {5, 1, 1, 1, 1, 1, 1, true, false},
+  };
+  for (KernelChoice kernel : kernels()) {
+    UseKernel use(kernel);
+    int n = 0;
+    for (const Case& c : cases) {
+      DecodeWorkloadOptions o;
+      o.format = CacheFormat::v41_fp8;
+      o.extra = true;
+      o.extra_format = CacheFormat::v41_fp4;
+      o.b = c.b;
+      o.s_q = c.s_q;
+      o.h_q = c.h_q;
+      o.topk = c.topk;
+      o.page_size = c.page;
+      o.extra_topk = c.extra_topk;
+      o.extra_page_size = c.extra_page;
+      o.adversarial = o.nan_unused = c.hostile;
+      o.topk_length = o.extra_topk_length = c.lengths;
+      o.sink = n % 2 == 0;
+      o.seed = 700 + n;
+      const std::string label = std::string(kernel_name(kernel)) + " fp4 extra case " + std::to_string(n++);
+      if (kernel == KernelChoice::kCompact) {
+        DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+        OnDevice d(w);
+        try {
+          sparse_decode(d.args);
+          ADD_FAILURE() << label << ": no error";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::kNotBuilt) << label;
+          EXPECT_NE(std::string(e.what()).find("on the Hopper or the portable kernel only"), std::string::npos) << e.what();
+        }
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(d.out.download(), w.out) << label << ": nothing written";
+        for (float l : d.lse.download()) ASSERT_TRUE(std::isnan(l)) << label << ": nothing written";
+        break;
+      }
+      check_case(o, label);
+      DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+      const DecodePlan plan = splits_of_256(o);
+      const GpuResult ref = run_oracle(w);
+      const GpuResult a = rerun_gpu(w, &plan, true), b = rerun_gpu(w, &plan, true);
+      expect_close(w, a, ref, label + " splits of 256");
+      expect_same(a, b, label + " rerun");
+      DecodeWorkloadOptions z = o;
+      z.all_invalid = true;
+      check_case(z, label + " all invalid");
+      z.all_invalid = false;
+      z.zero_lengths = z.topk_length = z.extra_topk_length = true;
+      check_case(z, label + " zero lengths");
+    }
   }
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<uint16_t> out = d.out.download();
-  const std::vector<float> lse = d.lse.download();
-  ASSERT_EQ(out, w.out);  // still the workload's poison
-  for (float l : lse) ASSERT_TRUE(std::isnan(l));
 }
 
 TEST(DecodeCuda, PlanReuseSplitsAndDeterminism) {
@@ -460,11 +519,12 @@ TEST(DecodeCuda, WideAndNarrowLayoutsAgreeBitwise) {
   // current one is multiplied (the wide layout); the narrow one serves the others. Same arithmetic
   // in the same order: the two must give the same bytes.
   int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
+  for (const auto& [f, ef] : kVariantFormats)
     for (int shape = 0; shape < 3; ++shape) {
-      const DecodeWorkloadOptions o = variant_case(f, shape == 2 ? 74 : 4, shape == 0 ? 70 : (shape == 1 ? 16 : 128),
-                                                   shape == 1 ? 2048 : 200, shape == 0, 900 + n++);
-      const std::string label = std::string(format_info(f).name) + " shape " + std::to_string(shape);
+      DecodeWorkloadOptions o = variant_case(f, shape == 2 ? 74 : 4, shape == 0 ? 70 : (shape == 1 ? 16 : 128),
+                                             shape == 1 ? 2048 : 200, shape == 0, 900 + n++);
+      o.extra_format = ef;
+      const std::string label = variant_name(o) + " shape " + std::to_string(shape);
       DecodeWorkload w = latentkv::testing::make_decode_workload(o);
       const GpuResult ref = run_oracle(w);
       w.poison_outputs();
@@ -495,11 +555,12 @@ TEST(DecodeCuda, CopyWarpsAgreeBitwise) {
   UseKernel use(KernelChoice::kPortable);
   latentkv::testing::RestoreSwitch<int> restore(dc::copy_warps_override, dc::set_copy_warps_override);
   int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
+  for (const auto& [f, ef] : kVariantFormats)
     for (int shape = 0; shape < 3; ++shape) {
-      const DecodeWorkloadOptions o = variant_case(f, shape == 2 ? 9 : 4, shape == 0 ? 70 : (shape == 1 ? 16 : 128),
-                                                   shape == 1 ? 2048 : 200, shape == 0, 950 + n++);
-      const std::string label = std::string(format_info(f).name) + " h" + std::to_string(o.h_q);
+      DecodeWorkloadOptions o = variant_case(f, shape == 2 ? 9 : 4, shape == 0 ? 70 : (shape == 1 ? 16 : 128),
+                                             shape == 1 ? 2048 : 200, shape == 0, 950 + n++);
+      o.extra_format = ef;
+      const std::string label = variant_name(o) + " h" + std::to_string(o.h_q);
       dc::set_copy_warps_override(1);
       check_case(o, "copy warps 1: " + label);
       DecodeWorkload w = latentkv::testing::make_decode_workload(o);
@@ -777,12 +838,18 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
   // The two kernels accumulate in different orders (64- against 32-token tiles), so they agree to
   // bf16 rounding, not bitwise. Scales that are not powers of two (v32) or outside the fast
   // dequantization's range (v4, v41: scale byte 2, dims 128-191 or 64-95) take the Hopper kernel's
-  // fallback path; both must still match the oracle.
+  // fallback path; both must still match the oracle. V4.1's fp4 extra cache (main topk 700: the
+  // block of candidates 640-703 holds both kinds): with odd scales its records' e4m3 scales also
+  // take zero (+0 and -0) and subnormal (2^-9 x 3) values.
   int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
+  for (const auto& [f, ef] : kVariantFormats)
     for (int odd_scales = 0; odd_scales < 2; ++odd_scales) {
       DecodeWorkloadOptions o;
       o.format = f;
+      o.extra = ef.has_value();
+      o.extra_format = ef;
+      o.extra_topk = 200;
+      o.extra_page_size = 2;
       o.b = 3;
       o.s_q = 2;
       o.h_q = 128;
@@ -807,6 +874,16 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
           ++changed;
         }
         ASSERT_GT(changed, 0);
+        if (ef) {  // the fp4 records' scale bytes 256 + c (c: the chunk of 16 dims)
+          const uint8_t odd[3] = {0x00, 0x80, 0x03};
+          int64_t fp4_changed = 0;
+          for (int64_t slot = 0; slot < w.extra_num_slots(); slot += 2) {
+            const auto off = formats::record_byte_offsets(*ef, o.extra_page_size, w.extra_page_stride, slot);
+            w.extra_kv[off.scale + slot % 32] = odd[slot % 3];
+            ++fp4_changed;
+          }
+          ASSERT_GT(fp4_changed, 0);
+        }
       }
       const GpuResult ref = run_oracle(w);
       GpuResult got[2];
@@ -815,7 +892,7 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
         w.poison_outputs();
         got[k] = run_gpu(w);
       }
-      const std::string label = std::string(format_info(f).name) + (odd_scales ? " odd scales" : "");
+      const std::string label = variant_name(o) + (odd_scales ? " odd scales" : "");
       for (int k = 0; k < 2; ++k) expect_near_oracle(w, got[k], ref, k ? "sm90" : "portable", label);
       const auto d = latentkv::testing::compare_decode(w, got[1].out, got[1].lse, got[0].out, got[0].lse);
       std::printf("[decode] sm90 vs portable %-22s max_rel %.2e cos %.7f\n", label.c_str(), d.max_rel,
@@ -831,7 +908,8 @@ TEST(DecodeCuda, Sm90AgreesWithPortable) {
 // bitwise-identical out and lse; and
 // both within the oracle's tolerance. h_q 128 (two full head blocks), 100 (the second one partial:
 // padded rows) and 192 (three blocks: no pairs, the single-CTA path under the same switch); with
-// splits (b 2: the planner splits) and without; NaN-free adversarial indices included.
+// splits (b 2: the planner splits) and without; NaN-free adversarial indices included; each format
+// and V4.1's fp4 extra cache (kVariantFormats).
 TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
   REQUIRE_GPU();
   if (!latentkv::decode::sm90::usable(0)) GTEST_SKIP() << "no sm_90a device";
@@ -839,11 +917,12 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
   // Restores the pair setting however the test ends.
   latentkv::testing::RestoreSwitch<bool> restore(latentkv::decode::sm90::cta_pairs, latentkv::decode::sm90::set_cta_pairs);
   int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
+  for (const auto& [f, ef] : kVariantFormats)
     for (int64_t h_q : {128, 100, 192})
       for (int64_t b : {2, 9}) {
         DecodeWorkloadOptions o;
         o.format = f;
+        o.extra_format = ef;
         o.b = b;
         o.s_q = 2;
         o.h_q = h_q;
@@ -861,8 +940,7 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
           w.poison_outputs();
           got[pairs] = run_gpu(w);
         }
-        const std::string label = std::string(format_info(f).name) + " h_q " + std::to_string(h_q) +
-                                  " b " + std::to_string(b);
+        const std::string label = variant_name(o) + " h_q " + std::to_string(h_q) + " b " + std::to_string(b);
         EXPECT_EQ(got[0].out, got[1].out) << label;
         EXPECT_EQ(std::memcmp(got[0].lse.data(), got[1].lse.data(), got[0].lse.size() * 4), 0) << label;
         const auto d = latentkv::testing::compare_decode(w, got[1].out, got[1].lse, ref.out, ref.lse);
@@ -876,7 +954,7 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
 
 // The narrow Hopper kernel (decode/sm90/narrow.cuh: CTAs of at most 16 rows, the tokens as wgmma's M)
 // against the 64-row one (kernel.cuh, with sm90::set_narrow_rows(false)) and the oracle: each
-// format, h_q 1, 5 and 16 (15, 11 and 0 padding columns), with lengths, sink, extra caches,
+// format and V4.1's fp4 extra cache (kVariantFormats), h_q 1, 5 and 16 (15, 11 and 0 padding columns), with lengths, sink, extra caches,
 // adversarial indices and NaN in unused slots, unsplit (b 70 h_q 16: the planner's choice) and in
 // one-launch and two-launch split plans (partials and the combine). Both kernels within the
 // oracle's tolerance with the same lonely-row masks and no NaN, each other within bf16 rounding,
@@ -888,17 +966,18 @@ TEST(DecodeCuda, Sm90NarrowRowsAgreeWithWideRows) {
   UseKernel use(KernelChoice::kSm90);
   latentkv::testing::RestoreSwitch<bool> restore(s9::narrow_rows, s9::set_narrow_rows);
   int n = 0;
-  for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8})
+  for (const auto& [f, ef] : kVariantFormats)
     for (int64_t h_q : {1, 5, 16})
       for (int64_t b : {3, 70}) {
         const bool hostile = n % 2 == 0;
-        const DecodeWorkloadOptions o = variant_case(f, b, h_q, b == 3 ? 700 : 300, hostile, 3100 + n++);
+        DecodeWorkloadOptions o = variant_case(f, b, h_q, b == 3 ? 700 : 300, hostile, 3100 + n++);
+        o.extra_format = ef;
         DecodeWorkload w = latentkv::testing::make_decode_workload(o);
         const GpuResult ref = run_oracle(w);
         DecodePlan split = splits_of_256(o), two = split;
         two.unsplit_b = 1;
         for (const DecodePlan* plan : std::initializer_list<const DecodePlan*>{nullptr, &split, &two}) {
-          const std::string label = std::string(format_info(f).name) + " h_q " + std::to_string(h_q) + " b " +
+          const std::string label = variant_name(o) + " h_q " + std::to_string(h_q) + " b " +
                                     std::to_string(b) + (hostile ? " hostile" : "") +
                                     (plan == nullptr ? ", planner" : plan == &split ? ", split" : ", two launches");
           GpuResult got[2];

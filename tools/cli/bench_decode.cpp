@@ -45,7 +45,7 @@ std::vector<DecodeCase> decode_cases(bool small) {
     v.push_back({"v4_b2_h64_topk128_extra512", CacheFormat::v4_fp8, 2, 2, 64, 128, 256, 512, 64});
     // One request, one query token: fewer pairs than cores, so the threads share its heads.
     v.push_back({"v32_b1_sq1_h128_topk2048", CacheFormat::v32_fp8, 1, 1, 128, 2048, 64});
-    // DeepSeek V4.1 with its extra cache in v41_fp8 and in v41_fp4 (CPU only), in V4's shape.
+    // DeepSeek V4.1 with its extra cache in v41_fp8 and in v41_fp4 in V4's shape.
     v.push_back({"v41_b2_h64_topk128_extra512", CacheFormat::v41_fp8, 2, 2, 64, 128, 256, 512, 64});
     v.push_back({"v41_b2_h64_topk128_extra512fp4", CacheFormat::v41_fp8, 2, 2, 64, 128, 256, 512, 64,
                  CacheFormat::v41_fp4});
@@ -65,6 +65,10 @@ std::vector<DecodeCase> decode_cases(bool small) {
     for (int64_t b : {2, 64, 128})
       v.push_back({"v41_b" + std::to_string(b) + "_h" + std::to_string(h) + "_topk128_extra512p64",
                    CacheFormat::v41_fp8, b, 2, h, 128, 256, 512, 64});
+  // The same with V4.1's fp4 extra cache (the Hopper kernel on sm_90, else the portable one).
+  for (int64_t b : {2, 64, 128})
+    v.push_back({"v41_b" + std::to_string(b) + "_h64_topk128_extra512p64fp4", CacheFormat::v41_fp8, b, 2, 64, 128, 256,
+                 512, 64, CacheFormat::v41_fp4});
   // Beyond FlashMLA's list: V3.2 sharded over 8 or 4 GPUs by heads (16 or 32 per GPU), where a
   // CTA's 64 rows are mostly padding.
   for (int64_t h : {16, 32})
@@ -383,6 +387,10 @@ int cmd_bench_decode(const Args& args) {
               "TFLOPS", "GB/s", cuda ? "of HBM" : "of roof", "splits", "unsplit");
   for (const DecodeCase& c : decode_cases(!cuda)) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+#ifdef LKV_WITH_CUDA
+    // The fp4 extra cache runs on the Hopper or the portable kernel, not on the compact one of 99 KB GPUs.
+    if (cuda && c.extra_format && !decode::cuda::use_sm90(0) && decode::cuda::use_compact(0, decode::cuda::SmemLayout<512, false>::total)) continue;
+#endif
     const FormatInfo& fi = format_info(c.format);
     const int64_t ctx = std::max<int64_t>(2 * c.topk, 4096);
     const int64_t num_pages = (c.b * ctx + c.page - 1) / c.page;
@@ -456,7 +464,7 @@ int cmd_bench_decode(const Args& args) {
       DecodePlan plan{};
       if (cuda) {
 #ifdef LKV_WITH_CUDA
-        plan = plan_decode(c.b, c.s_q, c.h_q, c.topk, c.extra_topk, bench_cuda::sm_count(0));
+        plan = plan_decode(c.b, c.s_q, c.h_q, c.topk, c.extra_topk, bench_cuda::sm_count(0), DecodePlanKernel::kAuto);
         if (forced) {
           const int64_t total = c.topk + c.extra_topk;
           plan.keys_per_split = ((total + forced - 1) / forced + 63) / 64 * 64;

@@ -77,7 +77,8 @@ void sparse_decode(const Params& p, Stream stream) {
   g.partial_max = nullptr;
   k.o.max_logits = nullptr;
   k.o.sink = p.sink;
-  if (p.format == CacheFormat::v32_fp8) launch_sparse<CacheFormat::v32_fp8>(k, stream);
+  if (p.extra.topk > 0 && p.extra.format == CacheFormat::v41_fp4) launch_sparse_v41_fp4_extra(k, stream);
+  else if (p.format == CacheFormat::v32_fp8) launch_sparse<CacheFormat::v32_fp8>(k, stream);
   else if (p.format == CacheFormat::v4_fp8) launch_sparse<CacheFormat::v4_fp8>(k, stream);
   else launch_sparse<CacheFormat::v41_fp8>(k, stream);
 }

@@ -344,7 +344,10 @@ __device__ __forceinline__ void score_dqk_half(float (&part)[4][4], const uint16
 // ---- key storage ----------------------------------------------------------------------------------
 // How a Source stores its keys: quantized records (dequantized through a staging buffer) or 16-bit
 // rows copied as they are.
-enum class KeyStorage { kV32Fp8, kV4Fp8, kDirect16, kV41Fp8 };
+// kV41Mixed: DeepSeek V4.1's pairing, v41_fp8 records for the main cache's candidates and v41_fp4
+// ones for the extra cache's (docs/design/fp4-extra-cache-cuda.md); a token's kind is told by its
+// pointers (is_fp4_record). This kernel and the Hopper one (sm90/records.cuh); not the compact one.
+enum class KeyStorage { kV32Fp8, kV4Fp8, kDirect16, kV41Fp8, kV41Mixed };
 
 template <KeyStorage S>
 struct StorageTraits;
@@ -381,6 +384,20 @@ struct StorageTraits<KeyStorage::kV41Fp8> {
   static constexpr bool kScaleRow = false;
 };
 
+// kV41Mixed: the v41_fp8 geometry above for the main cache's records, and for the extra cache's
+// v41_fp4 records (288 bytes: 256 of e2m1 pairs, the even dim in the low nibble, then 32 e4m3
+// scales, one per 16 dims) their 18 chunks, staged at the start of the same record slot.
+template <>
+struct StorageTraits<KeyStorage::kV41Mixed> : StorageTraits<KeyStorage::kV41Fp8> {
+  static constexpr int kFp4Chunks = 18;         // 288 bytes
+  static constexpr int kFp4ScaleOffset = 256;   // bytes: the e4m3 scales, inside the record
+};
+// A v41_fp4 record's scales sit 256 bytes after its data, a v41_fp8 record's 512
+// (SparseSource::locate_index): the kind of a kV41Mixed token without a flag of its own.
+__device__ __forceinline__ bool is_fp4_record(const uint8_t* data, const uint8_t* scale) {
+  return scale - data == StorageTraits<KeyStorage::kV41Mixed>::kFp4ScaleOffset;
+}
+
 // Issues the cp.async copies of a tile's quantized records into `raw` (unattended tokens copy
 // nothing; their keys are zeroed at dequantization).
 template <KeyStorage S, int kRawRecord>
@@ -401,6 +418,8 @@ __device__ __forceinline__ void issue_record_copies(const uint8_t* const* data,
     src[i] = nullptr;
     if ((kTotal % kThreads == 0 || c < kTotal) && data[tok])
       src[i] = part < T::kDataChunks ? data[tok] + part * 16 : scale[tok];
+    if constexpr (S == KeyStorage::kV41Mixed)  // an fp4 record ends after 18 chunks
+      if (src[i] && part >= T::kFp4Chunks && is_fp4_record(data[tok], scale[tok])) src[i] = nullptr;
   }
 #pragma unroll
   for (int i = 0; i < kIters; ++i) {
@@ -533,6 +552,14 @@ __device__ __forceinline__ void issue_bulk_records(const uint8_t* const* data, c
   static_assert(kRawRecord % 16 == 0, "bulk copies land on 16-byte aligned records");
   static_assert(kDataBytes + (T::kScaleRow ? 8 : 0) <= kRawRecord, "a record's data and scale bytes fit its slot");
   const uint8_t* src = lane < rows ? data[lane] : nullptr;
+  if constexpr (S == KeyStorage::kV41Mixed) {
+    // Each record its own size: 528 bytes (v41_fp8) or 288 (v41_fp4), announced as their sum.
+    const unsigned bytes = !src ? 0u : is_fp4_record(src, scale[lane]) ? T::kFp4Chunks * 16u : kDataBytes;
+    const unsigned total = __reduce_add_sync(0xffffffffu, bytes);
+    if (lane == 0) mbar_arrive_expect(bar, total);
+    if (src) bulk_copy_g2s(raw + lane * kRawRecord, src, bytes, bar);
+    return;
+  }
   const unsigned valid = __ballot_sync(0xffffffffu, src != nullptr);
   if (lane == 0) mbar_arrive_expect(bar, __popc(valid) * kDataBytes);
   if (src) {
@@ -547,9 +574,60 @@ __device__ __forceinline__ void issue_bulk_records(const uint8_t* const* data, c
 // unattended token's staging bytes (stale, never written for this tile, but inside the buffer) are
 // converted like the others and the result replaced by zeros, so that the loads of several chunks
 // are in flight at once (a rolled loop with a branch per chunk waited out each load in turn).
+// 16 e2m1 codes (8 bytes, the even dim in each byte's low nibble) times the e4m3 scale s to 16 bf16,
+// dims in order: each code's value (num::e2m1_to_f32, from its bits), times s in fp32, rounded once
+// to bf16, as formats::decode_unit<v41_fp4> does (the product of a 2-bit and a 4-bit significand is
+// exact in bf16).
+__device__ __forceinline__ void dequant16_e2m1(const uint2 raw, float s, uint4& lo, uint4& hi) {
+  const uint32_t w[2] = {raw.x, raw.y};
+  uint32_t out[8];
+#pragma unroll
+  for (int b = 0; b < 8; ++b) {
+    const uint32_t byte = (w[b / 4] >> (8 * (b % 4))) & 0xffu;
+    out[b] = pack_bf16(num::e2m1_to_f32(static_cast<uint8_t>(byte & 0xfu)) * s,
+                       num::e2m1_to_f32(static_cast<uint8_t>(byte >> 4)) * s);
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+// kV41Mixed (dequantize_tile's): every token's 32 chunks of 16 dims, each by its record's kind, one
+// chunk per thread and iteration (no batching: this path is for correctness first). A warp's 32
+// chunks are one token's, so the kind's branch is uniform within every warp.
+template <int kRawRecord, int kStride>
+__device__ __forceinline__ void dequantize_tile_mixed(const uint8_t* const* tile_data, const uint8_t* const* tile_scale,
+                                                      const uint8_t* raw_tile, uint16_t* keys, int tid) {
+  using T = StorageTraits<KeyStorage::kV41Mixed>;
+  constexpr int kChunks = T::kNope / 16, kTotal = kTileTokens * kChunks;
+  static_assert(kTotal % kThreads == 0, "whole iterations");
+#pragma unroll
+  for (int i = 0; i < kTotal / kThreads; ++i) {
+    const int c = tid + i * kThreads, tok = c / kChunks, part = c % kChunks;
+    const uint8_t* data = raw_tile + tok * kRawRecord;
+    const bool live = tile_data[tok] != nullptr;
+    uint4 lo, hi;
+    if (live && is_fp4_record(tile_data[tok], tile_scale[tok])) {
+      dequant16_e2m1(*reinterpret_cast<const uint2*>(data + part * 8), num::e4m3_to_f32(data[T::kFp4ScaleOffset + part]),
+                     lo, hi);
+    } else {
+      const float scale = num::ue8m0_to_f32(data[T::kScaleOffset + part * 16 / T::kGroup]);
+      dequant16_f32(*reinterpret_cast<const uint4*>(data + part * 16), scale, lo, hi);
+    }
+    if (!live) lo = hi = make_uint4(0, 0, 0, 0);
+    uint16_t* dst = keys + tok * kStride + part * 16;
+    *reinterpret_cast<uint4*>(dst) = lo;
+    *reinterpret_cast<uint4*>(dst + 8) = hi;
+  }
+}
+
 template <KeyStorage S, int kDqk, int kRawRecord, int kStride>
-__device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data, const uint8_t* raw_tile,
-                                                uint16_t* keys, int tid) {
+__device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data, const uint8_t* const* tile_scale,
+                                                const uint8_t* raw_tile, uint16_t* keys, int tid) {
+  if constexpr (S == KeyStorage::kV41Mixed) {
+    dequantize_tile_mixed<kRawRecord, kStride>(tile_data, tile_scale, raw_tile, keys, tid);
+    return;
+  }
+  (void)tile_scale;
   using T = StorageTraits<S>;
   constexpr int kChunksNope = T::kNope / 16;  // 16 e4m3 bytes per chunk
   constexpr int kChunksRope = 64 * 2 / 16;    // 8 bf16 per chunk
@@ -927,7 +1005,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   auto dequantize = [&](int pbuf, int buf, uint16_t* keys_out) {
     if constexpr (!kDirect)
       dequantize_tile<kStorage, kDqk, L::raw_record, L::k_stride>(
-          sData + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record, keys_out, tid);
+          sData + pbuf * kTileTokens, sScale + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record, keys_out,
+          tid);
   };
   // Deep and role layouts (16-bit keys on sm_90): tiles 0 and 1 resolved and their copies started
   // on one mbarrier per key tile, tile 2's index loads issued.

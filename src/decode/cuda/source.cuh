@@ -15,17 +15,21 @@ struct SparseArgs {
 };
 
 // kSplit: the score product's shape (kernel.cuh: score_dqk_half, else score_tokens_half), which
-// launch_sparse picks by split_dqk_pays.
-template <CacheFormat F, bool kSplit>
+// launch_sparse picks by split_dqk_pays. FE: the extra cache's format, F's own or, with v41_fp8,
+// v41_fp4 (DeepSeek V4.1's pairing: KeyStorage::kV41Mixed; not on the compact kernel).
+template <CacheFormat F, bool kSplit, CacheFormat FE = F>
 struct SparseSource {
   static_assert(F == CacheFormat::v32_fp8 || F == CacheFormat::v4_fp8 || F == CacheFormat::v41_fp8,
                 "fp8 decode formats");
+  static_assert(FE == F || (F == CacheFormat::v41_fp8 && FE == CacheFormat::v41_fp4), "the extra cache's format");
+  static constexpr bool kFp4Extra = FE == CacheFormat::v41_fp4;
   using Args = SparseArgs;
   static constexpr int kDqk = F == CacheFormat::v32_fp8 ? 576 : 512;
   static constexpr bool kF16 = false;
-  static constexpr KeyStorage kStorage = F == CacheFormat::v32_fp8  ? KeyStorage::kV32Fp8
-                                         : F == CacheFormat::v4_fp8 ? KeyStorage::kV4Fp8
-                                                                    : KeyStorage::kV41Fp8;
+  static constexpr KeyStorage kStorage = kFp4Extra                  ? KeyStorage::kV41Mixed
+                                         : F == CacheFormat::v32_fp8 ? KeyStorage::kV32Fp8
+                                         : F == CacheFormat::v4_fp8  ? KeyStorage::kV4Fp8
+                                                                     : KeyStorage::kV41Fp8;
   static constexpr bool kPacksRows = false;  // one query token per CTA (Geometry::pack 1)
   static constexpr bool kSplitDqk = kSplit;
 
@@ -66,14 +70,20 @@ struct SparseSource {
     return c.indices[i * c.stride_idx_b + j * c.stride_idx_s + kk];
   }
   __device__ const uint8_t* locate_index(const Args& a, int64_t k, int32_t index, const uint8_t** scale) const {
-    const CacheRef& c = k >= a.main.topk ? a.extra : a.main;
+    const bool extra = k >= a.main.topk;
+    const CacheRef& c = extra ? a.extra : a.main;
     if (index < 0 || index >= c.num_slots) return nullptr;
     // Slots come from int32 indices and the host checks that page sizes fit in 32 bits, so a
     // 32-bit division suffices (a 64-bit one costs several times more).
     const uint32_t s = static_cast<uint32_t>(index), P = static_cast<uint32_t>(c.page_size);
     const uint32_t page = s / P, tok = s - page * P;
     const uint8_t* base = c.base + static_cast<int64_t>(page) * c.page_stride;
-    if constexpr (F == CacheFormat::v4_fp8) {
+    if constexpr (kFp4Extra) {
+      // (kernel.cuh is_fp4_record tells the kinds apart by these scale offsets: 256 and 512.)
+      const uint8_t* data = base + tok * (extra ? 288u : 528u);
+      *scale = data + (extra ? 256 : 512);
+      return data;
+    } else if constexpr (F == CacheFormat::v4_fp8) {
       *scale = base + P * 576u + tok * 8u;
       return base + tok * 576u;
     } else if constexpr (F == CacheFormat::v41_fp8) {

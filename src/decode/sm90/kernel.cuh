@@ -492,8 +492,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
   // P's shared copy by stmatrix (store_p) for V4 and V4.1 records: against the 4-byte stores, one
   // alternating run each: V4 1.3-1.7% faster (bench/NOTES.md v22), V4.1 1.2-2.2% at b >= 64 and
   // 2.8-3.4% on the peaks (v27); V3.2 decode level to 1.0% slower (the h_q 128 peak), dense fp8
-  // pages -0.4 to +0.7%, so those keep the stores.
-  constexpr bool kStmatrixP = kStorage == KeyStorage::kV4Fp8 || kStorage == KeyStorage::kV41Fp8;
+  // pages -0.4 to +0.7%, so those keep the stores. V4.1's pairing with an fp4 extra cache
+  // (kV41Mixed) as V4.1 (not measured apart).
+  constexpr bool kStmatrixP =
+      kStorage == KeyStorage::kV4Fp8 || kStorage == KeyStorage::kV41Fp8 || kStorage == KeyStorage::kV41Mixed;
   // V3.2 records: warpgroup 0 converts its first token of block n + 1 (a) while the score product
   // runs and its second (b) right after issuing the value product, instead of both before the
   // softmax: in the v23 profile warpgroup 0 waited out the value products with nothing to do (~22%

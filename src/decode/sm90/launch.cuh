@@ -92,8 +92,9 @@ void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream st
   // quantized keys are shared (16-bit keys are copied, and have no pair instantiation).
   constexpr bool kCanPair = Source::kStorage != cuda::KeyStorage::kDirect16;
   // The warp-specialised kernel (opt-in) takes v32_fp8 / v4_fp8 records and 16-bit keys; v41_fp8
-  // records run the two-warpgroup kernel whatever LKV_SM90_WS says.
-  constexpr bool kCanWs = Source::kStorage != cuda::KeyStorage::kV41Fp8;
+  // records (with either extra cache) run the two-warpgroup kernel whatever LKV_SM90_WS says.
+  constexpr bool kCanWs =
+      Source::kStorage != cuda::KeyStorage::kV41Fp8 && Source::kStorage != cuda::KeyStorage::kV41Mixed;
   auto run = [&](auto pair) {
     constexpr bool kPair = decltype(pair)::value && kCanPair;
     if constexpr (kCanWs) {

@@ -54,8 +54,29 @@ struct Raw {
   }
   uint4 nope[kNopeChunks];
   uint4 rope[kRopeUnits > 0 ? kRopeUnits : 1];  // (v41: none, the array unused)
-  uint4 scale;  // v32: 4 fp32 scales; v4: 8 ue8m0 bytes in .x, .y; v41: 16 ue8m0 bytes
+  // v32: 4 fp32 scales; v4: 8 ue8m0 bytes in .x, .y; v41: 16 ue8m0 bytes. kV41Mixed (4 lanes): the
+  // lane's 8 scale bytes, chunk i's in byte i % 4 of .x (i < 4) or .y, and in .z the token's kind
+  // (1: a v41_fp4 record, whose chunk i is then 8 bytes of e2m1 pairs in nope[i].x, .y and whose
+  // scale bytes are e4m3; 0: v41_fp8, ue8m0 scales): no register beyond v41_fp8's (the narrow
+  // kernel runs at its 128-register bound).
+  uint4 scale;
 };
+// kV41Mixed: whether the token held by r is a v41_fp4 record (load_raw).
+template <KeyStorage F, int kLanes>
+__device__ __forceinline__ bool holds_fp4(const Raw<F, kLanes>& r) {
+  return F == KeyStorage::kV41Mixed && r.scale.z != 0u;
+}
+// prmt.b32 with a selector in a register: byte k of the result is byte (sel >> 4 k) & 7 of (a, b).
+__device__ __forceinline__ uint32_t permute_bytes(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t p;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(p) : "r"(a), "r"(b), "r"(sel));
+  return p;
+}
+// Byte k (k < 4) of each of four words, in their order: three byte permutes.
+__device__ __forceinline__ uint32_t byte_k_of_each(const uint4 w, uint32_t k) {
+  const uint32_t sel = k | ((k + 4u) << 4);  // bytes k of a and of b to bytes 0 and 1
+  return permute_bytes(permute_bytes(w.x, w.y, sel), permute_bytes(w.z, w.w, sel), 0x5410u);
+}
 // Bytes a CTA of a pair writes into its peer's stage per block: 32 whole tokens of d_qk bf16 dims.
 template <int kDqk>
 inline constexpr uint32_t kPairPeerBytes = 32u * kDqk * 2u;
@@ -93,21 +114,51 @@ __device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data,
     // Scale 1 (fp32 1.0 / ue8m0 127): the zero payload stays zero on the fast path.
     r.scale = F == KeyStorage::kV32Fp8   ? make_uint4(0x3f800000u, 0x3f800000u, 0x3f800000u, 0x3f800000u)
               : F == KeyStorage::kV41Fp8 ? make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu)
-                                         : make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0, 0);
+                                         : make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0, 0);  // (kV41Mixed: fp8)
     return;
   }
+  if constexpr (F == KeyStorage::kV41Mixed) {
+    // Read by 4 lanes per token only: the 8-lane layouts (kWide) take V3.2 records alone, so this
+    // storage's 8-lane form is compiled (the kernels' lambdas name it) but never run.
+    if constexpr (kLanes != 4) {
+      __trap();
+    } else {
+      static_assert(R::kNopeChunks == 8, "32 chunks over 4 lanes");
+      if (cuda::is_fp4_record(data, scale)) {
+        // A v41_fp4 record (288 bytes): chunk c = part + 4 i is bytes 8 c .. 8 c + 7 and its scale
+        // byte 256 + c, byte `part` of the scales' word i. Nothing past byte 287 is read.
+        const uint4 s0 = load_record16(scale), s1 = load_record16(scale + 16);
 #pragma unroll
-  for (int i = 0; i < R::kNopeChunks; ++i)
-    r.nope[i] = R::kEven || R::has_chunk(i, part) ? load_record16(data + 16 * (part + kLanes * i))
-                                      : make_uint4(0, 0, 0, 0);
+        for (int i = 0; i < R::kNopeChunks; ++i) {
+          const uint2 d = load_record8(data + 8 * (part + kLanes * i));
+          r.nope[i] = make_uint4(d.x, d.y, 0, 0);
+        }
+        const uint32_t k = static_cast<uint32_t>(part);
+        r.scale = make_uint4(byte_k_of_each(s0, k), byte_k_of_each(s1, k), 1u, 0u);
+      } else {
+        // A v41_fp8 record: chunk c = part + 4 i uses ue8m0 byte c / 2 = part / 2 + 2 i of the 16,
+        // bytes h and h + 2 (h = part / 2) of word i / 2.
 #pragma unroll
-  for (int u = 0; u < R::kRopeUnits; ++u)
-    r.rope[u] = load_record16(data + Rec<F>::kRope + 16 * (part + kLanes * u));
-  if constexpr (F == KeyStorage::kV32Fp8 || F == KeyStorage::kV41Fp8) {
-    r.scale = load_record16(scale);  // 16 bytes inside the record
+        for (int i = 0; i < R::kNopeChunks; ++i) r.nope[i] = load_record16(data + 16 * (part + kLanes * i));
+        const uint4 s = load_record16(scale);
+        const uint32_t sel = part < 2 ? 0x6420u : 0x7531u;  // bytes h, h + 2 of a, then of b
+        r.scale = make_uint4(permute_bytes(s.x, s.y, sel), permute_bytes(s.z, s.w, sel), 0u, 0u);
+      }
+    }
   } else {
-    const uint2 s = load_record8(scale);
-    r.scale = make_uint4(s.x, s.y, 0, 0);
+#pragma unroll
+    for (int i = 0; i < R::kNopeChunks; ++i)
+      r.nope[i] = R::kEven || R::has_chunk(i, part) ? load_record16(data + 16 * (part + kLanes * i))
+                                                    : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < R::kRopeUnits; ++u)
+      r.rope[u] = load_record16(data + Rec<F>::kRope + 16 * (part + kLanes * u));
+    if constexpr (F == KeyStorage::kV32Fp8 || F == KeyStorage::kV41Fp8) {
+      r.scale = load_record16(scale);  // 16 bytes inside the record
+    } else {
+      const uint2 s = load_record8(scale);
+      r.scale = make_uint4(s.x, s.y, 0, 0);
+    }
   }
 }
 
@@ -116,6 +167,15 @@ __device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data,
 template <KeyStorage F>
 __device__ __forceinline__ void prefetch_record(const uint8_t* data, const uint8_t* scale) {
   constexpr int kBytes = Rec<F>::kBytes;  // 656 (v32: scales inside), 576 (v4) or 528 (v41: scales inside)
+  if constexpr (F == KeyStorage::kV41Mixed) {
+    if (cuda::is_fp4_record(data, scale)) {  // 288 bytes: no line past the record's end
+      constexpr int kFp4Bytes = cuda::StorageTraits<F>::kFp4Chunks * 16;
+#pragma unroll
+      for (int off = 0; off < kFp4Bytes; off += 128) prefetch_l2(data + off);
+      prefetch_l2(data + kFp4Bytes - 1);
+      return;
+    }
+  }
 #pragma unroll
   for (int off = 0; off < kBytes; off += 128) prefetch_l2(data + off);
   prefetch_l2(data + kBytes - 1);
@@ -147,6 +207,27 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
     if constexpr (kMirror && kAsyncPeer) st_async_peer(stage_addr + offset + peer_delta, v, peer_bar);
     else if constexpr (kMirror) st_shared_cluster(stage_addr + offset + peer_delta, v);
   };
+  if constexpr (F == KeyStorage::kV41Mixed) {
+    if (holds_fp4(r)) {
+      if constexpr (kLanes != 4) {  // (never run: load_raw's note)
+        __trap();
+      } else {
+        // A v41_fp4 token: each chunk's codes times its e4m3 scale by two exact bf16x2 multiplies
+        // (dequant16_e2m1), the scale converted by the hardware (NaN codes included:
+        // num::e4m3_to_f32's value) and exact in bf16.
+#pragma unroll
+        for (int i = 0; i < R::kNopeChunks; ++i) {
+          const uint32_t code = ((i < 4 ? r.scale.x : r.scale.y) >> (8 * (i % 4))) & 0xffu;
+          const float s = cuda::e4m3x2_to_f32(static_cast<uint16_t>(code)).x;
+          uint4 lo, hi;
+          dequant16_e2m1(r.nope[i].x, r.nope[i].y, cuda::pack_bf16(s, s), lo, hi);
+          put(chunk_offset<kLanes>(i, tok, part, 0), lo);
+          put(chunk_offset<kLanes>(i, tok, part, 8), hi);
+        }
+      }
+      return;
+    }
+  }
   // Each chunk group's scale; then one check for the whole token, so that the common case runs
   // its chunks without a branch between them (the compiler interleaves their conversions).
   float sc[R::kNopeChunks];
@@ -162,6 +243,10 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
       // 128 dims per scale: chunk c uses scale c / 8, that is (kLanes i) / 8 (part < kLanes <= 8).
       const uint32_t sb[4] = {r.scale.x, r.scale.y, r.scale.z, r.scale.w};
       sc[i] = __uint_as_float(sb[kLanes * i / 8]);
+    } else if constexpr (F == KeyStorage::kV41Mixed) {
+      // The lane's 8 ue8m0 bytes, chunk i's in byte i % 4 of .x or .y (load_raw).
+      e8[i] = ((i < 4 ? r.scale.x : r.scale.y) >> (8 * (i % 4))) & 0xffu;
+      sc[i] = num::ue8m0_to_f32(static_cast<uint8_t>(e8[i]));
     } else if constexpr (F == KeyStorage::kV41Fp8) {
       // 32 dims per scale: chunk c uses byte c / 2 = (part + kLanes i) / 2 of the 16, in word
       // (kLanes i) / 8 (part < kLanes).
