@@ -10,7 +10,8 @@
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
 #    prefill_portable dense_portable demo python; the other stages only when named)
-# build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest; LKV_CMAKE_EXTRA: more -D flags);
+# build: CMake for sm_80 + sm_90a with the carried GoogleTest sources (.deps/googletest; LKV_CMAKE_EXTRA: more -D flags;
+#   LKV_PREBUILT: unpack scripts/gpu_prebuild.sh's archive instead);
 # test: the CPU suites and every CUDA suite; sanitize: compute-sanitizer memcheck on the adversarial
 # index tests (LKV_MEMCHECK_FILTER: another gtest filter); reference: bench/compress_reference.py (PyTorch reference times and byte comparison);
 # bench: `latentkv bench compress` for both payload formats, with the reference times;
@@ -74,7 +75,12 @@ variant_key() { printf '%s|%s' "${LKV_VARIANT_SRC:-.}" "${LKV_VARIANT_CMAKE:-}";
 # The flags build-gpu-variant's binaries were last built with (written only after a build that
 # succeeded); the variant stages run only binaries built with the current LKV_VARIANT_CMAKE.
 variant_built() { [ -f build-gpu-variant/lkv-variant-built ] && [ "$(cat build-gpu-variant/lkv-variant-built)" = "$(variant_key)" ]; }
-if has build; then
+# LKV_PREBUILT=build-pk/bins.tar.xz: the binaries scripts/gpu_prebuild.sh packed on a machine
+# without a GPU (carried here) stand in for the build stage.
+if has build && [ -n "${LKV_PREBUILT:-}" ]; then
+  mkdir -p build-gpu && tar xJf "$LKV_PREBUILT" -C build-gpu
+  note "build: prebuilt binaries of $(cat build-gpu/PREBUILT_REV 2>/dev/null || echo 'an unknown tree')"
+elif has build; then
   start=$(date +%s)
   jobs=$(nproc)
   upid=
