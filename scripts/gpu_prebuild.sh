@@ -4,7 +4,7 @@
 # call spends its minutes running, not compiling:
 #   bash scripts/gpu_prebuild.sh [targets]          # default: latentkv lkv_cuda_tests
 #   then, with the device tool's carry ["build-pk", ".deps"]:
-#   LKV_PREBUILT=build-pk/bins.tar.xz bash scripts/gpu.sh test sanitize ...
+#   LKV_PREBUILT=build-pk/bins.tar.xz bash scripts/gpu.sh build test sanitize ...  (build unpacks)
 # The archive records the tree it was built from (build-pk/REV: the commit and whether the tree
 # had changes), which gpu.sh prints; rebuild after any change to the sources.
 set -euo pipefail
