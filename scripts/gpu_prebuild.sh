@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Builds the CUDA binaries on this machine (nvcc, no GPU needed) exactly as `gpu.sh build` does on
-# the device machine, and packs them into build-pk/bins.tar.xz (~20 MB per binary), so that a device
+# the device machine, and packs them into build-pk/bins.tar.xz (~10 MB per binary with xz), so that a device
 # call spends its minutes running, not compiling:
 #   bash scripts/gpu_prebuild.sh [targets]          # default: latentkv lkv_cuda_tests
 #   then, with the device tool's carry ["build-pk", ".deps"]:
 #   LKV_PREBUILT=build-pk/bins.tar.xz bash scripts/gpu.sh build test sanitize ...  (build unpacks)
-# The archive records the tree it was built from (build-pk/REV: the commit and whether the tree
+# The archive records the tree it was built from (PREBUILT_REV: the commit and whether the tree
 # had changes), which gpu.sh prints; rebuild after any change to the sources.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=("${@:-latentkv lkv_cuda_tests}")
-read -r -a targets <<<"${targets[*]}"
+targets=("$@")
+[ $# -gt 0 ] || targets=(latentkv lkv_cuda_tests)
 # The same GoogleTest sources as the device build (gpu.sh carries .deps/googletest there).
 if [ ! -d .deps/googletest ]; then
   bash scripts/setup.sh
