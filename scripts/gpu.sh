@@ -249,8 +249,10 @@ if has bench_slices; then
   done
 fi
 
+# LKV_DECODE_FILTER: only the decode cases whose names contain it (decode and decode_portable).
+dfilter=(); [ -z "${LKV_DECODE_FILTER:-}" ] || dfilter=(--filter "$LKV_DECODE_FILTER")
 if has decode; then
-  ./build-gpu/latentkv bench decode --device cuda --json "$OUT/decode-h200.json" 2>&1 | tee "$OUT/bench-decode.log"
+  ./build-gpu/latentkv bench decode --device cuda ${dfilter[@]+"${dfilter[@]}"} --json "$OUT/decode-h200.json" 2>&1 | tee "$OUT/bench-decode.log"
   note "bench decode: $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode.log" | tr -s ' ' | tr '\n' ';')"
 fi
 
@@ -313,20 +315,25 @@ fi
 # topk 2048, h_q 128, d_qk 576 case) or dense (bf16, h_q 128, s_q 2, s_k 8192) profiles that op's
 # headline case instead of sparse decode's V3.2 b 128; LKV_PROFILE_FILTER names another case of
 # that op's bench.
+# LKV_PROFILE_FILTER: one case, or several separated by ';' (one profile each, prof_sass-N.csv.gz).
 if has profile_sass; then
   case "${LKV_PROFILE_OP:-decode}" in
     prefill) prof_op=prefill; prof_filter=sq4096_skv65536_topk2048_h128_d576 ;;
     dense) prof_op=dense; prof_filter=bf16_b128_sk8192_h128_sq2 ;;
     *) prof_op=decode; prof_filter=v32_b128_h128 ;;
   esac
-  timeout 300 ncu --clock-control none -k 'regex:attend_kernel|narrow_kernel' -c 1 --section SourceCounters \
-    --section WarpStateStats -f -o "$OUT/prof" ./build-gpu/latentkv bench "$prof_op" --device cuda \
-    --kernel "${LKV_PROFILE_KERNEL:-auto}" --filter "${LKV_PROFILE_FILTER:-$prof_filter}" --reps 1 >"$OUT/ncu-sass.log" 2>&1
-  rc=$?
-  ncu --import "$OUT/prof.ncu-rep" --page source --print-source sass --csv 2>>"$OUT/ncu-sass.log" | gzip >"$OUT/prof_sass.csv.gz"
-  ncu --import "$OUT/prof.ncu-rep" --page details 2>>"$OUT/ncu-sass.log" | grep -E "Warp Cycles|Stall|Issued|Eligible" | head -20
-  rm -f "$OUT/prof.ncu-rep"
-  note "profile_sass ($prof_op) rc=$rc ($(zcat "$OUT/prof_sass.csv.gz" | wc -l) csv lines)"
+  IFS=';' read -r -a pfilters <<<"${LKV_PROFILE_FILTER:-$prof_filter}"
+  for i in "${!pfilters[@]}"; do
+    suffix=""; [ ${#pfilters[@]} -eq 1 ] || suffix="-$i"
+    timeout 300 ncu --clock-control none -k 'regex:attend_kernel|narrow_kernel' -c 1 --section SourceCounters \
+      --section WarpStateStats -f -o "$OUT/prof" ./build-gpu/latentkv bench "$prof_op" --device cuda \
+      --kernel "${LKV_PROFILE_KERNEL:-auto}" --filter "${pfilters[$i]}" --reps 1 >"$OUT/ncu-sass$suffix.log" 2>&1
+    rc=$?
+    ncu --import "$OUT/prof.ncu-rep" --page source --print-source sass --csv 2>>"$OUT/ncu-sass$suffix.log" | gzip >"$OUT/prof_sass$suffix.csv.gz"
+    ncu --import "$OUT/prof.ncu-rep" --page details 2>>"$OUT/ncu-sass$suffix.log" | grep -E "Duration|Warp Cycles|Stall|Issued|Eligible" | head -20
+    rm -f "$OUT/prof.ncu-rep"
+    note "profile_sass ($prof_op ${pfilters[$i]}) rc=$rc ($(zcat "$OUT/prof_sass$suffix.csv.gz" | wc -l) csv lines)"
+  done
 fi
 
 # splits: the b 74 cases (where the wave-aware planner splits) with 1-4 forced splits beside the
@@ -478,7 +485,7 @@ if has variant_trace; then
 fi
 
 if has decode_portable; then
-  ./build-gpu/latentkv bench decode --device cuda --kernel portable --json "$OUT/decode-portable-h200.json" 2>&1 | tee "$OUT/bench-decode-portable.log"
+  ./build-gpu/latentkv bench decode --device cuda --kernel portable ${dfilter[@]+"${dfilter[@]}"} --json "$OUT/decode-portable-h200.json" 2>&1 | tee "$OUT/bench-decode-portable.log"
   note "bench decode (portable): $(grep -E 'v32_b128_h128|peak' "$OUT/bench-decode-portable.log" | tr -s ' ' | tr '\n' ';')"
 fi
 
