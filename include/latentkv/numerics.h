@@ -194,6 +194,44 @@ LKV_HD uint32_t e2m1x2_as_bf16x2_scaled(uint32_t w) {
   return ((w << 6) & 0x000001c0u) | ((w << 12) & 0x00008000u) | ((w << 18) & 0x01c00000u) | ((w << 24) & 0x80000000u);
 }
 
+// PTX's prmt.b32 in its default mode (the device runs the instruction): byte i of the result is
+// byte (sel_i & 7) of the pair {a, b} (a's bytes 0-3, b's 4-7), where sel_i is nibble i of sel, or
+// with sel_i & 8 that byte's top bit copied into all eight. (CUDA's __byte_perm ignores that bit.)
+LKV_HD uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+#else
+  const uint64_t src = static_cast<uint64_t>(a) | (static_cast<uint64_t>(b) << 32);
+  uint32_t d = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t s = (sel >> (4 * i)) & 0xfu;
+    uint32_t byte = static_cast<uint32_t>(src >> (8 * (s & 7u))) & 0xffu;
+    if (s & 8u) byte = (byte & 0x80u) ? 0xffu : 0u;
+    d |= byte << (8 * i);
+  }
+  return d;
+#endif
+}
+
+// e2m1x2_as_bf16x2_scaled of each of w's four bytes (out[k] for byte k), the same bits in about a
+// third of the instructions, for the decode kernels' fp4 records: the nibbles are split once per
+// word (even codes, odd codes: one per byte, top four bits clear); then per pair one byte permute
+// puts the even code in byte 0 and the odd one in byte 2, with zero bytes 1 and 3 (the sign of a
+// byte whose top bit is clear), one multiply by 2^6 + 2^12 writes each code twice, at bits 6..9 and
+// 12..15 of its half (the copies do not overlap, so nothing carries), and one mask keeps the
+// exponent and mantissa bits of the first copy (6..8) and the sign of the second (15). Three
+// instructions per pair and three per word, where the per-pair shifts and masks took eight or nine.
+LKV_HD void e2m1x8_as_bf16x2_scaled(uint32_t w, uint32_t out[4]) {
+  const uint32_t even = w & 0x0f0f0f0fu, odd = (w >> 4) & 0x0f0f0f0fu;
+  for (uint32_t k = 0; k < 4; ++k) {
+    // Result bytes: even byte k, its sign (0), odd byte k, its sign (0).
+    const uint32_t sel = 0xc480u + 0x1111u * k;
+    out[k] = (prmt(even, odd, sel) * 0x1040u) & 0x81c081c0u;
+  }
+}
+
 // NaN encodes as +0 (e2m1 has no NaN); callers never produce NaN inputs from finite data.
 LKV_HD uint8_t f32_to_e2m1(float x) {
   uint32_t u = f32_bits(x);

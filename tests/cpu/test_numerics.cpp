@@ -406,6 +406,30 @@ TEST(NumericsE2m1, AsBf16PairsTimesTwoToTheMinus126ForEveryByte) {
   }
 }
 
+// The decode kernels' four-pairs-at-once form gives e2m1x2_as_bf16x2_scaled's bits for every byte
+// at every position of the word, whatever the other three bytes hold (all 16 codes, both signs, in
+// every neighbour), with prmt's host form checked on the selectors it is called with.
+TEST(NumericsE2m1, FourPairsAtOnceMatchOnePairAtATime) {
+  EXPECT_EQ(num::prmt(0x44332211u, 0x88776655u, 0x7350u), 0x88446611u);
+  EXPECT_EQ(num::prmt(0x0000807fu, 0u, 0xc9c8u), 0x00ff0000u);  // sign mode: 0x7f -> 0x00, 0x80 -> 0xff
+  uint64_t mismatches = 0;
+  for (uint32_t byte = 0; byte < 256; ++byte) {
+    for (uint32_t pos = 0; pos < 4; ++pos) {
+      for (const uint32_t others : {0x00000000u, 0xffffffffu, 0x5a3c9687u, 0x0f0f0f0fu, 0xf0f0f0f0u, byte * 0x01010101u}) {
+        const uint32_t w = (others & ~(0xffu << (8 * pos))) | (byte << (8 * pos));
+        uint32_t four[4];
+        num::e2m1x8_as_bf16x2_scaled(w, four);
+        for (uint32_t k = 0; k < 4; ++k) {
+          const uint32_t want = num::e2m1x2_as_bf16x2_scaled(w >> (8 * k));
+          if (four[k] != want && mismatches++ < 8)
+            ADD_FAILURE() << std::hex << "word 0x" << w << " pair " << k << ": 0x" << four[k] << ", want 0x" << want;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+}
+
 TEST(NumericsE2m1, MidpointsNeighboursTiesAndSign) {
   const auto& t = e2m1_table();
   for (uint32_t c = 0; c + 1 < t.size(); ++c) {

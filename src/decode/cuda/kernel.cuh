@@ -574,49 +574,71 @@ __device__ __forceinline__ void issue_bulk_records(const uint8_t* const* data, c
 // unattended token's staging bytes (stale, never written for this tile, but inside the buffer) are
 // converted like the others and the result replaced by zeros, so that the loads of several chunks
 // are in flight at once (a rolled loop with a branch per chunk waited out each load in turn).
-// 16 e2m1 codes (8 bytes, the even dim in each byte's low nibble) times the e4m3 scale s to 16 bf16,
-// dims in order: each code's value (num::e2m1_to_f32, from its bits), times s in fp32, rounded once
-// to bf16, as formats::decode_unit<v41_fp4> does (the product of a 2-bit and a 4-bit significand is
-// exact in bf16).
-__device__ __forceinline__ void dequant16_e2m1(const uint2 raw, float s, uint4& lo, uint4& hi) {
-  const uint32_t w[2] = {raw.x, raw.y};
+// 16 e2m1 codes (8 bytes, each byte's low nibble the even dim) times an e4m3 scale whose value is in
+// both bf16 halves of s2, to 16 bf16, dims in order: the codes as bf16 pairs of value x 2^-126
+// (num::e2m1x8_as_bf16x2_scaled: e2m1's 0.5 is a bf16 subnormal there), times 2^126 (exact: every
+// value becomes a normal bf16), times the scale (exact: a 2-bit by a 4-bit significand, inside
+// bf16's range; a NaN scale gives NaN). So the result is the bf16 of the fp32 product code x scale
+// that formats::decode_unit<v41_fp4> rounds, in two bf16x2 multiplies per pair. Both attention
+// kernels take it (the Hopper one through sm90::dequant16_e2m1).
+__device__ __forceinline__ void dequant16_e2m1_bf16(const uint32_t x, const uint32_t y, uint32_t s2, uint4& lo, uint4& hi) {
+  constexpr uint32_t kTwo126 = 0x7e807e80u;  // bf16 2^126 in both halves
   uint32_t out[8];
+  num::e2m1x8_as_bf16x2_scaled(x, out);
+  num::e2m1x8_as_bf16x2_scaled(y, out + 4);
 #pragma unroll
-  for (int b = 0; b < 8; ++b) {
-    const uint32_t byte = (w[b / 4] >> (8 * (b % 4))) & 0xffu;
-    out[b] = pack_bf16(num::e2m1_to_f32(static_cast<uint8_t>(byte & 0xfu)) * s,
-                       num::e2m1_to_f32(static_cast<uint8_t>(byte >> 4)) * s);
-  }
+  for (int b = 0; b < 8; ++b) out[b] = mul_bf16x2(mul_bf16x2(out[b], kTwo126), s2);
   lo = make_uint4(out[0], out[1], out[2], out[3]);
   hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
+// The same with the scale as fp32 (an e4m3 value, so pack_bf16 keeps it exactly).
+__device__ __forceinline__ void dequant16_e2m1(const uint2 raw, float s, uint4& lo, uint4& hi) {
+  dequant16_e2m1_bf16(raw.x, raw.y, pack_bf16(s, s), lo, hi);
+}
 
-// kV41Mixed (dequantize_tile's): every token's 32 chunks of 16 dims, each by its record's kind, one
-// chunk per thread and iteration (no batching: this path is for correctness first). A warp's 32
-// chunks are one token's, so the kind's branch is uniform within every warp.
+// kV41Mixed (dequantize_tile's): every token's 32 chunks of 16 dims, each by its record's kind.
+// A warp's 32 chunks are one token's, so the kind's branch is uniform within every warp. As in the
+// single-kind path below, the loads of two chunks are issued before either is converted, so that
+// their shared-memory latencies overlap (an fp4 chunk loads 8 bytes and its scale byte, an fp8 one
+// 16 bytes and its ue8m0 byte).
 template <int kRawRecord, int kStride>
 __device__ __forceinline__ void dequantize_tile_mixed(const uint8_t* const* tile_data, const uint8_t* const* tile_scale,
                                                       const uint8_t* raw_tile, uint16_t* keys, int tid) {
   using T = StorageTraits<KeyStorage::kV41Mixed>;
   constexpr int kChunks = T::kNope / 16, kTotal = kTileTokens * kChunks;
-  static_assert(kTotal % kThreads == 0, "whole iterations");
+  constexpr int kIters = kTotal / kThreads, kBatch = 2;
+  static_assert(kTotal % kThreads == 0 && kIters % kBatch == 0, "whole iterations and batches");
 #pragma unroll
-  for (int i = 0; i < kTotal / kThreads; ++i) {
-    const int c = tid + i * kThreads, tok = c / kChunks, part = c % kChunks;
-    const uint8_t* data = raw_tile + tok * kRawRecord;
-    const bool live = tile_data[tok] != nullptr;
-    uint4 lo, hi;
-    if (live && is_fp4_record(tile_data[tok], tile_scale[tok])) {
-      dequant16_e2m1(*reinterpret_cast<const uint2*>(data + part * 8), num::e4m3_to_f32(data[T::kFp4ScaleOffset + part]),
-                     lo, hi);
-    } else {
-      const float scale = num::ue8m0_to_f32(data[T::kScaleOffset + part * 16 / T::kGroup]);
-      dequant16_f32(*reinterpret_cast<const uint4*>(data + part * 16), scale, lo, hi);
+  for (int i0 = 0; i0 < kIters; i0 += kBatch) {
+    uint4 raw[kBatch];
+    uint32_t code[kBatch];  // the chunk's scale byte: e4m3 (fp4 records) or ue8m0 (fp8 ones)
+    bool live[kBatch], fp4[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int c = tid + (i0 + j) * kThreads, tok = c / kChunks, part = c % kChunks;
+      const uint8_t* data = raw_tile + tok * kRawRecord;
+      live[j] = tile_data[tok] != nullptr;
+      fp4[j] = live[j] && is_fp4_record(tile_data[tok], tile_scale[tok]);
+      if (fp4[j]) {
+        const uint2 half = *reinterpret_cast<const uint2*>(data + part * 8);
+        raw[j] = make_uint4(half.x, half.y, 0, 0);
+        code[j] = data[T::kFp4ScaleOffset + part];
+      } else {
+        raw[j] = *reinterpret_cast<const uint4*>(data + part * 16);
+        code[j] = data[T::kScaleOffset + part * 16 / T::kGroup];
+      }
     }
-    if (!live) lo = hi = make_uint4(0, 0, 0, 0);
-    uint16_t* dst = keys + tok * kStride + part * 16;
-    *reinterpret_cast<uint4*>(dst) = lo;
-    *reinterpret_cast<uint4*>(dst + 8) = hi;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int c = tid + (i0 + j) * kThreads, tok = c / kChunks, part = c % kChunks;
+      uint4 lo, hi;
+      if (fp4[j]) dequant16_e2m1(make_uint2(raw[j].x, raw[j].y), num::e4m3_to_f32(static_cast<uint8_t>(code[j])), lo, hi);
+      else dequant16_f32(raw[j], num::ue8m0_to_f32(static_cast<uint8_t>(code[j])), lo, hi);
+      if (!live[j]) lo = hi = make_uint4(0, 0, 0, 0);
+      uint16_t* dst = keys + tok * kStride + part * 16;
+      *reinterpret_cast<uint4*>(dst) = lo;
+      *reinterpret_cast<uint4*>(dst + 8) = hi;
+    }
   }
 }
 

@@ -33,20 +33,14 @@ __device__ __forceinline__ uint32_t ue8m0_multiplier(uint32_t e) {
 
 // 16 e2m1 codes (8 bytes, each byte's low nibble the even dim) times the e4m3 scale whose value is
 // in both bf16 halves of s2, to 16 bf16 (dims in order): the codes as bf16 pairs of value x 2^-126
-// (num::e2m1x2_as_bf16x2_scaled), times 2^126 (exact: the values are normal bf16), times the scale
+// (num::e2m1x8_as_bf16x2_scaled), times 2^126 (exact: the values become normal bf16), times the scale
 // (exact: a 2-bit by a 4-bit significand, inside bf16's range): the bf16 of the fp32 product that
-// formats::decode_unit<v41_fp4> and the portable kernel round, NaN scales giving NaN as there.
-// Two bf16x2 multiplies per pair and no fp32 temporaries (the fp32 form spilled in the narrow
-// kernel at its 128-register bound).
+// formats::decode_unit<v41_fp4> rounds, NaN scales giving NaN as there. Two bf16x2 multiplies per
+// pair and no fp32 temporaries (the fp32 form spilled in the narrow kernel at its 128-register
+// bound). The portable kernel's dequant16_e2m1 (decode/cuda/kernel.cuh) is this with s2 from fp32.
+using cuda::dequant16_e2m1_bf16;
 __device__ __forceinline__ void dequant16_e2m1(const uint32_t x, const uint32_t y, uint32_t s2, uint4& lo, uint4& hi) {
-  constexpr uint32_t kTwo126 = 0x7e807e80u;  // bf16 2^126 in both halves
-  const uint32_t w[2] = {x, y};
-  uint32_t out[8];
-#pragma unroll
-  for (int b = 0; b < 8; ++b)
-    out[b] = cuda::mul_bf16x2(cuda::mul_bf16x2(num::e2m1x2_as_bf16x2_scaled(w[b / 4] >> (8 * (b % 4))), kTwo126), s2);
-  lo = make_uint4(out[0], out[1], out[2], out[3]);
-  hi = make_uint4(out[4], out[5], out[6], out[7]);
+  dequant16_e2m1_bf16(x, y, s2, lo, hi);
 }
 
 }  // namespace latentkv::decode::sm90
