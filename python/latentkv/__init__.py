@@ -309,8 +309,7 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
     topk_length, extra_topk_length: i32 [b] or None; attn_sink: f32 [h_q] or None
     extra_k_cache / extra_indices (i32 [b, s_q, extra_topk]): a second cache, given together
     extra_format: None means format, or "v41_fp4" for a 4-D extra cache of 288 bytes per token
-              with a v41_fp8 k_cache (DeepSeek V4.1's pairing; on CUDA the portable kernel, and
-              NotImplementedError on GPUs that run the compact kernel)
+              with a v41_fp8 k_cache (DeepSeek V4.1's pairing; on CUDA on every kernel)
     softmax_scale: None means d_qk ** -0.5
     Returns out bf16 [b, s_q, h_q, 512] and lse f32 [b, h_q, s_q] (natural log; +inf and a zero
     output row for a query with no valid key; the sink scales out, never lse).

@@ -406,14 +406,6 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   }
 #ifdef LKV_WITH_CUDA
   const cuda_common::DeviceGuard guard(dev.index);
-  // V4.1's fp4 extra cache runs on the Hopper kernel or the portable one (decode/cuda/attend_launch.cuh),
-  // not on the compact kernel that serves GPUs where the portable one does not fit.
-  const bool fp4_extra = p.extra.topk > 0 && extra_format != a.format;  // decode/cuda/decode.cu's routing
-  if (fp4_extra && !decode::cuda::use_sm90(dev.index) &&
-      decode::cuda::use_compact(dev.index, decode::cuda::SmemLayout<512, false>::total))
-    LKV_FAIL(ErrorKind::kNotBuilt, "sparse_decode on CUDA takes an extra cache in ", format_info(extra_format).name,
-             " on the Hopper or the portable kernel only; the portable one needs ", decode::cuda::SmemLayout<512, false>::total,
-             " bytes of shared memory per block; device ", dev.index, " runs the compact kernel");
   // The kernel reads q rows and writes out rows with 16-byte accesses.
   LKV_CHECK(a.q.rows_aligned(16), "sparse_decode on CUDA needs q rows aligned to 16 bytes, got ",
             a.q.alignment_str(16));

@@ -58,8 +58,14 @@ __device__ __forceinline__ void copy_records(const uint8_t* const* data, const u
   const uint8_t* src = data[tok];
   if (!src) return;
   uint8_t* dst = raw + tok * kRawRecord;
+  // kV41Mixed: a v41_fp4 record ends after 18 chunks (its 288 bytes); copying a v41_fp8 record's 33
+  // would read past the last one of its cache.
+  int chunks = T::kDataChunks;
+  if constexpr (S == KeyStorage::kV41Mixed)
+    if (cuda::is_fp4_record(src, scale[tok])) chunks = T::kFp4Chunks;
 #pragma unroll
-  for (int part = q; part < T::kDataChunks; part += kLanesPerToken) cuda::cp_async_16(dst + part * 16, src + part * 16);
+  for (int part = q; part < T::kDataChunks; part += kLanesPerToken)
+    if (part < chunks) cuda::cp_async_16(dst + part * 16, src + part * 16);
   if constexpr (T::kScaleRow) {
     if (q == 0) cuda::cp_async_8(dst + T::kScaleOffset, scale[tok]);  // v4: the scale row, staged at 576
   }
@@ -92,9 +98,63 @@ __device__ __forceinline__ void copy_keys16(const uint8_t* const* data, uint16_t
 // this tile, but inside the buffer) are converted like the others and the result replaced by zeros,
 // so no branch separates the loads (the per-chunk branch and pointer read of the first form left
 // the conversion waiting on each load in turn: 41% of the stall samples, bench/NOTES.md v39).
+// kV41Mixed: each token by its record's kind (cuda::is_fp4_record), so `scale` (the tile's scale
+// pointers) is read for it alone. A v41_fp4 token's chunk `part` is 8 bytes at 8 part with its e4m3
+// scale at byte 256 + part, converted as the portable kernel does (cuda::dequant16_e2m1); a v41_fp8
+// token's is the v41_fp8 chunk. The kind is uniform over a token's four threads, so a warp's eight
+// tokens diverge only in the one block of a split where the main cache's candidates end and the
+// extra cache's begin.
+template <int kRawRecord, int kStride>
+__device__ __forceinline__ void dequantize_mixed_records(const uint8_t* const* data, const uint8_t* const* scale,
+                                                         const uint8_t* raw, uint16_t* keys, int tid) {
+  using T = StorageTraits<KeyStorage::kV41Mixed>;
+  constexpr int kPer = T::kNope / 16 / kLanesPerToken;  // 8 chunks per thread
+  constexpr int kBatch = 4;
+  static_assert(kPer % kBatch == 0, "whole batches");
+  const int tok = tid / kLanesPerToken, q = tid % kLanesPerToken;
+  const bool live = data[tok] != nullptr;
+  const bool fp4 = live && cuda::is_fp4_record(data[tok], scale[tok]);
+  const uint8_t* rec = raw + tok * kRawRecord;
+  uint16_t* row = keys + tok * kStride;
+#pragma unroll
+  for (int j0 = 0; j0 < kPer; j0 += kBatch) {
+    uint4 nope[kBatch];
+    uint32_t code[kBatch];  // the chunk's scale byte: e4m3 (fp4 records) or ue8m0 (fp8 ones)
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int part = q + kLanesPerToken * (j0 + j);
+      if (fp4) {
+        const uint2 half = *reinterpret_cast<const uint2*>(rec + part * 8);
+        nope[j] = make_uint4(half.x, half.y, 0, 0);
+        code[j] = rec[T::kFp4ScaleOffset + part];
+      } else {
+        nope[j] = *reinterpret_cast<const uint4*>(rec + part * 16);
+        code[j] = rec[T::kScaleOffset + part * 16 / T::kGroup];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int part = q + kLanesPerToken * (j0 + j);
+      uint4 lo, hi;
+      if (fp4)
+        cuda::dequant16_e2m1(make_uint2(nope[j].x, nope[j].y), num::e4m3_to_f32(static_cast<uint8_t>(code[j])), lo, hi);
+      else
+        cuda::dequant16_f32(nope[j], num::ue8m0_to_f32(static_cast<uint8_t>(code[j])), lo, hi);
+      if (!live) lo = hi = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(row + part * 16) = lo;
+      *reinterpret_cast<uint4*>(row + part * 16 + 8) = hi;
+    }
+  }
+}
+
 template <KeyStorage S, int kDqk, int kRawRecord, int kStride>
-__device__ __forceinline__ void dequantize_records(const uint8_t* const* data, const uint8_t* raw, uint16_t* keys,
-                                                   int tid) {
+__device__ __forceinline__ void dequantize_records(const uint8_t* const* data, const uint8_t* const* scale,
+                                                   const uint8_t* raw, uint16_t* keys, int tid) {
+  if constexpr (S == KeyStorage::kV41Mixed) {
+    dequantize_mixed_records<kRawRecord, kStride>(data, scale, raw, keys, tid);
+    return;
+  }
+  (void)scale;
   using T = StorageTraits<S>;
   constexpr int kChunksNope = T::kNope / 16;  // 16 e4m3 bytes per chunk
   constexpr int kPer = kChunksNope / kLanesPerToken;
@@ -263,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attend_kernel(const K
       if (tile + 1 < num_tiles) issue(tile + 1);  // into the key tile tile t - 1 used
       keys = sK + (tile % 2) * kTileTokens * L::k_stride;
     } else {
-      dequantize_records<kStorage, kDqk, L::raw_record, L::k_stride>(tile_data, sRaw, sK, tid);
+      dequantize_records<kStorage, kDqk, L::raw_record, L::k_stride>(tile_data, sScale + pb * kTileTokens, sRaw, sK, tid);
       __syncthreads();                            // keys written, staging free
       if (tile + 1 < num_tiles) issue(tile + 1);
       keys = sK;

@@ -92,10 +92,6 @@ template <class Source, class PortableSource = Source>
 void launch_attend_once(const KernelParams<typename Source::Args>& p, Stream stream) {
   int device = 0;
   LKV_CUDA_CHECK(cudaGetDevice(&device));
-  // Mixed v41_fp8 / v41_fp4 records (KeyStorage::kV41Mixed): the Hopper kernel or the portable one,
-  // never the compact one (docs/design/fp4-extra-cache-cuda.md); sparse_decode refuses them on the
-  // GPUs the compact kernel serves before anything is launched.
-  constexpr bool kNoCompact = Source::kStorage == KeyStorage::kV41Mixed;
   if constexpr (!Source::kF16) {
     if (use_sm90(device)) {
       decode::sm90::launch_attend<Source>(p, stream);
@@ -111,12 +107,10 @@ void launch_attend_once(const KernelParams<typename Source::Args>& p, Stream str
   // The compact kernel where the portable kernel's narrow layout does not fit (or where forced);
   // it takes none of the portable kernel's choices, so it runs with Source (one instantiation where
   // the portable kernel has two).
-  if constexpr (!kNoCompact) {
-    if (use_compact(device, SmemLayout<P::kDqk, kDirect>::total)) {
-      compact::launch_attend<Source>(p, stream);
-      if (p.g.num_splits > 1) launch_combine(p.g, p.o, P::kF16, stream);
-      return;
-    }
+  if (use_compact(device, SmemLayout<P::kDqk, kDirect>::total)) {
+    compact::launch_attend<Source>(p, stream);
+    if (p.g.num_splits > 1) launch_combine(p.g, p.o, P::kF16, stream);
+    return;
   }
   // The wide layout: quantized keys dequantized while the products run (any device with the
   // room); 16-bit keys three tiles deep, on sm_90 only (there the kernel's bulk copies keep two

@@ -346,7 +346,7 @@ __device__ __forceinline__ void score_dqk_half(float (&part)[4][4], const uint16
 // rows copied as they are.
 // kV41Mixed: DeepSeek V4.1's pairing, v41_fp8 records for the main cache's candidates and v41_fp4
 // ones for the extra cache's (docs/design/fp4-extra-cache-cuda.md); a token's kind is told by its
-// pointers (is_fp4_record). This kernel and the Hopper one (sm90/records.cuh); not the compact one.
+// pointers (is_fp4_record). This kernel, the compact one and the Hopper one (sm90/records.cuh).
 enum class KeyStorage { kV32Fp8, kV4Fp8, kDirect16, kV41Fp8, kV41Mixed };
 
 template <KeyStorage S>

@@ -16,7 +16,7 @@ struct SparseArgs {
 
 // kSplit: the score product's shape (kernel.cuh: score_dqk_half, else score_tokens_half), which
 // launch_sparse picks by split_dqk_pays. FE: the extra cache's format, F's own or, with v41_fp8,
-// v41_fp4 (DeepSeek V4.1's pairing: KeyStorage::kV41Mixed; not on the compact kernel).
+// v41_fp4 (DeepSeek V4.1's pairing: KeyStorage::kV41Mixed; every kernel).
 template <CacheFormat F, bool kSplit, CacheFormat FE = F>
 struct SparseSource {
   static_assert(F == CacheFormat::v32_fp8 || F == CacheFormat::v4_fp8 || F == CacheFormat::v41_fp8,
