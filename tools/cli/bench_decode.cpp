@@ -388,8 +388,6 @@ int cmd_bench_decode(const Args& args) {
   for (const DecodeCase& c : decode_cases(!cuda)) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
 #ifdef LKV_WITH_CUDA
-    // The fp4 extra cache runs on the Hopper or the portable kernel, not on the compact one of 99 KB GPUs.
-    if (cuda && c.extra_format && !decode::cuda::use_sm90(0) && decode::cuda::use_compact(0, decode::cuda::SmemLayout<512, false>::total)) continue;
 #endif
     const FormatInfo& fi = format_info(c.format);
     const int64_t ctx = std::max<int64_t>(2 * c.topk, 4096);
