@@ -569,11 +569,6 @@ __device__ __forceinline__ void issue_bulk_records(const uint8_t* const* data, c
   }
 }
 
-// Dequantizes a tile of staged records into bf16 keys; unattended tokens become zeros. Two passes
-// with fixed trip counts (NoPE chunks, then RoPE chunks; v41 records have no RoPE pass), unrolled and without branches: an
-// unattended token's staging bytes (stale, never written for this tile, but inside the buffer) are
-// converted like the others and the result replaced by zeros, so that the loads of several chunks
-// are in flight at once (a rolled loop with a branch per chunk waited out each load in turn).
 // 16 e2m1 codes (8 bytes, each byte's low nibble the even dim) times an e4m3 scale whose value is in
 // both bf16 halves of s2, to 16 bf16, dims in order: the codes as bf16 pairs of value x 2^-126
 // (num::e2m1x8_as_bf16x2_scaled: e2m1's 0.5 is a bf16 subnormal there), times 2^126 (exact: every
@@ -642,6 +637,11 @@ __device__ __forceinline__ void dequantize_tile_mixed(const uint8_t* const* tile
   }
 }
 
+// Dequantizes a tile of staged records into bf16 keys; unattended tokens become zeros. Two passes
+// with fixed trip counts (NoPE chunks, then RoPE chunks; v41 records have no RoPE pass), unrolled and without branches: an
+// unattended token's staging bytes (stale, never written for this tile, but inside the buffer) are
+// converted like the others and the result replaced by zeros, so that the loads of several chunks
+// are in flight at once (a rolled loop with a branch per chunk waited out each load in turn).
 template <KeyStorage S, int kDqk, int kRawRecord, int kStride>
 __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data, const uint8_t* const* tile_scale,
                                                 const uint8_t* raw_tile, uint16_t* keys, int tid) {
