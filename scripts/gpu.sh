@@ -71,15 +71,23 @@ fi
 # same-run A/B of a change that has no switch (a refactor), e.g. made here with
 #   mkdir -p build-ab-base && git archive BASE CMakeLists.txt include src tools tests | tar -x -C build-ab-base
 # and carried to the device (build*/ is ignored); its binaries then run as "variant".
-variant_key() { printf '%s|%s' "${LKV_VARIANT_SRC:-.}" "${LKV_VARIANT_CMAKE:-}"; }
+variant_key() { printf '%s|%s|%s' "${LKV_VARIANT_SRC:-.}" "${LKV_VARIANT_CMAKE:-}" "${LKV_PREBUILT_VARIANT:-}"; }
 # The flags build-gpu-variant's binaries were last built with (written only after a build that
 # succeeded); the variant stages run only binaries built with the current LKV_VARIANT_CMAKE.
 variant_built() { [ -f build-gpu-variant/lkv-variant-built ] && [ "$(cat build-gpu-variant/lkv-variant-built)" = "$(variant_key)" ]; }
 # LKV_PREBUILT=build-pk/bins.tar.xz: the binaries scripts/gpu_prebuild.sh packed on a machine
-# without a GPU (carried here) stand in for the build stage.
+# without a GPU (carried here) stand in for the build stage. LKV_PREBUILT_VARIANT=ARCHIVE: another
+# such archive (e.g. the commit before a change, packed by gpu_prebuild.sh with LKV_PREBUILT_OUT)
+# becomes build-gpu-variant, which variant_ab then runs against build-gpu: a same-run A/B of two
+# revisions with no compiling here.
 if has build && [ -n "${LKV_PREBUILT:-}" ]; then
   mkdir -p build-gpu && tar xJf "$LKV_PREBUILT" -C build-gpu
   note "build: prebuilt binaries of $(cat build-gpu/PREBUILT_REV 2>/dev/null || echo 'an unknown tree')"
+  if [ -n "${LKV_PREBUILT_VARIANT:-}" ]; then
+    rm -rf build-gpu-variant && mkdir -p build-gpu-variant && tar xJf "$LKV_PREBUILT_VARIANT" -C build-gpu-variant &&
+      variant_key >build-gpu-variant/lkv-variant-built
+    note "build (variant): prebuilt binaries of $(cat build-gpu-variant/PREBUILT_REV 2>/dev/null || echo 'an unknown tree')"
+  fi
 elif has build; then
   start=$(date +%s)
   jobs=$(nproc)

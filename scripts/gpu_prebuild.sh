@@ -2,15 +2,21 @@
 # Builds the CUDA binaries on this machine (nvcc, no GPU needed) exactly as `gpu.sh build` does on
 # the device machine, and packs them into build-pk/bins.tar.xz (~10 MB per binary with xz), so that a device
 # call spends its minutes running, not compiling:
-#   bash scripts/gpu_prebuild.sh [targets]          # default: latentkv lkv_cuda_tests
+#   bash scripts/gpu_prebuild.sh [targets]          # default: latentkv lkv_cuda_tests lkv_tests
 #   then, with the device tool's carry ["build-pk", ".deps"]:
 #   LKV_PREBUILT=build-pk/bins.tar.xz bash scripts/gpu.sh build test sanitize ...  (build unpacks)
 # The archive records the tree it was built from (PREBUILT_REV: the commit and whether the tree
 # had changes), which gpu.sh prints; rebuild after any change to the sources.
+# LKV_PREBUILT_OUT=PATH packs to PATH instead (relative to the repository root), e.g. the base of an
+# A/B built in a worktree of the earlier commit and packed into this checkout:
+#   out=$PWD/build-pk/base.tar.xz; git worktree add /tmp/lkv-base REV &&
+#     (cd /tmp/lkv-base && LKV_PREBUILT_OUT=$out bash scripts/gpu_prebuild.sh latentkv)
+# then, there: LKV_PREBUILT=build-pk/bins.tar.xz LKV_PREBUILT_VARIANT=build-pk/base.tar.xz
+#   LKV_AB_KERNEL=auto LKV_AB_SPECS="decode v41_" bash scripts/gpu.sh build variant_ab   (variant = the base)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=("$@")
-[ $# -gt 0 ] || targets=(latentkv lkv_cuda_tests)
+[ $# -gt 0 ] || targets=(latentkv lkv_cuda_tests lkv_tests)  # gpu.sh's test stage runs all three
 # The same GoogleTest sources as the device build (gpu.sh carries .deps/googletest there).
 if [ ! -d .deps/googletest ]; then
   bash scripts/setup.sh
@@ -19,11 +25,12 @@ fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" >/dev/null
 cmake --build build-gpu -j "$(nproc)" $(printf -- '--target %s ' "${targets[@]}")
-mkdir -p build-pk
+out="${LKV_PREBUILT_OUT:-build-pk/bins.tar.xz}"
+mkdir -p "$(dirname "$out")"
 rev="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 git diff --quiet HEAD 2>/dev/null || rev="$rev+changes"
 echo "$rev" >build-gpu/PREBUILT_REV
-tar cf - -C build-gpu PREBUILT_REV "${targets[@]}" | xz -T0 -6 >build-pk/bins.tar.xz.part
-mv build-pk/bins.tar.xz.part build-pk/bins.tar.xz  # never a half-written archive to carry
-ls -la build-pk/bins.tar.xz
+tar cf - -C build-gpu PREBUILT_REV "${targets[@]}" | xz -T0 -6 >"$out.part"
+mv "$out.part" "$out"  # never a half-written archive to carry
+ls -la "$out"
 echo "packed ${targets[*]} from $rev"
