@@ -10,9 +10,9 @@
 # nvcc ships without cuobjdump and nvdisasm on some installs; NVIDIA's own wheels
 # (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm) are fetched into .deps/cuda-tools the first time.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 mode=${1:?"usage: scripts/sass.sh res|sass|ops FILE [ARCH] [REGEX]"}
-file=${2:?"usage: scripts/sass.sh res|sass|ops FILE [ARCH] [REGEX]"}
+file=$(realpath "${2:?"usage: scripts/sass.sh res|sass|ops FILE [ARCH] [REGEX]"}")
+cd "$(dirname "$0")/.."
 arch=${3:-sm_90a}
 regex=${4:-.}
 
