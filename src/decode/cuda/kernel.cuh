@@ -196,7 +196,9 @@ __device__ __forceinline__ uint32_t fast_multiplier(float s) {
 // Bytes 2 k and 2 k + 1 of w (k = 0 or 1) as two bf16 lanes of value e4m3 x 2^-120.
 template <int k>
 __device__ __forceinline__ uint32_t e4m3x2_scaled_bits(uint32_t w) {
-  // prmt selector nibbles, low byte first: byte 2k, sign of byte 2k, byte 2k + 1, its sign.
+  // prmt selector nibbles, low byte first: byte 2k, sign of byte 2k, byte 2k + 1, its sign. (Its
+  // own asm with an immediate selector: through num::prmt the dense v32_fp8 Hopper kernel compiles
+  // to a different instruction order, checked with scripts/sass.sh.)
   constexpr uint32_t sel = k == 0 ? 0x9180u : 0xb3a2u;
   uint32_t p;
   asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(p) : "r"(w), "n"(sel));

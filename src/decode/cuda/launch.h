@@ -156,7 +156,7 @@ inline bool attend_launch_pdl(const Geometry& g, int device) {
 // One instantiation per format and score-product shape (instantiations/*.cu).
 template <CacheFormat F>
 void launch_sparse(const KernelParams<SparseArgs>& p, Stream stream);
-// DeepSeek V4.1's pairing: a v41_fp8 main cache with a v41_fp4 extra cache (the portable kernel;
+// DeepSeek V4.1's pairing: a v41_fp8 main cache with a v41_fp4 extra cache (every kernel;
 // instantiations/v41_fp8_fp4_extra.cu).
 void launch_sparse_v41_fp4_extra(const KernelParams<SparseArgs>& p, Stream stream);
 

@@ -66,16 +66,10 @@ template <KeyStorage F, int kLanes>
 __device__ __forceinline__ bool holds_fp4(const Raw<F, kLanes>& r) {
   return F == KeyStorage::kV41Mixed && r.scale.z != 0u;
 }
-// prmt.b32 with a selector in a register: byte k of the result is byte (sel >> 4 k) & 7 of (a, b).
-__device__ __forceinline__ uint32_t permute_bytes(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t p;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(p) : "r"(a), "r"(b), "r"(sel));
-  return p;
-}
-// Byte k (k < 4) of each of four words, in their order: three byte permutes.
+// Byte k (k < 4) of each of four words, in their order: three byte permutes (num::prmt).
 __device__ __forceinline__ uint32_t byte_k_of_each(const uint4 w, uint32_t k) {
   const uint32_t sel = k | ((k + 4u) << 4);  // bytes k of a and of b to bytes 0 and 1
-  return permute_bytes(permute_bytes(w.x, w.y, sel), permute_bytes(w.z, w.w, sel), 0x5410u);
+  return num::prmt(num::prmt(w.x, w.y, sel), num::prmt(w.z, w.w, sel), 0x5410u);
 }
 // Bytes a CTA of a pair writes into its peer's stage per block: 32 whole tokens of d_qk bf16 dims.
 template <int kDqk>
@@ -142,7 +136,7 @@ __device__ __forceinline__ void load_raw(Raw<F, kLanes>& r, const uint8_t* data,
         for (int i = 0; i < R::kNopeChunks; ++i) r.nope[i] = load_record16(data + 16 * (part + kLanes * i));
         const uint4 s = load_record16(scale);
         const uint32_t sel = part < 2 ? 0x6420u : 0x7531u;  // bytes h, h + 2 of a, then of b
-        r.scale = make_uint4(permute_bytes(s.x, s.y, sel), permute_bytes(s.z, s.w, sel), 0u, 0u);
+        r.scale = make_uint4(num::prmt(s.x, s.y, sel), num::prmt(s.z, s.w, sel), 0u, 0u);
       }
     }
   } else {
