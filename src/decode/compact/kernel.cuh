@@ -99,11 +99,10 @@ __device__ __forceinline__ void copy_keys16(const uint8_t* const* data, uint16_t
 // so no branch separates the loads (the per-chunk branch and pointer read of the first form left
 // the conversion waiting on each load in turn: 41% of the stall samples, bench/NOTES.md v39).
 // kV41Mixed: each token by its record's kind (cuda::is_fp4_record), so `scale` (the tile's scale
-// pointers) is read for it alone. A v41_fp4 token's chunk `part` is 8 bytes at 8 part with its e4m3
-// scale at byte 256 + part, converted as the portable kernel does (cuda::dequant16_e2m1); a v41_fp8
-// token's is the v41_fp8 chunk. The kind is uniform over a token's four threads, so a warp's eight
-// tokens diverge only in the one block of a split where the main cache's candidates end and the
-// extra cache's begin.
+// pointers) is read for it alone; its chunks are read and converted as the portable kernel does
+// (cuda::load_mixed_chunk, cuda::dequant_mixed_chunk). The kind is uniform over a token's four
+// threads, so a warp's eight tokens diverge only in the one block of a split where the main cache's
+// candidates end and the extra cache's begin.
 template <int kRawRecord, int kStride>
 __device__ __forceinline__ void dequantize_mixed_records(const uint8_t* const* data, const uint8_t* const* scale,
                                                          const uint8_t* raw, uint16_t* keys, int tid) {
@@ -121,25 +120,12 @@ __device__ __forceinline__ void dequantize_mixed_records(const uint8_t* const* d
     uint4 nope[kBatch];
     uint32_t code[kBatch];  // the chunk's scale byte: e4m3 (fp4 records) or ue8m0 (fp8 ones)
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int part = q + kLanesPerToken * (j0 + j);
-      if (fp4) {
-        const uint2 half = *reinterpret_cast<const uint2*>(rec + part * 8);
-        nope[j] = make_uint4(half.x, half.y, 0, 0);
-        code[j] = rec[T::kFp4ScaleOffset + part];
-      } else {
-        nope[j] = *reinterpret_cast<const uint4*>(rec + part * 16);
-        code[j] = rec[T::kScaleOffset + part * 16 / T::kGroup];
-      }
-    }
+    for (int j = 0; j < kBatch; ++j) cuda::load_mixed_chunk(rec, q + kLanesPerToken * (j0 + j), fp4, nope[j], code[j]);
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int part = q + kLanesPerToken * (j0 + j);
       uint4 lo, hi;
-      if (fp4)
-        cuda::dequant16_e2m1(make_uint2(nope[j].x, nope[j].y), num::e4m3_to_f32(static_cast<uint8_t>(code[j])), lo, hi);
-      else
-        cuda::dequant16_f32(nope[j], num::ue8m0_to_f32(static_cast<uint8_t>(code[j])), lo, hi);
+      cuda::dequant_mixed_chunk(nope[j], code[j], fp4, lo, hi);
       if (!live) lo = hi = make_uint4(0, 0, 0, 0);
       *reinterpret_cast<uint4*>(row + part * 16) = lo;
       *reinterpret_cast<uint4*>(row + part * 16 + 8) = hi;

@@ -593,6 +593,28 @@ __device__ __forceinline__ void dequant16_e2m1(const uint2 raw, float s, uint4& 
   dequant16_e2m1_bf16(raw.x, raw.y, pack_bf16(s, s), lo, hi);
 }
 
+// One 16-dim chunk of a staged kV41Mixed record, read and converted by its record's kind: a
+// v41_fp4 chunk is 8 bytes at 8 part (kept in raw.x, raw.y) with its e4m3 scale byte (code) at
+// 256 + part, a v41_fp8 chunk 16 bytes at 16 part with its record's ue8m0 byte for those dims. Loads and
+// conversion are apart so that callers can issue several chunks' loads first. The portable and the
+// compact kernels take these, so both stage the same key bytes (and the Hopper kernel's records.cuh
+// converts fp4 chunks by the same dequant16_e2m1_bf16).
+__device__ __forceinline__ void load_mixed_chunk(const uint8_t* rec, int part, bool fp4, uint4& raw, uint32_t& code) {
+  using T = StorageTraits<KeyStorage::kV41Mixed>;
+  if (fp4) {
+    const uint2 half = *reinterpret_cast<const uint2*>(rec + part * 8);
+    raw = make_uint4(half.x, half.y, 0, 0);
+    code = rec[T::kFp4ScaleOffset + part];
+  } else {
+    raw = *reinterpret_cast<const uint4*>(rec + part * 16);
+    code = rec[T::kScaleOffset + part * 16 / T::kGroup];
+  }
+}
+__device__ __forceinline__ void dequant_mixed_chunk(const uint4 raw, uint32_t code, bool fp4, uint4& lo, uint4& hi) {
+  if (fp4) dequant16_e2m1(make_uint2(raw.x, raw.y), num::e4m3_to_f32(static_cast<uint8_t>(code)), lo, hi);
+  else dequant16_f32(raw, num::ue8m0_to_f32(static_cast<uint8_t>(code)), lo, hi);
+}
+
 // kV41Mixed (dequantize_tile's): every token's 32 chunks of 16 dims, each by its record's kind.
 // A warp's 32 chunks are one token's, so the kind's branch is uniform within every warp. As in the
 // single-kind path below, the loads of two chunks are issued before either is converted, so that
@@ -616,21 +638,13 @@ __device__ __forceinline__ void dequantize_tile_mixed(const uint8_t* const* tile
       const uint8_t* data = raw_tile + tok * kRawRecord;
       live[j] = tile_data[tok] != nullptr;
       fp4[j] = live[j] && is_fp4_record(tile_data[tok], tile_scale[tok]);
-      if (fp4[j]) {
-        const uint2 half = *reinterpret_cast<const uint2*>(data + part * 8);
-        raw[j] = make_uint4(half.x, half.y, 0, 0);
-        code[j] = data[T::kFp4ScaleOffset + part];
-      } else {
-        raw[j] = *reinterpret_cast<const uint4*>(data + part * 16);
-        code[j] = data[T::kScaleOffset + part * 16 / T::kGroup];
-      }
+      load_mixed_chunk(data, part, fp4[j], raw[j], code[j]);
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int c = tid + (i0 + j) * kThreads, tok = c / kChunks, part = c % kChunks;
       uint4 lo, hi;
-      if (fp4[j]) dequant16_e2m1(make_uint2(raw[j].x, raw[j].y), num::e4m3_to_f32(static_cast<uint8_t>(code[j])), lo, hi);
-      else dequant16_f32(raw[j], num::ue8m0_to_f32(static_cast<uint8_t>(code[j])), lo, hi);
+      dequant_mixed_chunk(raw[j], code[j], fp4[j], lo, hi);
       if (!live[j]) lo = hi = make_uint4(0, 0, 0, 0);
       uint16_t* dst = keys + tok * kStride + part * 16;
       *reinterpret_cast<uint4*>(dst) = lo;
