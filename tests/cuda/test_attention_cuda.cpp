@@ -904,6 +904,37 @@ TEST(AttentionCuda, CopyWarpsAgreeBitwise) {
   }
 }
 
+// Dense decode over v32_fp8 pages in the portable kernel: where warps 4-7 have no rows (CTAs of at
+// most 32 rows, 16 with token groups) they take a larger share of each tile's dequantization
+// (Geometry::idle_dequant, config.h kIdleTokens); the bytes must be those of the equal share,
+// checked against the oracle. h_q 16 (token
+// groups, and one group), 32, 40 (no idle half: unchanged path), packed 2 x 8 and 5 x 3 query rows,
+// and a split case.
+TEST(AttentionCuda, IdleWarpsDequantizeBitwise) {
+  REQUIRE_GPU();
+  namespace dc = latentkv::decode::cuda;
+  UseKernel use(KernelChoice::kPortable);
+  latentkv::testing::RestoreSwitch<int> restore_idle(dc::idle_dequant_override, dc::set_idle_dequant_override);
+  latentkv::testing::RestoreSwitch<bool> restore_groups(dc::token_groups_allowed, dc::set_token_groups_allowed);
+  struct Shape { int64_t b, s_q, h_q, max_len; bool groups; };
+  const Shape shapes[] = {{4, 1, 16, 700, true}, {4, 1, 16, 600, false}, {3, 1, 32, 500, true}, {3, 1, 40, 400, true},
+                          {4, 2, 8, 300, true},  {4, 5, 3, 200, true},   {1, 1, 16, 7000, true}};
+  int n = 0;
+  for (const Shape& sh : shapes) {
+    const DenseWorkloadOptions o = variant_dense(sh.b, sh.s_q, sh.h_q, sh.max_len, true, 2700 + n++);
+    const std::string label = "v32_fp8 b" + std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" +
+                              std::to_string(sh.h_q) + " len" + std::to_string(sh.max_len) +
+                              (sh.groups ? "" : " one group");
+    dc::set_token_groups_allowed(sh.groups);
+    dc::set_idle_dequant_override(0);
+    check_dense(o, "equal dequantization shares: dense " + label);
+    DenseWorkload w = latentkv::testing::make_dense_workload(o);
+    const DenseResult half = rerun_dense(w);
+    dc::set_idle_dequant_override(1);
+    expect_same(half, rerun_dense(w), label + " idle warps dequantize more");
+  }
+}
+
 // CTAs of at most 16 rows run two token groups in the portable kernel
 // (decode::cuda::token_groups_pay): dense decode with 16-bit and v32_fp8 pages (h_q 16 and 11 alone,
 // packed 2 x 8 and 5 x 3 query tokens, causal, a split case) and prefill (h_q 16 and 12 with sink,

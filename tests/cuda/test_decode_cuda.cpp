@@ -557,6 +557,40 @@ TEST(DecodeCuda, CopyWarpsAgreeBitwise) {
   EXPECT_THROW(dc::set_copy_warps_override(3), Error);
 }
 
+// In the portable kernel's overlapped layout, warps 4-7 take a larger share of each tile's
+// dequantization where they have no rows to multiply (Geometry::idle_dequant: CTAs of at most 32
+// rows, 16 with token groups; config.h, kIdleTokens). Which threads convert a chunk changes no
+// arithmetic, so the results must be the bytes of the equal share, which is checked against the
+// oracle. Each format, V4.1's fp4 extra cache
+// included; 16 heads with token groups and without, 32 heads (one group), and 70 heads (a 64-row
+// CTA beside a 6-row one in the same launch); partial tiles, adversarial and NaN-filled slots.
+TEST(DecodeCuda, IdleWarpsDequantizeBitwise) {
+  REQUIRE_GPU();
+  namespace dc = latentkv::decode::cuda;
+  UseKernel use(KernelChoice::kPortable);
+  latentkv::testing::RestoreSwitch<int> restore_idle(dc::idle_dequant_override, dc::set_idle_dequant_override);
+  latentkv::testing::RestoreSwitch<bool> restore_groups(dc::token_groups_allowed, dc::set_token_groups_allowed);
+  struct Shape { int64_t b, h_q, topk; bool groups, hostile; };
+  const Shape shapes[] = {{4, 16, 2048, true, false}, {5, 16, 200, false, true}, {4, 32, 700, true, true},
+                          {3, 70, 200, true, true},   {6, 5, 100, true, true}};
+  int n = 0;
+  for (const auto& [f, ef] : kVariantFormats)
+    for (const Shape& sh : shapes) {
+      DecodeWorkloadOptions o = variant_case(f, sh.b, sh.h_q, sh.topk, sh.hostile, 1700 + n++);
+      o.extra_format = ef;
+      const std::string label = variant_name(o) + " h" + std::to_string(sh.h_q) + " topk" + std::to_string(sh.topk) +
+                                (sh.groups ? "" : " one group");
+      dc::set_token_groups_allowed(sh.groups);
+      dc::set_idle_dequant_override(0);
+      check_case(o, "equal dequantization shares: " + label);
+      DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+      const GpuResult half = rerun_gpu(w);
+      dc::set_idle_dequant_override(1);
+      expect_same(half, rerun_gpu(w), label + " idle warps dequantize more");
+    }
+  EXPECT_THROW(dc::set_idle_dequant_override(2), Error);
+}
+
 // Plans with unsplit requests (DecodePlan::unsplit_b): requests [0, unsplit_b) run unsplit in a
 // launch of their own and the others split, in a second launch whose partials alone take the
 // workspace. Each request must get the bytes of a single launch with its split count: the first

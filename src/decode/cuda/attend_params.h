@@ -41,6 +41,10 @@ struct Geometry {
   // Portable kernel on sm_90: how many warps (the last ones) issue a key tile's bulk copies,
   // 32 / copy_warps tokens each: 1, 2, 4 or 8 (launch.h, copy_warps_for).
   int32_t copy_warps = 1;
+  // Portable kernel, overlapped layout: where warps 4-7 have no rows to multiply, they take the
+  // larger share of each next tile's dequantization (kernel.cuh, idle_dequant; launch.h,
+  // idle_dequant_for).
+  int32_t idle_dequant = 0;
   // The first launch of a two-launch plan (unsplit, a second attention launch behind it), and with
   // pdl_first a call's only launch (unsplit, no combine): its CTAs let the next launch be scheduled
   // as soon as they start (after the entry wait, with pdl_first; cuda_common/pdl.cuh), so that its

@@ -152,6 +152,17 @@ std::atomic<bool>& roles_flag() {
   static std::atomic<bool> flag{env_on("LKV_ROLES")};
   return flag;
 }
+// LKV_IDLE_DEQUANT: 0 or 1 (anything else is an error when first read); unset: no override.
+std::atomic<int>& idle_dequant_flag() {
+  static std::atomic<int> flag{[] {
+    const char* e = std::getenv("LKV_IDLE_DEQUANT");
+    if (!e || !*e) return -1;
+    const std::string v(e);
+    LKV_CHECK(v == "0" || v == "1", "LKV_IDLE_DEQUANT must be 0 or 1, got '", v, "'");
+    return std::stoi(v);
+  }()};
+  return flag;
+}
 // LKV_COPY_WARPS: 1, 2, 4 or 8 (anything else is an error when first read); unset: no override.
 int copy_warps_from_env() {
   const char* e = std::getenv("LKV_COPY_WARPS");
@@ -192,6 +203,11 @@ void set_copy_warps_override(int n) {
   copy_warps_flag().store(n, std::memory_order_relaxed);
 }
 
+int idle_dequant_override() { return idle_dequant_flag().load(std::memory_order_relaxed); }
+void set_idle_dequant_override(int mode) {
+  LKV_CHECK(mode >= -1 && mode <= 1, "the idle-warp dequantization override must be -1 (none), 0 or 1, got ", mode);
+  idle_dequant_flag().store(mode, std::memory_order_relaxed);
+}
 void set_wide_layout_allowed(bool allowed) { wide_flag().store(allowed, std::memory_order_relaxed); }
 bool wide_layout_allowed() { return wide_flag().load(std::memory_order_relaxed); }
 bool token_groups_allowed() { return token_groups_flag().load(std::memory_order_relaxed); }

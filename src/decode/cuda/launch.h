@@ -92,6 +92,20 @@ inline bool roles_pay(const Geometry& g) {
   return roles_allowed() && cta_rows(g) <= 32;
 }
 
+// Whether warps 4-7 of the portable kernel's overlapped layout (quantized keys on devices with
+// more than 163 KB of shared memory per CTA) take the larger share of each next tile's
+// dequantization where they have no rows to multiply (CTAs of at most 32 rows, 16 with token
+// groups; kernel.cuh, idle_dequant; config.h, kIdleTokens). idle_dequant_for picks per launch;
+// LKV_IDLE_DEQUANT=0|1 (read once per process) or set_idle_dequant_override sets it for every
+// launch, so that benchmarks can compare; -1 removes the override.
+int idle_dequant_override();
+void set_idle_dequant_override(int mode);
+inline int idle_dequant_for(bool groups) {
+  const int m = idle_dequant_override();
+  if (m >= 0) return m;
+  return groups ? 1 : 0;
+}
+
 // How many warps (the last ones) issue a key tile's bulk copies on sm_90 (Geometry::copy_warps;
 // kernel.cuh, issue). A warp issues its lanes' bulk copies one lane at a time, so one issuer
 // runs a 32-step loop per tile. Measured on the H200 with 1, 2, 4 and 8 issuers (bench/NOTES.md,
