@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Same-run A/B of the idle warps' share of the portable kernel's dequantization (session 50): in
-# CTAs of at most 16 rows (token groups) warps 4-7 multiply nothing; they dequantize 32, 24 or 20 of
-# each next tile's 32 tokens (config.h, kIdleTokens; the multiplying warps 0-3 the rest), against
-# the equal shares of every other CTA (LKV_IDLE_DEQUANT=0 in the default binary).
-#   here:  bash scripts/gpu_prebuild.sh                                  (kIdleTokens 32: build-pk/bins.tar.xz)
-#          builds of latentkv with -DCMAKE_CUDA_FLAGS=-DLKV_IDLE_DEQUANT_TOKENS=24 and =20 in
-#          build-v24 / build-v20, packed as build-pk/idle-variants.tar.xz (v24/latentkv, v20/latentkv)
-#   there (carry ["build-pk/bins.tar.xz", "build-pk/idle-variants.tar.xz"]): bash bench/probes/idle_dequant_ab.sh [rounds]
+# Same-run A/B of the idle warps' share of the portable kernel's dequantization (session 50, as run at
+# a941ba5, whose config.h had kIdleTokens, since removed with the shares it measured slower): in
+# CTAs of at most 16 rows (token groups) warps 4-7 multiply nothing; they dequantized 32, 24 or 20
+# of each next tile's 32 tokens (the multiplying warps 0-3 the rest), against the equal shares of
+# every other CTA (LKV_IDLE_DEQUANT=0 in the default binary), and 32 for 32-row CTAs as well
+# (LKV_IDLE_DEQUANT=1).
+#   here, at a941ba5:  bash scripts/gpu_prebuild.sh, then latentkv and lkv_cuda_tests packed as
+#          build-pk/bins-ab.tar.xz; builds of latentkv with -DCMAKE_CUDA_FLAGS=-DLKV_IDLE_DEQUANT_TOKENS=24
+#          and =20 in build-v24 / build-v20, packed as build-pk/idle-variants.tar.xz (v24/latentkv, v20/latentkv)
+#   there (carry ["build-pk/bins-ab.tar.xz", "build-pk/idle-variants.tar.xz"]):
+#          LKV_AB_BINS=build-pk/bins-ab.tar.xz bash bench/probes/idle_dequant_ab.sh [rounds]
 # Tests first (the new bitwise tests and the portable attention suites), then the portable kernel
 # on dense v32_fp8 pages and sparse decode's tensor-parallel V3.2 cases, the variants alternated; a
 # table of per-case medians and variant / equal-shares last. JSONs: $OUT/ab.tgz.

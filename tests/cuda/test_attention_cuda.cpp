@@ -905,9 +905,8 @@ TEST(AttentionCuda, CopyWarpsAgreeBitwise) {
 }
 
 // Dense decode over v32_fp8 pages in the portable kernel: where warps 4-7 have no rows (CTAs of at
-// most 32 rows, 16 with token groups) they take a larger share of each tile's dequantization
-// (Geometry::idle_dequant, config.h kIdleTokens); the bytes must be those of the equal share,
-// checked against the oracle. h_q 16 (token
+// most 16 rows by default, 32 with the override) they dequantize each next tile alone
+// (Geometry::idle_dequant); the bytes must be those of equal shares, checked against the oracle. h_q 16 (token
 // groups, and one group), 32, 40 (no idle half: unchanged path), packed 2 x 8 and 5 x 3 query rows,
 // and a split case.
 TEST(AttentionCuda, IdleWarpsDequantizeBitwise) {

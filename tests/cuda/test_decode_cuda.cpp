@@ -557,11 +557,10 @@ TEST(DecodeCuda, CopyWarpsAgreeBitwise) {
   EXPECT_THROW(dc::set_copy_warps_override(3), Error);
 }
 
-// In the portable kernel's overlapped layout, warps 4-7 take a larger share of each tile's
-// dequantization where they have no rows to multiply (Geometry::idle_dequant: CTAs of at most 32
-// rows, 16 with token groups; config.h, kIdleTokens). Which threads convert a chunk changes no
-// arithmetic, so the results must be the bytes of the equal share, which is checked against the
-// oracle. Each format, V4.1's fp4 extra cache
+// In the portable kernel's overlapped layout, warps 4-7 dequantize each next tile alone where they
+// have no rows to multiply (Geometry::idle_dequant: CTAs of at most 16 rows by default, of at most
+// 32 with the override). Which threads convert a chunk changes no arithmetic, so the results must
+// be the bytes of equal shares, which are checked against the oracle. Each format, V4.1's fp4 extra cache
 // included; 16 heads with token groups and without, 32 heads (one group), and 70 heads (a 64-row
 // CTA beside a 6-row one in the same launch); partial tiles, adversarial and NaN-filled slots.
 TEST(DecodeCuda, IdleWarpsDequantizeBitwise) {

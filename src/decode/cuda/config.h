@@ -54,13 +54,6 @@ inline bool small_combine_allowed() {
 inline bool combine_quarter_rows(int64_t rows, int num_sms) {
   return small_combine_allowed() && rows <= static_cast<int64_t>(kCombineQuarterMaxRowsPerSm) * num_sms;
 }
-// Tokens of each next tile that warps 4-7 dequantize where they have no rows to multiply
-// (kernel.cuh, idle_dequant), the multiplying warps 0-3 taking the rest.
-#ifndef LKV_IDLE_DEQUANT_TOKENS
-#define LKV_IDLE_DEQUANT_TOKENS 32
-#endif
-inline constexpr int kIdleTokens = LKV_IDLE_DEQUANT_TOKENS;
-static_assert(kIdleTokens > 0 && kIdleTokens <= kTileTokens, "a share of the tile");
 // CTAs resident per SM. One: the O accumulator alone is 128 registers per thread and the kernel
 // uses 240-255 (x 256 threads: up to 65,280 of 65,536), and v32_fp8 needs 161 KB of shared memory
 // (198 KB wide) of an SM's 228 KB. The kernel's __launch_bounds__ and the split planner (plan_decode:

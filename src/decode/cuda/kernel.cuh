@@ -620,29 +620,29 @@ __device__ __forceinline__ void dequant_mixed_chunk(const uint4 raw, uint32_t co
 // single-kind path below, the loads of two chunks are issued before either is converted, so that
 // their shared-memory latencies overlap (an fp4 chunk loads 8 bytes and its scale byte, an fp8 one
 // 16 bytes and its ue8m0 byte).
-template <int kRawRecord, int kStride, int kTok0, int kNTok, int kDqThreads>
+template <int kRawRecord, int kStride, int kDqThreads>
 __device__ __forceinline__ void dequantize_tile_mixed(const uint8_t* const* tile_data, const uint8_t* const* tile_scale,
                                                       const uint8_t* raw_tile, uint16_t* keys, int tid) {
   using T = StorageTraits<KeyStorage::kV41Mixed>;
-  constexpr int kChunks = T::kNope / 16, kTotal = kNTok * kChunks;
+  constexpr int kChunks = T::kNope / 16, kTotal = kTileTokens * kChunks;
   constexpr int kIters = kTotal / kDqThreads, kBatch = 2;
-  static_assert(kTotal % kDqThreads == 0, "whole iterations");
+  static_assert(kTotal % kDqThreads == 0 && kIters % kBatch == 0, "whole iterations and batches");
 #pragma unroll
   for (int i0 = 0; i0 < kIters; i0 += kBatch) {
     uint4 raw[kBatch];
     uint32_t code[kBatch];  // the chunk's scale byte: e4m3 (fp4 records) or ue8m0 (fp8 ones)
     bool live[kBatch], fp4[kBatch];
 #pragma unroll
-    for (int j = 0; j < kBatch && i0 + j < kIters; ++j) {
-      const int c = tid + (i0 + j) * kDqThreads, tok = kTok0 + c / kChunks, part = c % kChunks;
+    for (int j = 0; j < kBatch; ++j) {
+      const int c = tid + (i0 + j) * kDqThreads, tok = c / kChunks, part = c % kChunks;
       const uint8_t* data = raw_tile + tok * kRawRecord;
       live[j] = tile_data[tok] != nullptr;
       fp4[j] = live[j] && is_fp4_record(tile_data[tok], tile_scale[tok]);
       load_mixed_chunk(data, part, fp4[j], raw[j], code[j]);
     }
 #pragma unroll
-    for (int j = 0; j < kBatch && i0 + j < kIters; ++j) {
-      const int c = tid + (i0 + j) * kDqThreads, tok = kTok0 + c / kChunks, part = c % kChunks;
+    for (int j = 0; j < kBatch; ++j) {
+      const int c = tid + (i0 + j) * kDqThreads, tok = c / kChunks, part = c % kChunks;
       uint4 lo, hi;
       dequant_mixed_chunk(raw[j], code[j], fp4[j], lo, hi);
       if (!live[j]) lo = hi = make_uint4(0, 0, 0, 0);
@@ -658,15 +658,13 @@ __device__ __forceinline__ void dequantize_tile_mixed(const uint8_t* const* tile
 // unattended token's staging bytes (stale, never written for this tile, but inside the buffer) are
 // converted like the others and the result replaced by zeros, so that the loads of several chunks
 // are in flight at once (a rolled loop with a branch per chunk waited out each load in turn).
-// Tokens kTok0 .. kTok0 + kNTok - 1 of the tile, by kDqThreads threads (tid 0 ..): the whole tile by
-// the whole CTA, or part of it by half the warps (the kernel's idle_dequant).
-template <KeyStorage S, int kDqk, int kRawRecord, int kStride, int kTok0 = 0, int kNTok = kTileTokens,
-          int kDqThreads = kThreads>
+// By kDqThreads threads (tid 0 ..): the whole CTA, or the idle half of its warps (the kernel's
+// idle_dequant).
+template <KeyStorage S, int kDqk, int kRawRecord, int kStride, int kDqThreads = kThreads>
 __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data, const uint8_t* const* tile_scale,
                                                 const uint8_t* raw_tile, uint16_t* keys, int tid) {
-  static_assert(kTok0 >= 0 && kNTok > 0 && kTok0 + kNTok <= kTileTokens, "tokens inside the tile");
   if constexpr (S == KeyStorage::kV41Mixed) {
-    dequantize_tile_mixed<kRawRecord, kStride, kTok0, kNTok, kDqThreads>(tile_data, tile_scale, raw_tile, keys, tid);
+    dequantize_tile_mixed<kRawRecord, kStride, kDqThreads>(tile_data, tile_scale, raw_tile, keys, tid);
     return;
   }
   (void)tile_scale;
@@ -676,8 +674,8 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
   constexpr bool kHasRope = T::kRopeDims > 0;
   static_assert(T::kNope + T::kRopeDims == kDqk, "NoPE + RoPE dims");
   static_assert(T::kRopeDims == 0 || T::kRopeDims == 64, "64 bf16 RoPE dims or none");
-  constexpr int kNopeTotal = kNTok * kChunksNope, kNopeIters = (kNopeTotal + kDqThreads - 1) / kDqThreads;
-  constexpr int kRopeTotal = kNTok * kChunksRope, kRopeIters = (kRopeTotal + kDqThreads - 1) / kDqThreads;
+  constexpr int kNopeTotal = kTileTokens * kChunksNope, kNopeIters = (kNopeTotal + kDqThreads - 1) / kDqThreads;
+  constexpr int kRopeTotal = kTileTokens * kChunksRope, kRopeIters = (kRopeTotal + kDqThreads - 1) / kDqThreads;
   // The loads of kBatch chunks first, then their conversions and stores (the compiler cannot move
   // loads across the stores, which may alias them); two at a time keeps the overlapped kernel,
   // where O's 128 accumulators are live, within its registers.
@@ -692,7 +690,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
     rope_live[i] = false;
     const int c = tid + i * kDqThreads;
     if (kHasRope && (kRopeTotal % kDqThreads == 0 || c < kRopeTotal)) {
-      const int rope_tok = kTok0 + c / kChunksRope, rope_r = c % kChunksRope;
+      const int rope_tok = c / kChunksRope, rope_r = c % kChunksRope;
       rope[i] = *reinterpret_cast<const uint4*>(raw_tile + rope_tok * kRawRecord + T::kRopeOffset + rope_r * 16);
       rope_live[i] = tile_data[rope_tok] != nullptr;
     }
@@ -706,7 +704,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int c = min(tid + (i0 + j) * kDqThreads, kNopeTotal - 1);  // past the end: a repeat, not stored
-      const int tok = kTok0 + c / kChunksNope, part = c % kChunksNope;
+      const int tok = c / kChunksNope, part = c % kChunksNope;
       const uint8_t* data = raw_tile + tok * kRawRecord;
       const int group = part * 16 / T::kGroup;
       if constexpr (S == KeyStorage::kV32Fp8) scale[j] = reinterpret_cast<const float*>(data + T::kScaleOffset)[group];
@@ -718,7 +716,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
     for (int j = 0; j < kBatch; ++j) {
       const int c = tid + (i0 + j) * kDqThreads;
       if (i0 + j >= kNopeIters || (kNopeTotal % kDqThreads != 0 && c >= kNopeTotal)) break;
-      const int tok = kTok0 + c / kChunksNope, part = c % kChunksNope;
+      const int tok = c / kChunksNope, part = c % kChunksNope;
       uint4 lo, hi;
       // Where the hardware converts e4m3 (sm_89 and newer), through fp32: on the H200 the fast
       // form's checks cost this kernel 1-5% more than the conversions they save (bench/NOTES.md
@@ -742,7 +740,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
     for (int i = 0; i < kRopeIters; ++i) {
       const int c = tid + i * kDqThreads;
       if (kRopeTotal % kDqThreads != 0 && c >= kRopeTotal) break;
-      const int rope_tok = kTok0 + c / kChunksRope, rope_r = c % kChunksRope;
+      const int rope_tok = c / kChunksRope, rope_r = c % kChunksRope;
       *reinterpret_cast<uint4*>(keys + rope_tok * kStride + T::kNope + rope_r * 8) =
           rope_live[i] ? rope[i] : make_uint4(0, 0, 0, 0);
     }
@@ -1068,31 +1066,21 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           sData + pbuf * kTileTokens, sScale + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record, keys_out,
           tid);
   };
-  // Overlapped layout with warps 4-7 idle in the products (CTAs of at most 32 rows with one group,
-  // 16 with two; Geometry::idle_dequant): those four warps dequantize kIdleTokens of each next
-  // tile's 32 tokens and the multiplying warps 0-3 the rest, where otherwise all eight share it
-  // equally and the idle ones then wait for the others at the next barrier.
-  // (A split of the tile between the two halves, kIdleTokens < 32, is built for the unpacked
-  // token-group kernels only: the others have no registers for a second dequantization body.)
-  constexpr bool kIdleDequant = kOverlap && (kIdleTokens == kTileTokens || (kGroups == 2 && !Source::kPacksRows));
-  const bool idle_dequant = kIdleDequant && g.idle_dequant && (kGroups == 1 ? 32 : 16) >= rows_here;
+  // Overlapped layout, CTAs whose warps 4-7 have no rows to multiply (at most 16 rows with token
+  // groups; Geometry::idle_dequant): those four warps dequantize each next tile alone, while warps
+  // 0-3 multiply. With equal shares the multiplying warps also dequantize a quarter of the tile each
+  // and the idle ones wait for them at the next barrier. (Measured against shares of 24 and 20 of
+  // the 32 tokens for the idle warps, and against the same for 32-row CTAs, both slower:
+  // bench/NOTES.md v50.)
+  const bool idle_dequant = kOverlap && g.idle_dequant && (kGroups == 1 ? 32 : 16) >= rows_here;
   auto dequantize_next = [&](int pbuf, int buf, uint16_t* keys_out) {
-    if constexpr (kOverlap) {
-      if (!idle_dequant) {
-        dequantize(pbuf, buf, keys_out);
-        return;
-      }
-      const uint8_t* const* td = sData + pbuf * kTileTokens;
-      const uint8_t* const* ts = sScale + pbuf * kTileTokens;
-      const uint8_t* raw = sRaw + buf * kTileTokens * L::raw_record;
-      constexpr int kHalf = kThreads / 2;
+    if (!idle_dequant)
+      dequantize(pbuf, buf, keys_out);
+    else if constexpr (kOverlap)
       if (warp >= kWarps / 2)
-        dequantize_tile<kStorage, kDqk, L::raw_record, L::k_stride, 0, kIdleTokens, kHalf>(td, ts, raw, keys_out,
-                                                                                          tid - kHalf);
-      else if constexpr (kIdleDequant && kIdleTokens < kTileTokens)
-        dequantize_tile<kStorage, kDqk, L::raw_record, L::k_stride, kIdleTokens, kTileTokens - kIdleTokens, kHalf>(
-            td, ts, raw, keys_out, tid);
-    }
+        dequantize_tile<kStorage, kDqk, L::raw_record, L::k_stride, kThreads / 2>(
+            sData + pbuf * kTileTokens, sScale + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record,
+            keys_out, tid - kThreads / 2);
   };
   // Deep and role layouts (16-bit keys on sm_90): tiles 0 and 1 resolved and their copies started
   // on one mbarrier per key tile, tile 2's index loads issued.
