@@ -905,9 +905,9 @@ TEST(AttentionCuda, CopyWarpsAgreeBitwise) {
 }
 
 // Dense decode over v32_fp8 pages in the portable kernel: where warps 4-7 have no rows (CTAs of at
-// most 16 rows by default, 32 with the override) they dequantize each next tile alone
-// (Geometry::idle_dequant); the bytes must be those of equal shares, checked against the oracle. h_q 16 (token
-// groups, and one group), 32, 40 (no idle half: unchanged path), packed 2 x 8 and 5 x 3 query rows,
+// most 16 rows, token groups) they dequantize each next tile alone (Geometry::idle_dequant); the
+// bytes must be those of equal shares, checked against the oracle. h_q 16 (token
+// groups, and one group: unchanged), 32 and 40 (unchanged), packed 2 x 8 and 5 x 3 query rows,
 // and a split case.
 TEST(AttentionCuda, IdleWarpsDequantizeBitwise) {
   REQUIRE_GPU();

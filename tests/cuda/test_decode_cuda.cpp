@@ -558,9 +558,10 @@ TEST(DecodeCuda, CopyWarpsAgreeBitwise) {
 }
 
 // In the portable kernel's overlapped layout, warps 4-7 dequantize each next tile alone where they
-// have no rows to multiply (Geometry::idle_dequant: CTAs of at most 16 rows by default, of at most
-// 32 with the override). Which threads convert a chunk changes no arithmetic, so the results must
-// be the bytes of equal shares, which are checked against the oracle. Each format, V4.1's fp4 extra cache
+// have no rows to multiply (Geometry::idle_dequant: CTAs of at most 16 rows, token groups). Which
+// threads convert a chunk changes no arithmetic, so the results must be the bytes of equal shares,
+// which are checked against the oracle; the other shapes (one group, 32 and 70 heads) must not
+// change with the switch. Each format, V4.1's fp4 extra cache
 // included; 16 heads with token groups and without, 32 heads (one group), and 70 heads (a 64-row
 // CTA beside a 6-row one in the same launch); partial tiles, adversarial and NaN-filled slots.
 TEST(DecodeCuda, IdleWarpsDequantizeBitwise) {

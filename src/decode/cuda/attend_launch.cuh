@@ -47,7 +47,7 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
                   static_cast<unsigned>(p.g.num_splits));
   KernelParams<typename Source::Args> kp = p;
   kp.g.copy_warps = copy_warps_for(p.g, kRoles, kGroups > 1);
-  kp.g.idle_dequant = idle_dequant_for(kGroups > 1);
+  kp.g.idle_dequant = idle_dequant_for();
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads);

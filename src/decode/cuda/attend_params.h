@@ -41,8 +41,8 @@ struct Geometry {
   // Portable kernel on sm_90: how many warps (the last ones) issue a key tile's bulk copies,
   // 32 / copy_warps tokens each: 1, 2, 4 or 8 (launch.h, copy_warps_for).
   int32_t copy_warps = 1;
-  // Portable kernel, overlapped layout: where warps 4-7 have no rows to multiply, they take the
-  // larger share of each next tile's dequantization (kernel.cuh, idle_dequant; launch.h,
+  // Portable kernel, overlapped layout, token groups: warps 4-7, which have no rows to multiply in
+  // CTAs of at most 16 rows, dequantize each next tile alone (kernel.cuh, idle_dequant; launch.h,
   // idle_dequant_for).
   int32_t idle_dequant = 0;
   // The first launch of a two-launch plan (unsplit, a second attention launch behind it), and with

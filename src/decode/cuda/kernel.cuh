@@ -625,7 +625,7 @@ __device__ __forceinline__ void dequantize_tile_mixed(const uint8_t* const* tile
                                                       const uint8_t* raw_tile, uint16_t* keys, int tid) {
   using T = StorageTraits<KeyStorage::kV41Mixed>;
   constexpr int kChunks = T::kNope / 16, kTotal = kTileTokens * kChunks;
-  constexpr int kIters = kTotal / kDqThreads, kBatch = 2;
+  constexpr int kIters = kTotal / kDqThreads, kBatch = kDqThreads < kThreads ? kIdleBatch : 2;
   static_assert(kTotal % kDqThreads == 0 && kIters % kBatch == 0, "whole iterations and batches");
 #pragma unroll
   for (int i0 = 0; i0 < kIters; i0 += kBatch) {
@@ -679,7 +679,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
   // The loads of kBatch chunks first, then their conversions and stores (the compiler cannot move
   // loads across the stores, which may alias them); two at a time keeps the overlapped kernel,
   // where O's 128 accumulators are live, within its registers.
-  constexpr int kBatch = 2;
+  constexpr int kBatch = kDqThreads < kThreads ? kIdleBatch : 2;
   // RoPE chunks (16-bit, copied as they are): the first is loaded before the NoPE pass and stored
   // after it; any further ones (fewer threads than chunks) follow the NoPE pass, so that no more
   // than one chunk is held across it (the packed dense kernel has no registers to spare).
@@ -1066,17 +1066,17 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           sData + pbuf * kTileTokens, sScale + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record, keys_out,
           tid);
   };
-  // Overlapped layout, CTAs whose warps 4-7 have no rows to multiply (at most 16 rows with token
-  // groups; Geometry::idle_dequant): those four warps dequantize each next tile alone, while warps
-  // 0-3 multiply. With equal shares the multiplying warps also dequantize a quarter of the tile each
-  // and the idle ones wait for them at the next barrier. (Measured against shares of 24 and 20 of
-  // the 32 tokens for the idle warps, and against the same for 32-row CTAs, both slower:
-  // bench/NOTES.md v50.)
-  const bool idle_dequant = kOverlap && g.idle_dequant && (kGroups == 1 ? 32 : 16) >= rows_here;
+  // Overlapped layout, token groups, CTAs of at most 16 rows (Geometry::idle_dequant): warps 4-7
+  // have no rows to multiply, so they dequantize each next tile alone while warps 0-3 multiply.
+  // With equal shares the multiplying warps also dequantize a quarter of the tile each and the idle
+  // ones wait for them at the next barrier. (Measured against shares of 24 and 20 of the 32 tokens
+  // for the idle warps, and against the same for 32-row CTAs, all slower: bench/NOTES.md v50.)
+  constexpr bool kIdleDequant = kOverlap && kGroups == 2;
+  const bool idle_dequant = kIdleDequant && g.idle_dequant && rows_here <= 16;
   auto dequantize_next = [&](int pbuf, int buf, uint16_t* keys_out) {
     if (!idle_dequant)
       dequantize(pbuf, buf, keys_out);
-    else if constexpr (kOverlap)
+    else if constexpr (kIdleDequant)
       if (warp >= kWarps / 2)
         dequantize_tile<kStorage, kDqk, L::raw_record, L::k_stride, kThreads / 2>(
             sData + pbuf * kTileTokens, sScale + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record,

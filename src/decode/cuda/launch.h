@@ -93,19 +93,17 @@ inline bool roles_pay(const Geometry& g) {
 }
 
 // Whether warps 4-7 of the portable kernel's overlapped layout (quantized keys on devices with
-// more than 163 KB of shared memory per CTA) dequantize each next tile alone where they have no rows
-// to multiply (kernel.cuh, idle_dequant). idle_dequant_for picks per launch: CTAs of at most 16 rows
-// (token groups). Measured on an H100 (bench/NOTES.md v50): 6-7% faster there (dense v32_fp8 pages
-// and sparse decode with h_q 16), and 4-7% slower for 32-row CTAs (one group), which the kernel
-// would otherwise also take. LKV_IDLE_DEQUANT=0|1 (read once per process) or
-// set_idle_dequant_override sets it for every launch, so that benchmarks can compare; -1 removes
-// the override.
+// more than 163 KB of shared memory per CTA) dequantize each next tile alone in CTAs of at most 16
+// rows (token groups), where they have no rows to multiply (kernel.cuh, idle_dequant). Measured on
+// an H100 (bench/NOTES.md v50): 6-7% faster on those cases (dense v32_fp8 pages and sparse decode
+// with h_q 16); the same for 32-row CTAs measured 4-7% slower and is not built. On unless turned
+// off: LKV_IDLE_DEQUANT=0|1 (read once per process) or set_idle_dequant_override sets it for every
+// launch, so that benchmarks can compare; -1 removes the override.
 int idle_dequant_override();
 void set_idle_dequant_override(int mode);
-inline int idle_dequant_for(bool groups) {
+inline int idle_dequant_for() {
   const int m = idle_dequant_override();
-  if (m >= 0) return m;
-  return groups ? 1 : 0;
+  return m >= 0 ? m : 1;
 }
 
 // How many warps (the last ones) issue a key tile's bulk copies on sm_90 (Geometry::copy_warps;
