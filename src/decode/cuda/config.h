@@ -55,12 +55,10 @@ inline bool combine_quarter_rows(int64_t rows, int num_sms) {
   return small_combine_allowed() && rows <= static_cast<int64_t>(kCombineQuarterMaxRowsPerSm) * num_sms;
 }
 // Chunks whose loads the idle warps' dequantization (kernel.cuh, idle_dequant) issues before
-// converting any of them; the other dequantizations take 2, as O's accumulators leave no more
-// registers there.
-#ifndef LKV_IDLE_DEQUANT_BATCH
-#define LKV_IDLE_DEQUANT_BATCH 2
-#endif
-inline constexpr int kIdleBatch = LKV_IDLE_DEQUANT_BATCH;
+// converting any of them: 4, against 2 in every other dequantization, where O's accumulators leave
+// no more registers (in the token-group kernels 4 fit without spilling; measured on an H100, 4-4.5%
+// less time than 2 on the 16-row cases, bench/NOTES.md v50).
+inline constexpr int kIdleBatch = 4;
 // CTAs resident per SM. One: the O accumulator alone is 128 registers per thread and the kernel
 // uses 240-255 (x 256 threads: up to 65,280 of 65,536), and v32_fp8 needs 161 KB of shared memory
 // (198 KB wide) of an SM's 228 KB. The kernel's __launch_bounds__ and the split planner (plan_decode:
