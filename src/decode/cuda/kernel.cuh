@@ -678,7 +678,8 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
   constexpr int kRopeTotal = kTileTokens * kChunksRope, kRopeIters = (kRopeTotal + kDqThreads - 1) / kDqThreads;
   // The loads of kBatch chunks first, then their conversions and stores (the compiler cannot move
   // loads across the stores, which may alias them); two at a time keeps the overlapped kernel,
-  // where O's 128 accumulators are live, within its registers.
+  // where O's 128 accumulators are live, within its registers, except in the idle warps' form
+  // (config.h, kIdleBatch).
   constexpr int kBatch = kDqThreads < kThreads ? kIdleBatch : 2;
   // RoPE chunks (16-bit, copied as they are): the first is loaded before the NoPE pass and stored
   // after it; any further ones (fewer threads than chunks) follow the NoPE pass, so that no more
