@@ -675,23 +675,23 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
   static_assert(T::kNope + T::kRopeDims == kDqk, "NoPE + RoPE dims");
   static_assert(T::kRopeDims == 0 || T::kRopeDims == 64, "64 bf16 RoPE dims or none");
   constexpr int kNopeTotal = kTileTokens * kChunksNope, kNopeIters = (kNopeTotal + kDqThreads - 1) / kDqThreads;
-  constexpr int kRopeTotal = kTileTokens * kChunksRope, kRopeIters = (kRopeTotal + kDqThreads - 1) / kDqThreads;
+  constexpr int kRopeIters = kTileTokens * kChunksRope / kDqThreads;
+  static_assert(kTileTokens * kChunksRope % kDqThreads == 0, "whole RoPE chunks per thread");
   // The loads of kBatch chunks first, then their conversions and stores (the compiler cannot move
   // loads across the stores, which may alias them); two at a time keeps the overlapped kernel,
   // where O's 128 accumulators are live, within its registers, except in the idle warps' form
   // (config.h, kIdleBatch).
   constexpr int kBatch = kDqThreads < kThreads ? kIdleBatch : 2;
   // RoPE chunks (16-bit, copied as they are): the first is loaded before the NoPE pass and stored
-  // after it; any further ones (fewer threads than chunks) follow the NoPE pass, so that no more
-  // than one chunk is held across it (the packed dense kernel has no registers to spare).
+  // after it; the second of the idle warps' form (kDqThreads 128) follows the NoPE pass, so that no
+  // more than one chunk is held across it (the packed dense kernel has no registers to spare).
   uint4 rope[kRopeIters];
   bool rope_live[kRopeIters];
   auto load_rope = [&](int i) {
     rope[i] = make_uint4(0, 0, 0, 0);
     rope_live[i] = false;
-    const int c = tid + i * kDqThreads;
-    if (kHasRope && (kRopeTotal % kDqThreads == 0 || c < kRopeTotal)) {
-      const int rope_tok = c / kChunksRope, rope_r = c % kChunksRope;
+    if constexpr (kHasRope) {
+      const int c = tid + i * kDqThreads, rope_tok = c / kChunksRope, rope_r = c % kChunksRope;
       rope[i] = *reinterpret_cast<const uint4*>(raw_tile + rope_tok * kRawRecord + T::kRopeOffset + rope_r * 16);
       rope_live[i] = tile_data[rope_tok] != nullptr;
     }
@@ -739,9 +739,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
     for (int i = 1; i < kRopeIters; ++i) load_rope(i);
 #pragma unroll
     for (int i = 0; i < kRopeIters; ++i) {
-      const int c = tid + i * kDqThreads;
-      if (kRopeTotal % kDqThreads != 0 && c >= kRopeTotal) break;
-      const int rope_tok = c / kChunksRope, rope_r = c % kChunksRope;
+      const int c = tid + i * kDqThreads, rope_tok = c / kChunksRope, rope_r = c % kChunksRope;
       *reinterpret_cast<uint4*>(keys + rope_tok * kStride + T::kNope + rope_r * 8) =
           rope_live[i] ? rope[i] : make_uint4(0, 0, 0, 0);
     }

@@ -31,16 +31,9 @@ __device__ __forceinline__ uint32_t ue8m0_multiplier(uint32_t e) {
   return h | (h << 16);
 }
 
-// 16 e2m1 codes (8 bytes, each byte's low nibble the even dim) times the e4m3 scale whose value is
-// in both bf16 halves of s2, to 16 bf16 (dims in order): the codes as bf16 pairs of value x 2^-126
-// (num::e2m1x8_as_bf16x2_scaled), times 2^126 (exact: the values become normal bf16), times the scale
-// (exact: a 2-bit by a 4-bit significand, inside bf16's range): the bf16 of the fp32 product that
-// formats::decode_unit<v41_fp4> rounds, NaN scales giving NaN as there. Two bf16x2 multiplies per
-// pair and no fp32 temporaries (the fp32 form spilled in the narrow kernel at its 128-register
-// bound). The portable kernel's dequant16_e2m1 (decode/cuda/kernel.cuh) is this with s2 from fp32.
+// v41_fp4 chunks: the portable kernel's conversion (cuda::dequant16_e2m1_bf16: the codes times an
+// e4m3 scale given in both bf16 halves, by two exact bf16x2 multiplies per pair, no fp32
+// temporaries, which spilled in the narrow kernel at its 128-register bound).
 using cuda::dequant16_e2m1_bf16;
-__device__ __forceinline__ void dequant16_e2m1(const uint32_t x, const uint32_t y, uint32_t s2, uint4& lo, uint4& hi) {
-  dequant16_e2m1_bf16(x, y, s2, lo, hi);
-}
 
 }  // namespace latentkv::decode::sm90

@@ -207,14 +207,14 @@ __device__ __forceinline__ void store_dequantized(const Raw<F, kLanes>& r, uint8
         __trap();
       } else {
         // A v41_fp4 token: each chunk's codes times its e4m3 scale by two exact bf16x2 multiplies
-        // (dequant16_e2m1), the scale converted by the hardware (NaN codes included:
+        // (dequant16_e2m1_bf16), the scale converted by the hardware (NaN codes included:
         // num::e4m3_to_f32's value) and exact in bf16.
 #pragma unroll
         for (int i = 0; i < R::kNopeChunks; ++i) {
           const uint32_t code = ((i < 4 ? r.scale.x : r.scale.y) >> (8 * (i % 4))) & 0xffu;
           const float s = cuda::e4m3x2_to_f32(static_cast<uint16_t>(code)).x;
           uint4 lo, hi;
-          dequant16_e2m1(r.nope[i].x, r.nope[i].y, cuda::pack_bf16(s, s), lo, hi);
+          dequant16_e2m1_bf16(r.nope[i].x, r.nope[i].y, cuda::pack_bf16(s, s), lo, hi);
           put(chunk_offset<kLanes>(i, tok, part, 0), lo);
           put(chunk_offset<kLanes>(i, tok, part, 8), hi);
         }
