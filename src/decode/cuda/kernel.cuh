@@ -660,7 +660,9 @@ __device__ __forceinline__ void dequantize_tile_mixed(const uint8_t* const* tile
 // are in flight at once (a rolled loop with a branch per chunk waited out each load in turn).
 // By kDqThreads threads (tid 0 ..): the whole CTA, or the idle half of its warps (the kernel's
 // idle_dequant).
-template <KeyStorage S, int kDqk, int kRawRecord, int kStride, int kDqThreads = kThreads>
+// kAllLive: the caller has checked that every token of the tile is attended, so no pointer is read
+// and nothing is zeroed (dequantize_tile_voted).
+template <KeyStorage S, int kDqk, int kRawRecord, int kStride, int kDqThreads = kThreads, bool kAllLive = false>
 __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data, const uint8_t* const* tile_scale,
                                                 const uint8_t* raw_tile, uint16_t* keys, int tid) {
   if constexpr (S == KeyStorage::kV41Mixed) {
@@ -693,7 +695,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
     if constexpr (kHasRope) {
       const int c = tid + i * kDqThreads, rope_tok = c / kChunksRope, rope_r = c % kChunksRope;
       rope[i] = *reinterpret_cast<const uint4*>(raw_tile + rope_tok * kRawRecord + T::kRopeOffset + rope_r * 16);
-      rope_live[i] = tile_data[rope_tok] != nullptr;
+      rope_live[i] = kAllLive || tile_data[rope_tok] != nullptr;
     }
   };
   if constexpr (kHasRope) load_rope(0);
@@ -704,14 +706,17 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
     bool live[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      const int c = min(tid + (i0 + j) * kDqThreads, kNopeTotal - 1);  // past the end: a repeat, not stored
+      // Past the end (only where the threads do not divide the chunks): a repeat, not stored. Where
+      // they do, no clamp, so that each chunk's address is the thread's first plus a constant.
+      const int c0 = tid + (i0 + j) * kDqThreads;
+      const int c = kNopeTotal % kDqThreads == 0 ? c0 : min(c0, kNopeTotal - 1);
       const int tok = c / kChunksNope, part = c % kChunksNope;
       const uint8_t* data = raw_tile + tok * kRawRecord;
       const int group = part * 16 / T::kGroup;
       if constexpr (S == KeyStorage::kV32Fp8) scale[j] = reinterpret_cast<const float*>(data + T::kScaleOffset)[group];
       else scale[j] = num::ue8m0_to_f32(data[T::kScaleOffset + group]);
       nope[j] = *reinterpret_cast<const uint4*>(data + part * 16);
-      live[j] = tile_data[tok] != nullptr;
+      live[j] = kAllLive || tile_data[tok] != nullptr;
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
@@ -728,7 +733,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
 #else
       dequant16(nope[j], scale[j], lo, hi);
 #endif
-      if (!live[j]) lo = hi = make_uint4(0, 0, 0, 0);
+      if (!kAllLive && !live[j]) lo = hi = make_uint4(0, 0, 0, 0);
       uint16_t* dst = keys + tok * kStride + part * 16;
       *reinterpret_cast<uint4*>(dst) = lo;
       *reinterpret_cast<uint4*>(dst + 8) = hi;
@@ -744,6 +749,22 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
           rope_live[i] ? rope[i] : make_uint4(0, 0, 0, 0);
     }
   }
+}
+
+// dequantize_tile for whole warps: a tile whose 32 tokens are all attended (every tile but a
+// sequence's last, as a rule) takes the kAllLive body, with no pointer read and no zeroing per chunk
+// (one vote per warp and tile instead of a pointer load, a 64-bit test and eight selects per chunk;
+// bench/NOTES.md v51). Not for v41 records: kV41Mixed's body has no such form, and with kV41Fp8 the
+// second body spills in a sparse token-group kernel.
+template <KeyStorage S, int kDqk, int kRawRecord, int kStride, int kDqThreads = kThreads>
+__device__ __forceinline__ void dequantize_tile_voted(const uint8_t* const* tile_data, const uint8_t* const* tile_scale,
+                                                      const uint8_t* raw_tile, uint16_t* keys, int tid, int lane) {
+  static_assert(kTileTokens == 32, "one token per lane");
+  constexpr bool kVote = S != KeyStorage::kV41Mixed && S != KeyStorage::kV41Fp8;
+  if (kVote && __all_sync(0xffffffffu, tile_data[lane] != nullptr))
+    dequantize_tile<S, kDqk, kRawRecord, kStride, kDqThreads, kVote>(tile_data, tile_scale, raw_tile, keys, tid);
+  else
+    dequantize_tile<S, kDqk, kRawRecord, kStride, kDqThreads>(tile_data, tile_scale, raw_tile, keys, tid);
 }
 
 // A CTA's query rows under Geometry::pack. Row group `group` (the grid's row index) is r1 with the
@@ -1061,9 +1082,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   };
   auto dequantize = [&](int pbuf, int buf, uint16_t* keys_out) {
     if constexpr (!kDirect)
-      dequantize_tile<kStorage, kDqk, L::raw_record, L::k_stride>(
+      dequantize_tile_voted<kStorage, kDqk, L::raw_record, L::k_stride>(
           sData + pbuf * kTileTokens, sScale + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record, keys_out,
-          tid);
+          tid, lane);
   };
   // Overlapped layout, token groups, CTAs of at most 16 rows (Geometry::idle_dequant): warps 4-7
   // have no rows to multiply, so they dequantize each next tile alone while warps 0-3 multiply.
@@ -1077,9 +1098,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       dequantize(pbuf, buf, keys_out);
     else if constexpr (kIdleDequant)
       if (warp >= kWarps / 2)
-        dequantize_tile<kStorage, kDqk, L::raw_record, L::k_stride, kThreads / 2>(
+        dequantize_tile_voted<kStorage, kDqk, L::raw_record, L::k_stride, kThreads / 2>(
             sData + pbuf * kTileTokens, sScale + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record,
-            keys_out, tid - kThreads / 2);
+            keys_out, tid - kThreads / 2, lane);
   };
   // Deep and role layouts (16-bit keys on sm_90): tiles 0 and 1 resolved and their copies started
   // on one mbarrier per key tile, tile 2's index loads issued.
