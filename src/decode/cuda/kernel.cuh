@@ -660,23 +660,6 @@ __device__ __forceinline__ void dequantize_tile_mixed(const uint8_t* const* tile
 // are in flight at once (a rolled loop with a branch per chunk waited out each load in turn).
 // By kDqThreads threads (tid 0 ..): the whole CTA, or the idle half of its warps (the kernel's
 // idle_dequant).
-// Chunk tid + i x kDqThreads of a pass with kChunks chunks per token and kTotal in all: its token
-// and part. Where the threads cover whole tokens, written as the thread's own part and its first
-// token plus a constant per iteration (which the compiler cannot derive from a signed tid), so that
-// each chunk's addresses are one register plus an immediate. Past the end (only where the threads
-// do not divide the chunks) the last chunk again: a repeat, which the caller does not store.
-template <int kChunks, int kTotal, int kDqThreads>
-__device__ __forceinline__ void chunk_at(int tid, int i, int& tok, int& part) {
-  if constexpr (kDqThreads % kChunks == 0 && kTotal % kDqThreads == 0) {
-    tok = static_cast<int>(static_cast<unsigned>(tid) / kChunks) + i * (kDqThreads / kChunks);
-    part = static_cast<int>(static_cast<unsigned>(tid) % kChunks);
-  } else {
-    const int c0 = tid + i * kDqThreads, c = kTotal % kDqThreads == 0 ? c0 : min(c0, kTotal - 1);
-    tok = c / kChunks;
-    part = c % kChunks;
-  }
-}
-
 // kAllLive: the caller has checked that every token of the tile is attended, so no pointer is read
 // and nothing is zeroed (dequantize_tile_voted).
 template <KeyStorage S, int kDqk, int kRawRecord, int kStride, int kDqThreads = kThreads, bool kAllLive = false>
@@ -694,8 +677,8 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
   static_assert(T::kNope + T::kRopeDims == kDqk, "NoPE + RoPE dims");
   static_assert(T::kRopeDims == 0 || T::kRopeDims == 64, "64 bf16 RoPE dims or none");
   constexpr int kNopeTotal = kTileTokens * kChunksNope, kNopeIters = (kNopeTotal + kDqThreads - 1) / kDqThreads;
-  constexpr int kRopeTotal = kTileTokens * kChunksRope, kRopeIters = kRopeTotal / kDqThreads;
-  static_assert(kRopeTotal % kDqThreads == 0, "whole RoPE chunks per thread");
+  constexpr int kRopeIters = kTileTokens * kChunksRope / kDqThreads;
+  static_assert(kTileTokens * kChunksRope % kDqThreads == 0, "whole RoPE chunks per thread");
   // The loads of kBatch chunks first, then their conversions and stores (the compiler cannot move
   // loads across the stores, which may alias them); two at a time keeps the overlapped kernel,
   // where O's 128 accumulators are live, within its registers, except in the idle warps' form
@@ -723,8 +706,11 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
     bool live[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      int tok, part;
-      chunk_at<kChunksNope, kNopeTotal, kDqThreads>(tid, i0 + j, tok, part);
+      // Past the end (only where the threads do not divide the chunks): a repeat, not stored. Where
+      // they do, no clamp, so that each chunk's address is the thread's first plus a constant.
+      const int c0 = tid + (i0 + j) * kDqThreads;
+      const int c = kNopeTotal % kDqThreads == 0 ? c0 : min(c0, kNopeTotal - 1);
+      const int tok = c / kChunksNope, part = c % kChunksNope;
       const uint8_t* data = raw_tile + tok * kRawRecord;
       const int group = part * 16 / T::kGroup;
       if constexpr (S == KeyStorage::kV32Fp8) scale[j] = reinterpret_cast<const float*>(data + T::kScaleOffset)[group];
@@ -734,9 +720,9 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      if (i0 + j >= kNopeIters || (kNopeTotal % kDqThreads != 0 && tid + (i0 + j) * kDqThreads >= kNopeTotal)) break;
-      int tok, part;
-      chunk_at<kChunksNope, kNopeTotal, kDqThreads>(tid, i0 + j, tok, part);
+      const int c = tid + (i0 + j) * kDqThreads;
+      if (i0 + j >= kNopeIters || (kNopeTotal % kDqThreads != 0 && c >= kNopeTotal)) break;
+      const int tok = c / kChunksNope, part = c % kChunksNope;
       uint4 lo, hi;
       // Where the hardware converts e4m3 (sm_89 and newer), through fp32: on the H200 the fast
       // form's checks cost this kernel 1-5% more than the conversions they save (bench/NOTES.md
