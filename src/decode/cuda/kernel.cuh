@@ -707,7 +707,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       // Past the end (only where the threads do not divide the chunks): a repeat, not stored. Where
-      // they do, no clamp, so that each chunk's address is the thread's first plus a constant.
+      // they divide them, no clamp (a min per chunk that cannot change c).
       const int c0 = tid + (i0 + j) * kDqThreads;
       const int c = kNopeTotal % kDqThreads == 0 ? c0 : min(c0, kNopeTotal - 1);
       const int tok = c / kChunksNope, part = c % kChunksNope;
