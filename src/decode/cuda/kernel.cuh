@@ -617,9 +617,9 @@ __device__ __forceinline__ void dequant_mixed_chunk(const uint4 raw, uint32_t co
 
 // kV41Mixed (dequantize_tile's): every token's 32 chunks of 16 dims, each by its record's kind.
 // A warp's 32 chunks are one token's, so the kind's branch is uniform within every warp. As in the
-// single-kind path below, the loads of two chunks are issued before either is converted, so that
-// their shared-memory latencies overlap (an fp4 chunk loads 8 bytes and its scale byte, an fp8 one
-// 16 bytes and its ue8m0 byte).
+// single-kind path below, the loads of a batch of chunks (two; kIdleBatch in the idle warps' form)
+// are issued before any is converted, so that their shared-memory latencies overlap (an fp4 chunk
+// loads 8 bytes and its scale byte, an fp8 one 16 bytes and its ue8m0 byte).
 template <int kRawRecord, int kStride, int kDqThreads>
 __device__ __forceinline__ void dequantize_tile_mixed(const uint8_t* const* tile_data, const uint8_t* const* tile_scale,
                                                       const uint8_t* raw_tile, uint16_t* keys, int tid) {

@@ -97,8 +97,9 @@ inline bool roles_pay(const Geometry& g) {
 // rows (token groups), where they have no rows to multiply (kernel.cuh, idle_dequant). Measured on
 // the H200 and an H100 (bench/NOTES.md v50): 8-12% less time on those cases (dense v32_fp8 pages
 // and sparse decode with h_q 16); the same for 32-row CTAs measured 4-7% slower (H100) and is not
-// built. On unless turned off: LKV_IDLE_DEQUANT=0|1 (read once per process) or set_idle_dequant_override sets it for every
-// launch, so that benchmarks can compare; -1 removes the override.
+// built. On unless turned off: LKV_IDLE_DEQUANT=0|1 (read once per process) or
+// set_idle_dequant_override sets it for every launch, so that benchmarks can compare; -1 removes
+// the override.
 int idle_dequant_override();
 void set_idle_dequant_override(int mode);
 inline int idle_dequant_for() {
