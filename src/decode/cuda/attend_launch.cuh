@@ -22,10 +22,10 @@ void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream)
 
 template <class Source, bool kWide, int kGroups, bool kRoles = false>
 void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream stream) {
-  // Two token groups, and score and value warps, cover rows 0..31 of a CTA only (kernel.cuh);
-  // token_groups_pay asks for <= 16, roles_pay for <= 32.
-  LKV_CHECK((kGroups == 1 && !kRoles) || cta_rows(p.g) <= kHeadsPerCta / 2,
-            "the attention kernel's token groups and score/value warps take at most 32 rows per CTA, got ",
+  // Two token groups cover rows 0..15 of a CTA only (kernel.cuh; token_groups_pay asks for <= 16),
+  // score and value warps rows 0..31 (roles_pay asks for <= 32).
+  LKV_CHECK((kGroups == 1 && !kRoles) || cta_rows(p.g) <= (kGroups == 2 ? 16 : kHeadsPerCta / 2),
+            "the attention kernel's token groups take at most 16 rows per CTA and its score/value warps 32, got ",
             cta_rows(p.g));
   constexpr int kSmem =
       SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16, kWide, kRoles>::total;

@@ -104,6 +104,10 @@ __device__ __forceinline__ void cp_async_8(void* dst, const void* src) {
 __device__ __forceinline__ void pair_sync(int mt) {
   asm volatile("bar.sync %0, 64;\n" ::"r"(mt + 1) : "memory");
 }
+// Named barrier `id` over the first (or, by the caller's choice, any) `n` threads that reach it.
+__device__ __forceinline__ void named_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -952,6 +956,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   static_assert(kGroups == 1 || L::q_bytes >= 2 * 2 * 32 * 32 * 16, "Q's area holds group 1's O at the end");
   constexpr int kGroupTokens = kTileTokens / kGroups;  // tokens of a tile per group: 32 or 16
   constexpr int kNT = kGroupTokens / 16;                // n8 score tiles per warp: 2 or 1
+  // Value sharing (the overlapped layout with token groups, CTAs of at most 16 rows): warps 4-7,
+  // which hold no rows of their own, take half of each multiplying warp's value product one tile
+  // late. Multiplying warp (grp, nh) accumulates dims 256 nh.. +127 of its group's tokens, and
+  // warp 4 + 2 grp + nh dims 256 nh + 128.. +127 of the same tokens, from the P and the row maxima
+  // that warps 0-3 leave in shared memory for tile t, in iteration t + 1 (before it dequantizes
+  // tile t + 2 into the key tile that held tile t). So each multiplying warp's chain per tile loses
+  // 16 of its 68 MMAs, and every warp holds 64 accumulators instead of 128.
+  constexpr bool kShareV = kOverlap && kGroups == 2;
+  constexpr int kAccN = kShareV ? 16 : 32;              // n8 tiles of O per warp
   // Key pointer buffers (SmemLayout::ptr_bufs says why tile t - 1's is kept).
   constexpr int kPtrBufs = L::ptr_bufs;
 
@@ -989,7 +1002,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // would serve as well, but compiles those kernels to different SASS, not yet measured.
   uint16_t* sP = reinterpret_cast<uint16_t*>(smem + L::p_off);
   uint16_t* sPair = reinterpret_cast<uint16_t*>(smem + L::p_off + mt * L::pair_bytes);
-  auto p_row = [&](int r) { return kSplitDqk ? sPair + r * L::p_stride : sP + (mt * 16 + r) * L::p_stride; };
+  // (kShareV: tile t's P goes to pair mt + 2 (t % 2)'s rows, the rows of the warps without rows, so
+  // that warps 4-7 read it in iteration t + 1 while tile t + 1's is written.)
+  auto p_row = [&](int r, int tile) {
+    return kSplitDqk ? sPair + r * L::p_stride : sP + ((kShareV ? mt + 2 * (tile & 1) : mt) * 16 + r) * L::p_stride;
+  };
   const int gr = lane / 4, t4 = lane % 4;  // MMA fragment row group and column pair
   const int64_t split = blockIdx.z;
   const PackedRows<Source::kPacksRows> pr(g, blockIdx.x);  // the CTA's request r1 and queries (one unless packing)
@@ -1034,9 +1051,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // Running state per fragment row: rows gr and gr + 8 of this warp's head tile.
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};  // this warp's tokens only (the pair's warps are added at the end)
-  float acc[32][4];                 // O: 16 heads x 256 dims = 32 n8-tiles
+  float acc[kAccN][4];              // O: 16 heads x 256 dims = 32 n8-tiles (kShareV: 128 dims, 16)
 #pragma unroll
-  for (int n = 0; n < 32; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int n = 0; n < kAccN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
   // ---- Pipeline prologue: keys of tile 0 (now) and tile 1 (in flight), copies of tile 0.
   // A tile's key pointers are found in two steps by the first warp: fetch() issues the one global
@@ -1102,6 +1119,46 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
             sData + pbuf * kTileTokens, sScale + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record,
             keys_out, tid - kThreads / 2, lane);
   };
+  // kShareV, warps 4-7: their half of tile j's value product for rows 0.. and the tokens of group
+  // grp (keys_j: tile j's key tile), from the group's P (pair grp + 2 (j % 2)'s rows) and running
+  // maxima after tile j (sMax[32 + 64 (j % 2) + 16 grp ..], slots that no warp of this layout uses
+  // otherwise), rescaled with the same alpha as the multiplying warps' half: the same operations on
+  // the same values.
+  auto share_value = [&](int j, const uint16_t* keys_j) {
+    if constexpr (kShareV) {
+      const float* published = sMax + 32 + (j & 1) * 64 + grp * 16;
+      float alpha[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float new_max = published[gr + 8 * r];
+        alpha[r] = new_max == -INFINITY ? 1.0f : exp2f(row_max[r] - new_max);
+        row_max[r] = new_max;
+      }
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+        for (int n = 0; n < kAccN; ++n) {
+          acc[n][0] *= alpha[0];
+          acc[n][1] *= alpha[0];
+          acc[n][2] *= alpha[1];
+          acc[n][3] *= alpha[1];
+        }
+      }
+      uint32_t a[4];
+      ldmatrix_x4(a, sP + ((grp + 2 * (j & 1)) * 16 + lane % 16) * L::p_stride + (lane / 16) * 8);
+      const uint16_t* vb =
+          keys_j + (tb + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + 128 + (lane / 16) * 8;
+#pragma unroll
+      for (int n = 0; n < kAccN; n += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vb + n * 8);
+        mma_16816<kF16>(acc[n], a, b[0], b[1]);
+        mma_16816<kF16>(acc[n + 1], a, b[2], b[3]);
+      }
+    }
+  };
+  // kShareV: whether this warp is one of warps 4-7, which take no part in the score products and
+  // the softmax.
+  const bool sharer = kShareV && warp >= kWarps / 2;
   // Deep and role layouts (16-bit keys on sm_90): tiles 0 and 1 resolved and their copies started
   // on one mbarrier per key tile, tile 2's index loads issued.
   auto start_two_tiles = [&] {
@@ -1312,6 +1369,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       cp_async_commit();
       if (tid < kTileTokens) fetch(tile + 3);
       keys = sK + cur * kTileTokens * L::k_stride;
+      // kShareV, warps 4-7: tile t - 1's value half from the key tile that tile t + 1 goes to, then
+      // (once all four, or with equal shares all eight warps, are done with that key tile: named
+      // barrier 5) tile t + 1's dequantization.
+      if (sharer) {
+        const int dq_threads = idle_dequant ? kThreads / 2 : kThreads;
+        if (tile > 0) share_value(tile - 1, sK + nxt * kTileTokens * L::k_stride);
+        named_sync(5, dq_threads);
+        dequantize_next((tile + 1) % kPtrBufs, nxt, sK + nxt * kTileTokens * L::k_stride);
+        continue;
+      }
     } else if constexpr (kDeep) {
       // ---- 2. 16-bit keys, three key tiles (sm_90): the first warp publishes tile t + 2's
       // pointers (buffer (t + 2) % 4: tile t - 2's, whose last readers finished before the
@@ -1387,7 +1454,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
     // ---- 3b. Overlapped: dequantize tile t + 1 into the other key tile while other warps still
     // multiply.
-    if constexpr (kOverlap) dequantize_next((tile + 1) % kPtrBufs, nxt, sK + nxt * kTileTokens * L::k_stride);
+    // (kShareV with equal shares: not before warps 4-7 are done with that key tile, named barrier 5.)
+    if constexpr (kOverlap) {
+      if (kShareV && !idle_dequant) named_sync(5, kThreads);
+      dequantize_next((tile + 1) % kPtrBufs, nxt, sK + nxt * kTileTokens * L::k_stride);
+    }
 
     // ---- 3c. d_qk split: the full scores of this warp's tokens, its own half-sum plus the other
     // warp's (fp32 addition commutes, so the order of the halves does not matter: the result is
@@ -1437,6 +1508,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       row_max[r] = new_max;
       row_sum[r] *= alpha[r];
     }
+    // kShareV: the group's running maxima for warps 4-7 (share_value), from one of its two warps
+    // (both hold the same).
+    if (kShareV && nh == 0 && t4 == 0) {
+      sMax[32 + (tile & 1) * 64 + grp * 16 + gr] = row_max[0];
+      sMax[32 + (tile & 1) * 64 + grp * 16 + gr + 8] = row_max[1];
+    }
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
       float prob[4];
@@ -1447,8 +1524,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         row_sum[e / 2] += prob[e];
       }
       const int col = wt0 - tb + nt * 8 + 2 * t4;  // the group's P columns
-      *reinterpret_cast<uint32_t*>(p_row(gr) + col) = pack2<kF16>(prob[0], prob[1]);
-      *reinterpret_cast<uint32_t*>(p_row(gr + 8) + col) = pack2<kF16>(prob[2], prob[3]);
+      *reinterpret_cast<uint32_t*>(p_row(gr, tile) + col) = pack2<kF16>(prob[0], prob[1]);
+      *reinterpret_cast<uint32_t*>(p_row(gr + 8, tile) + col) = pack2<kF16>(prob[2], prob[3]);
     }
     // O's rescale (128 multiplies per thread, as many warp instructions as the tile's MMAs) is
     // skipped by warps whose rows all kept their maximum, as it mostly is once a row has seen its
@@ -1456,7 +1533,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     // unchanged (bf16 and f16 outputs carry NaN as the canonical NaN either way).
     if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-      for (int n = 0; n < 32; ++n) {
+      for (int n = 0; n < kAccN; ++n) {
         acc[n][0] *= alpha[0];
         acc[n][1] *= alpha[0];
         acc[n][2] *= alpha[1];
@@ -1465,15 +1542,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
     pair_sync(mt);
 
-    // ---- 5. O += P V for rows 16 rt.., the group's tokens and dims 256 nh.. (32 n8 tiles).
+    // ---- 5. O += P V for rows 16 rt.., the group's tokens and dims 256 nh.. (32 n8 tiles; kShareV:
+    // the first 128 of them, 16 tiles).
 #pragma unroll
     for (int kk = 0; kk < kGroupTokens; kk += 16) {
       if (!active) break;
       uint32_t a[4];
-      ldmatrix_x4(a, p_row(lane % 16) + kk + (lane / 16) * 8);
+      ldmatrix_x4(a, p_row(lane % 16, tile) + kk + (lane / 16) * 8);
       const uint16_t* vb = keys + (tb + kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
 #pragma unroll
-      for (int n = 0; n < 32; n += 2) {
+      for (int n = 0; n < kAccN; n += 2) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, vb + n * 8);
         mma_16816<kF16>(acc[n], a, b[0], b[1]);
@@ -1501,22 +1579,28 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
   }
   __syncthreads();
+  // kShareV: warps 4-7 add their half of the last tile's value product (its P and maxima were
+  // written before the barrier above).
+  if (sharer && num_tiles > 0)
+    share_value(static_cast<int>(num_tiles) - 1, sK + ((num_tiles - 1) % 2) * kTileTokens * L::k_stride);
   if (t4 == 0) {
     sSum[nh * kHeadsPerCta + mt * 16 + gr] = row_sum[0];
     sSum[nh * kHeadsPerCta + mt * 16 + gr + 8] = row_sum[1];
   }
   // Token groups: group 1 (odd pairs) hands its running maxima (sMax, free once every loop is done)
-  // and O (Q's area, likewise) to group 0, the pair below it with the same rows.
+  // and O (Q's area, likewise) to group 0, the pair below it with the same rows. (kShareV: warps 4-7
+  // hand over and take their halves of O likewise; the maxima and sums are warps 0-3's, which
+  // hold the same maxima.)
   // [2 row tiles][2 warps][32 n8 tiles][32 lanes] float4, lane-major (conflict-free float4 stores).
   auto o_xchg = [&] { return reinterpret_cast<float4*>(sQ) + (rt * 2 + nh) * 32 * 32 + lane; };
   if constexpr (kGroups > 1) {
-    if (grp == 1 && active) {
-      if (nh == 0 && t4 == 0) {
+    if (grp == 1 && (active || sharer)) {
+      if (nh == 0 && t4 == 0 && !sharer) {
         sMax[mt * 16 + gr] = row_max[0];
         sMax[mt * 16 + gr + 8] = row_max[1];
       }
 #pragma unroll
-      for (int n = 0; n < 32; ++n) o_xchg()[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+      for (int n = 0; n < kAccN; ++n) o_xchg()[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
     }
   }
   __syncthreads();
@@ -1525,13 +1609,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   if constexpr (kGroups > 1) {
     // Group 0 writes the rows. (No barrier may follow: group 1 has left.)
     if (grp == 1) return;
-    if (active) {
+    if (active || sharer) {
       // Both groups' (max, sum, O) rescaled to the larger maximum; a group that saw no key (max
       // -inf) gets weight 0 (its sum and O are 0 for finite keys).
       float w0[2], w1[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int mine = mt * 16 + gr + 8 * r, theirs = mine + 16;
+        const int mine = (kShareV ? 0 : mt * 16) + gr + 8 * r, theirs = mine + 16;
         const float m1 = sMax[theirs];
         const float mx = fmaxf(row_max[r], m1);
         w0[r] = row_max[r] == -INFINITY ? 0.0f : exp2f(row_max[r] - mx);
@@ -1541,7 +1625,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         row_max[r] = mx;
       }
 #pragma unroll
-      for (int n = 0; n < 32; ++n) {
+      for (int n = 0; n < kAccN; ++n) {
         const float4 v = o_xchg()[n * 32];
         acc[n][0] = acc[n][0] * w0[0] + v.x * w1[0];
         acc[n][1] = acc[n][1] * w0[0] + v.y * w1[0];
@@ -1552,10 +1636,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int hr = rt * 16 + gr + 8 * r;  // CTA row
+    const int hr = (kShareV ? 0 : rt) * 16 + gr + 8 * r;  // CTA row
     if (hr >= rows_here) continue;
     const float sum = kGroups == 1 ? sSum[hr] + sSum[kHeadsPerCta + hr] : merged_sum[r];
-    finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r], acc, r, nh * 256, nh == 0 && t4 == 0, t4);
+    finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r], acc, r, nh * 256 + (sharer ? 128 : 0),
+                     nh == 0 && t4 == 0 && !sharer, t4);
   }
 }
 
