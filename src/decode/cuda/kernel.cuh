@@ -279,6 +279,12 @@ __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint1
     for (int e = 0; e < 4; ++e) sc[nt][e] += sc2[nt][e];
 }
 
+#ifndef LKV_SCORE_N8_CHAINS
+#define LKV_SCORE_N8_CHAINS 2
+#endif
+#ifndef LKV_SCORE_N8_AHEAD
+#define LKV_SCORE_N8_AHEAD 2
+#endif
 // Token groups (kGroups 2, CTAs of at most 16 rows): 8 tokens tok0.. over all of d_qk (one n8
 // tile; sc[e]: row gr + 8 (e / 2), token tok0 + 2 t4 + (e % 2)). One ldmatrix x4 of keys covers two
 // k-steps (matrices 2 and 3 are the next step's), and the even and odd steps accumulate apart.
@@ -288,8 +294,11 @@ __device__ __forceinline__ void score_tokens_n8(float (&sc)[4], const uint16_t* 
   static_assert(kDqk % 32 == 0, "two k-steps per key load");
   const uint16_t* qa = sQ + (rt * 16 + (lane % 16)) * kQStride + (lane / 16) * 8;
   const uint16_t* kb = keys + (tok0 + (lane % 8)) * kKStride + (lane / 8) * 8;
-  constexpr int kPairs = kDqk / 32, kAhead = 2, kBufs = kAhead + 1;
+  constexpr int kPairs = kDqk / 32, kAhead = LKV_SCORE_N8_AHEAD, kBufs = kAhead + 1;
   float sc2[4] = {0.f, 0.f, 0.f, 0.f};
+#if LKV_SCORE_N8_CHAINS == 4
+  float sc3[4] = {0.f, 0.f, 0.f, 0.f}, sc4[4] = {0.f, 0.f, 0.f, 0.f};
+#endif
   uint32_t fa[kBufs][2][4], fb[kBufs][4];
   auto load = [&](int buf, int j) {
     ldmatrix_x4(fb[buf], kb + j * 32);
@@ -302,11 +311,22 @@ __device__ __forceinline__ void score_tokens_n8(float (&sc)[4], const uint16_t* 
   for (int j = 0; j < kPairs; ++j) {
     if (j + kAhead < kPairs) load((j + kAhead) % kBufs, j + kAhead);
     const int b = j % kBufs;
+#if LKV_SCORE_N8_CHAINS == 4
+    float(&d0)[4] = j % 2 ? sc3 : sc;
+    float(&d1)[4] = j % 2 ? sc4 : sc2;
+    mma_16816<kF16>(d0, fa[b][0], fb[b][0], fb[b][1]);
+    mma_16816<kF16>(d1, fa[b][1], fb[b][2], fb[b][3]);
+#else
     mma_16816<kF16>(sc, fa[b][0], fb[b][0], fb[b][1]);
     mma_16816<kF16>(sc2, fa[b][1], fb[b][2], fb[b][3]);
+#endif
   }
 #pragma unroll
+#if LKV_SCORE_N8_CHAINS == 4
+  for (int e = 0; e < 4; ++e) sc[e] = (sc[e] + sc2[e]) + (sc3[e] + sc4[e]);
+#else
   for (int e = 0; e < 4; ++e) sc[e] += sc2[e];
+#endif
 }
 
 // All 32 tokens over half nh of d_qk (four n8 tiles, one accumulator chain each; part[nt]: tokens
