@@ -18,9 +18,11 @@ inline constexpr int kHeadsPerCta = 64;
 // accumulator at 16 x 256 fp32 = 128 registers per thread. The two warps of a head tile are
 // neighbours, so when h_q < 64 leaves head tiles idle the working warps sit on different SM
 // sub-partitions (warp w issues on sub-partition w % 4). (With token groups, CTAs of at most 16
-// rows, the pairs split each tile's tokens instead: kernel.cuh, kGroups. With score and value
-// warps, CTAs of at most 32 rows with 16-bit keys on sm_90, warps 4-7 compute the scores of rows
-// 16 ((w - 4) / 2).. and warps 0-3 the softmax and value product: kernel.cuh, kRoles.)
+// rows, the pairs split each tile's tokens instead: kernel.cuh, kGroups; with quantized keys in
+// the overlapped layout warps 4-7 then take half of each value product, a tile late: kShareV.
+// With score and value warps, CTAs of at most 32 rows with 16-bit keys on sm_90, warps 4-7
+// compute the scores of rows 16 ((w - 4) / 2).. and warps 0-3 the softmax and value product:
+// kernel.cuh, kRoles.)
 inline constexpr int kWarps = 8;
 inline constexpr int kThreads = kWarps * 32;
 // Tokens per tile: 32 = 2 warps x 16 score columns. A tile of dequantized bf16 keys is 32 x 576 x 2
@@ -57,11 +59,13 @@ inline bool combine_quarter_rows(int64_t rows, int num_sms) {
 // Chunks whose loads the idle warps' dequantization (kernel.cuh, idle_dequant) issues before
 // converting any of them: 4, against 2 in every other dequantization, where O's accumulators leave
 // no more registers (in the token-group kernels 4 fit without spilling; measured on an H100, 4-4.5%
-// less time than 2 on the 16-row cases, bench/NOTES.md v50).
+// less time than 2 on the 16-row cases, bench/NOTES.md v50, when those kernels still held 128
+// accumulators per thread; with kShareV they hold 64).
 inline constexpr int kIdleBatch = 4;
 // CTAs resident per SM. One: the O accumulator alone is 128 registers per thread and the kernel
-// uses 240-255 (x 256 threads: up to 65,280 of 65,536), and v32_fp8 needs 161 KB of shared memory
-// (198 KB wide) of an SM's 228 KB. The kernel's __launch_bounds__ and the split planner (plan_decode:
+// uses 240-255 (x 256 threads: up to 65,280 of 65,536; the 16-row kernels with kShareV, 64
+// accumulators, still 196-255), and v32_fp8 needs 161 KB of shared memory (198 KB wide) of an SM's
+// 228 KB. The kernel's __launch_bounds__ and the split planner (plan_decode:
 // CTAs run in waves of num_sms * kCtasPerSm) both read it.
 inline constexpr int kCtasPerSm = 1;
 

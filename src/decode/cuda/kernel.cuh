@@ -285,6 +285,7 @@ __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint1
 #ifndef LKV_SCORE_N8_AHEAD
 #define LKV_SCORE_N8_AHEAD 2
 #endif
+static_assert(LKV_SCORE_N8_CHAINS == 2 || LKV_SCORE_N8_CHAINS == 4, "score_tokens_n8 takes 2 or 4 chains");
 // Token groups (kGroups 2, CTAs of at most 16 rows): 8 tokens tok0.. over all of d_qk (one n8
 // tile; sc[e]: row gr + 8 (e / 2), token tok0 + 2 t4 + (e % 2)). One ldmatrix x4 of keys covers two
 // k-steps (matrices 2 and 3 are the next step's), and the even and odd steps accumulate apart.
@@ -1124,10 +1125,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           tid, lane);
   };
   // Overlapped layout, token groups, CTAs of at most 16 rows (Geometry::idle_dequant): warps 4-7
-  // have no rows to multiply, so they dequantize each next tile alone while warps 0-3 multiply.
-  // With equal shares the multiplying warps also dequantize a quarter of the tile each and the idle
-  // ones wait for them at the next barrier. (Measured against shares of 24 and 20 of the 32 tokens
-  // for the idle warps, and against the same for 32-row CTAs, all slower: bench/NOTES.md v50.)
+  // have no score products, so they dequantize each next tile alone (after their lagged half of
+  // the previous tile's value product, kShareV) while warps 0-3 multiply. With equal shares the
+  // multiplying warps also dequantize a quarter of the tile each, once warps 4-7 are done with the
+  // key tile (named barrier 5). (Measured, before kShareV, against shares of 24 and 20 of the 32
+  // tokens for warps 4-7, and against the same for 32-row CTAs, all slower: bench/NOTES.md v50.)
   constexpr bool kIdleDequant = kOverlap && kGroups == 2;
   const bool idle_dequant = kIdleDequant && g.idle_dequant && rows_here <= 16;
   auto dequantize_next = [&](int pbuf, int buf, uint16_t* keys_out) {
@@ -1384,7 +1386,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       // ((t + 1) / 2)-th use of staging buffer (t + 1) % 2.)
       cp_async_wait<0>();
       if constexpr (kBulk) mbar_wait(&sBar[nxt], ((tile + 1) >> 1) & 1);
-      __syncthreads();  // also: every warp is done with the previous tile's keys, P and staging
+      // (The barrier also says that every warp is done with the staging buffer of tile t and, but
+      // for warps 4-7 under kShareV, which read them in this iteration, with the previous tile's
+      // keys and P.)
+      __syncthreads();
       issue((tile + 2) % kPtrBufs, cur);
       cp_async_commit();
       if (tid < kTileTokens) fetch(tile + 3);
@@ -1611,7 +1616,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // and O (Q's area, likewise) to group 0, the pair below it with the same rows. (kShareV: warps 4-7
   // hand over and take their halves of O likewise; the maxima and sums are warps 0-3's, which
   // hold the same maxima.)
-  // [2 row tiles][2 warps][32 n8 tiles][32 lanes] float4, lane-major (conflict-free float4 stores).
+  // [2 row tiles][2 warps][32 n8 tiles][32 lanes] float4, lane-major (conflict-free float4 stores);
+  // kShareV: row tile 1's slots hold warps 4-7's halves, 16 n8 tiles each.
   auto o_xchg = [&] { return reinterpret_cast<float4*>(sQ) + (rt * 2 + nh) * 32 * 32 + lane; };
   if constexpr (kGroups > 1) {
     if (grp == 1 && (active || sharer)) {

@@ -94,7 +94,8 @@ inline bool roles_pay(const Geometry& g) {
 
 // Whether warps 4-7 of the portable kernel's overlapped layout (quantized keys on devices with
 // more than 163 KB of shared memory per CTA) dequantize each next tile alone in CTAs of at most 16
-// rows (token groups), where they have no rows to multiply (kernel.cuh, idle_dequant). Measured on
+// rows (token groups), where they have no score products (kernel.cuh, idle_dequant; they take half
+// of the value product, kShareV). Measured, before kShareV, on
 // the H200 and an H100 (bench/NOTES.md v50): 8-12% less time on those cases (dense v32_fp8 pages
 // and sparse decode with h_q 16); the same for 32-row CTAs measured 4-7% slower (H100) and is not
 // built. On unless turned off: LKV_IDLE_DEQUANT=0|1 (read once per process) or
