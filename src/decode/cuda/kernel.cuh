@@ -937,7 +937,7 @@ __device__ __forceinline__ void finish_row(const Geometry& g, const OutRef& o, c
 // would carry all 32 copies on its chain). The value warps read every score of their rows; the products and
 // the order of the sums are the one-role kernel's, but where ptxas fuses a multiply into an add
 // differs, so the two agree to rounding, not bitwise.
-template <class Source, bool kWide, int kGroups = 1, bool kRoles = false>
+template <class Source, bool kWide, int kGroups = 1, bool kRoles = false, bool kShare32 = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     attend_kernel(const KernelParams<typename Source::Args> p) {
   // Programmatic dependent launch (cuda_common/pdl.cuh): a plan's second launch may be scheduled
@@ -977,14 +977,17 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   static_assert(kGroups == 1 || L::q_bytes >= 2 * 2 * 32 * 32 * 16, "Q's area holds group 1's O at the end");
   constexpr int kGroupTokens = kTileTokens / kGroups;  // tokens of a tile per group: 32 or 16
   constexpr int kNT = kGroupTokens / 16;                // n8 score tiles per warp: 2 or 1
-  // Value sharing (the overlapped layout with token groups, CTAs of at most 16 rows): warps 4-7,
-  // which hold no rows of their own, take half of each multiplying warp's value product one tile
-  // late. Multiplying warp (grp, nh) accumulates dims 256 nh.. +127 of its group's tokens, and
-  // warp 4 + 2 grp + nh dims 256 nh + 128.. +127 of the same tokens, from the P and the row maxima
-  // that warps 0-3 leave in shared memory for tile t, in iteration t + 1 (before it dequantizes
-  // tile t + 2 into the key tile that held tile t). So each multiplying warp's chain per tile loses
-  // 16 of its 68 MMAs, and every warp holds 64 accumulators instead of 128.
-  constexpr bool kShareV = kOverlap && kGroups == 2;
+  // Value sharing (the overlapped layout, CTAs whose warps 4-7 hold no rows: token groups, at most
+  // 16 rows, or kShare32, one group and at most 32 rows): warps 4-7 take half of each multiplying
+  // warp's value product one tile late. Multiplying warp w (pair mt = w / 2, nh = w % 2)
+  // accumulates dims 256 nh.. +127 of its rows and tokens, and warp w + 4 dims 256 nh + 128.. +127
+  // of the same rows and tokens, from the P and the row maxima that pair mt leaves in shared memory
+  // for tile t, in iteration t + 1 (before it dequantizes tile t + 2 into the key tile that held
+  // tile t). So each multiplying warp's chain per tile loses a quarter of its MMAs (16 of 68 with
+  // groups, 32 of 136 without), and every warp holds 64 accumulators instead of 128.
+  static_assert(!kShare32 || (kGroups == 1 && !kRoles && kWide && !kDirect && !kSplitDqk),
+                "kShare32: one group, quantized keys in the overlapped layout, the unsplit score shape");
+  constexpr bool kShareV = kOverlap && (kGroups == 2 || kShare32);
   constexpr int kAccN = kShareV ? 16 : 32;              // n8 tiles of O per warp
   // Key pointer buffers (SmemLayout::ptr_bufs says why tile t - 1's is kept).
   constexpr int kPtrBufs = L::ptr_bufs;
@@ -1141,14 +1144,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
             sData + pbuf * kTileTokens, sScale + pbuf * kTileTokens, sRaw + buf * kTileTokens * L::raw_record,
             keys_out, tid - kThreads / 2, lane);
   };
-  // kShareV, warps 4-7: their half of tile j's value product for rows 0.. and the tokens of group
-  // grp (keys_j: tile j's key tile), from the group's P (pair grp + 2 (j % 2)'s rows) and running
-  // maxima after tile j (sMax[32 + 64 (j % 2) + 16 grp ..], slots that no warp of this layout uses
-  // otherwise), rescaled with the same alpha as the multiplying warps' half: the same operations on
-  // the same values.
+  // kShareV, warps 4-7: their half of tile j's value product for the rows and tokens of pair
+  // sp = mt - 2 (keys_j: tile j's key tile), from that pair's P (pair sp + 2 (j % 2)'s rows) and
+  // running maxima after tile j (sMax[32 + 64 (j % 2) + 16 sp ..], slots that no warp of this
+  // layout uses otherwise), rescaled with the same alpha as the multiplying warps' half: the same
+  // operations on the same values. (With groups, pair sp is group grp's on row tile 0; without,
+  // row tile sp's.)
+  const int sp = mt - 2;
   auto share_value = [&](int j, const uint16_t* keys_j) {
     if constexpr (kShareV) {
-      const float* published = sMax + 32 + (j & 1) * 64 + grp * 16;
+      const float* published = sMax + 32 + (j & 1) * 64 + sp * 16;
       float alpha[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -1165,22 +1170,27 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           acc[n][3] *= alpha[1];
         }
       }
-      uint32_t a[4];
-      ldmatrix_x4(a, sP + ((grp + 2 * (j & 1)) * 16 + lane % 16) * L::p_stride + (lane / 16) * 8);
-      const uint16_t* vb =
-          keys_j + (tb + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + 128 + (lane / 16) * 8;
 #pragma unroll
-      for (int n = 0; n < kAccN; n += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vb + n * 8);
-        mma_16816<kF16>(acc[n], a, b[0], b[1]);
-        mma_16816<kF16>(acc[n + 1], a, b[2], b[3]);
+      for (int kk = 0; kk < kGroupTokens; kk += 16) {
+        uint32_t a[4];
+        ldmatrix_x4(a, sP + ((sp + 2 * (j & 1)) * 16 + lane % 16) * L::p_stride + kk + (lane / 16) * 8);
+        const uint16_t* vb = keys_j + (tb + kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + 128 +
+                             (lane / 16) * 8;
+#pragma unroll
+        for (int n = 0; n < kAccN; n += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vb + n * 8);
+          mma_16816<kF16>(acc[n], a, b[0], b[1]);
+          mma_16816<kF16>(acc[n + 1], a, b[2], b[3]);
+        }
       }
     }
   };
   // kShareV: whether this warp is one of warps 4-7, which take no part in the score products and
-  // the softmax.
+  // the softmax, and the row tile its O belongs to (vrt), whose rows it writes if it holds any.
   const bool sharer = kShareV && warp >= kWarps / 2;
+  const int vrt = sharer ? (kGroups == 1 ? sp : 0) : rt;
+  const bool v_active = vrt * 16 < rows_here;
   // Deep and role layouts (16-bit keys on sm_90): tiles 0 and 1 resolved and their copies started
   // on one mbarrier per key tile, tile 2's index loads issued.
   auto start_two_tiles = [&] {
@@ -1399,7 +1409,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       // barrier 5) tile t + 1's dequantization.
       if (sharer) {
         const int dq_threads = idle_dequant ? kThreads / 2 : kThreads;
-        if (tile > 0) share_value(tile - 1, sK + nxt * kTileTokens * L::k_stride);
+        if (tile > 0 && v_active) share_value(tile - 1, sK + nxt * kTileTokens * L::k_stride);
         named_sync(5, dq_threads);
         dequantize_next((tile + 1) % kPtrBufs, nxt, sK + nxt * kTileTokens * L::k_stride);
         continue;
@@ -1533,11 +1543,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       row_max[r] = new_max;
       row_sum[r] *= alpha[r];
     }
-    // kShareV: the group's running maxima for warps 4-7 (share_value), from one of its two warps
+    // kShareV: the pair's running maxima for warps 4-7 (share_value), from one of its two warps
     // (both hold the same).
     if (kShareV && nh == 0 && t4 == 0) {
-      sMax[32 + (tile & 1) * 64 + grp * 16 + gr] = row_max[0];
-      sMax[32 + (tile & 1) * 64 + grp * 16 + gr + 8] = row_max[1];
+      sMax[32 + (tile & 1) * 64 + mt * 16 + gr] = row_max[0];
+      sMax[32 + (tile & 1) * 64 + mt * 16 + gr + 8] = row_max[1];
     }
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
@@ -1606,7 +1616,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   __syncthreads();
   // kShareV: warps 4-7 add their half of the last tile's value product (its P and maxima were
   // written before the barrier above).
-  if (sharer && num_tiles > 0)
+  if (sharer && v_active && num_tiles > 0)
     share_value(static_cast<int>(num_tiles) - 1, sK + ((num_tiles - 1) % 2) * kTileTokens * L::k_stride);
   if (t4 == 0) {
     sSum[nh * kHeadsPerCta + mt * 16 + gr] = row_sum[0];
@@ -1662,7 +1672,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int hr = (kShareV ? 0 : rt) * 16 + gr + 8 * r;  // CTA row
+    const int hr = vrt * 16 + gr + 8 * r;  // CTA row
     if (hr >= rows_here) continue;
     const float sum = kGroups == 1 ? sSum[hr] + sSum[kHeadsPerCta + hr] : merged_sum[r];
     finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r], acc, r, nh * 256 + (sharer ? 128 : 0),

@@ -92,6 +92,16 @@ inline bool roles_pay(const Geometry& g) {
   return roles_allowed() && cta_rows(g) <= 32;
 }
 
+// Whether a one-group CTA of 17-32 rows with quantized keys in the overlapped layout runs with
+// value sharing (kernel.cuh, kShare32): warps 4-7, which hold no rows there, take half of each
+// value product a tile late. Not yet measured (bench/NOTES.md v52). On unless turned off
+// (set_share_v32_allowed, or LKV_SHARE_V32=0 read once per process: benchmarks measure both).
+bool share_v32_allowed();
+void set_share_v32_allowed(bool allowed);
+inline bool share_v32_pays(const Geometry& g) {
+  return share_v32_allowed() && cta_rows(g) > 16 && cta_rows(g) <= 32;
+}
+
 // Whether warps 4-7 of the portable kernel's overlapped layout (quantized keys on devices with
 // more than 163 KB of shared memory per CTA) dequantize each next tile alone in CTAs of at most 16
 // rows (token groups), where they have no score products (kernel.cuh, idle_dequant; they take half
