@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
-# The first device run of the value-sharing 16-row kernels (kernel.cuh, kShareV; bench/NOTES.md v52):
-# the portable attention suites, an A/B against 34cc400's `latentkv`, racecheck and memcheck.
-# Here, three archives (~47 MB, within the device call's 64 MiB carry with the tree):
-#   bash scripts/gpu_prebuild.sh latentkv lkv_cuda_tests                  # build-pk/bins.tar.xz (sv)
+# The first device run of value sharing in the portable kernel (kernel.cuh, kShareV: 16-row CTAs
+# with token groups, and kShare32: one-group CTAs of 17-32 rows; bench/NOTES.md v52): the portable
+# attention suites, an A/B against 34cc400's `latentkv`, racecheck and memcheck.
+# Here, three archives (~25 MB, within the device call's 64 MiB carry with the tree):
+#   LKV_PREBUILT_SM90=1 bash scripts/gpu_prebuild.sh latentkv lkv_cuda_tests   # build-pk/bins.tar.xz (sv)
 #   then, with `#define LKV_SCORE_N8_CHAINS 4` and `#define LKV_SCORE_N8_AHEAD 3` set in kernel.cuh
-#   for the build only: LKV_PREBUILT_OUT=build-pk/v4c.tar.xz bash scripts/gpu_prebuild.sh latentkv
+#   for that build only: LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/v4c.tar.xz bash scripts/gpu_prebuild.sh latentkv
 #   build-pk/a34.tar.xz: 34cc400's latentkv (a worktree of 34cc400, LKV_PREBUILT_OUT=... gpu_prebuild.sh latentkv)
 # There (carry ["build-pk/bins.tar.xz", "build-pk/a34.tar.xz", "build-pk/v4c.tar.xz"]):
 #   bash bench/probes/share_value_first_run.sh
 set -u
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader | tee $OUT/gpu.txt
 mkdir -p build-gpu && tar xJf build-pk/bins.tar.xz -C build-gpu && cat build-gpu/PREBUILT_REV
 t0=$(date +%s)
-LKV_DECODE_KERNEL=portable timeout 200 ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda.*:AttentionCuda.*:DenseCuda.*:PrefillCuda.*' >$OUT/tests.log 2>&1; echo "tests rc=$? $(( $(date +%s) - t0 )) s"
-grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|tests ran" $OUT/tests.log | head -20
+LKV_DECODE_KERNEL=portable timeout 200 ./build-gpu/lkv_cuda_tests --gtest_brief=1 \
+  --gtest_filter='DecodeCuda.*:AttentionCuda.*:DenseCuda.*:PrefillCuda.*' >$OUT/tests.log 2>&1
+echo "tests rc=$? $(( $(date +%s) - t0 )) s"
+grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure' $OUT/tests.log | head -20
 t0=$(date +%s)
-LKV_AB_SPECS='dense fp8_b128_sk8192_h16;dense fp8_b128_sk4096_h16_sq1;decode tp_v32;dense fp8_b128_sk8192_h32_sq1' timeout 250 bash bench/probes/bins_ab.sh 2 a34=build-pk/a34.tar.xz sv=build-gpu v4c=build-pk/v4c.tar.xz; echo "ab $(( $(date +%s) - t0 )) s"
+LKV_AB_SPECS='dense fp8_b128_sk8192;dense fp8_b128_sk4096_h16_sq1;dense fp8_b128_sk4096_h32_sq1;decode tp_v32;decode v32_b128' \
+  timeout 250 bash bench/probes/bins_ab.sh 2 a34=build-pk/a34.tar.xz sv=build-gpu v4c=build-pk/v4c.tar.xz
+echo "ab $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
-timeout 60 compute-sanitizer --tool racecheck --racecheck-report hazard ./build-gpu/lkv_cuda_tests --gtest_filter='AttentionCuda.IdleWarpsDequantizeBitwise' >$OUT/racecheck.log 2>&1; echo "racecheck rc=$? $(( $(date +%s) - t0 )) s"; tail -3 $OUT/racecheck.log
+timeout 60 compute-sanitizer --tool racecheck --racecheck-report hazard ./build-gpu/lkv_cuda_tests \
+  --gtest_filter='AttentionCuda.IdleWarpsDequantizeBitwise:AttentionCuda.ValueSharingBitwise' >$OUT/racecheck.log 2>&1
+echo "racecheck rc=$? $(( $(date +%s) - t0 )) s"; tail -3 $OUT/racecheck.log
 t0=$(date +%s)
-timeout 60 compute-sanitizer --tool memcheck ./build-gpu/lkv_cuda_tests --gtest_filter='DecodeCuda.IdleWarpsDequantizeBitwise:DecodeCuda.CornerCases' >$OUT/memcheck.log 2>&1; echo "memcheck rc=$? $(( $(date +%s) - t0 )) s"; tail -3 $OUT/memcheck.log
+timeout 60 compute-sanitizer --tool memcheck ./build-gpu/lkv_cuda_tests \
+  --gtest_filter='DecodeCuda.IdleWarpsDequantizeBitwise:DecodeCuda.ValueSharingBitwise' >$OUT/memcheck.log 2>&1
+echo "memcheck rc=$? $(( $(date +%s) - t0 )) s"; tail -3 $OUT/memcheck.log
