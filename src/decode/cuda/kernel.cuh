@@ -241,6 +241,19 @@ __device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, u
 }
 
 // ---- score products -----------------------------------------------------------------------------
+// Build switches for measuring more accumulator chains in the score products (bench/NOTES.md
+// v52); the defaults are the measured forms.
+#ifndef LKV_SCORE_HALF_CHAINS
+#define LKV_SCORE_HALF_CHAINS 4
+#endif
+static_assert(LKV_SCORE_HALF_CHAINS == 4 || LKV_SCORE_HALF_CHAINS == 8, "score_tokens_half takes 4 or 8 chains");
+#ifndef LKV_SCORE_N8_CHAINS
+#define LKV_SCORE_N8_CHAINS 2
+#endif
+#ifndef LKV_SCORE_N8_AHEAD
+#define LKV_SCORE_N8_AHEAD 2
+#endif
+static_assert(LKV_SCORE_N8_CHAINS == 2 || LKV_SCORE_N8_CHAINS == 4, "score_tokens_n8 takes 2 or 4 chains");
 // S = Q K^T for the 16 rows of head tile mt against a tile of 32 keys, in one of two shapes for the
 // two warps (nh) of the head tile. The loops are unrolled whole and the fragments of k-step
 // s + kAhead are loaded before step s multiplies: a rolled loop made every step wait out the
@@ -257,6 +270,10 @@ __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint1
   const uint16_t* kb = keys + (nh * 16 + (lane % 8) + (lane / 16) * 8) * kKStride + ((lane / 8) % 2) * 8;
   constexpr int kSteps = kDqk / 16, kAhead = 2, kBufs = kAhead + 1;
   float sc2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#if LKV_SCORE_HALF_CHAINS == 8
+  float sc3[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  float sc4[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#endif
   uint32_t fa[kBufs][4], fb[kBufs][4];
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
@@ -269,23 +286,24 @@ __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint1
       ldmatrix_x4(fa[(s + kAhead) % kBufs], qa + (s + kAhead) * 16);
       ldmatrix_x4(fb[(s + kAhead) % kBufs], kb + (s + kAhead) * 16);
     }
+#if LKV_SCORE_HALF_CHAINS == 8
+    float(&d)[2][4] = s % 4 == 0 ? sc : s % 4 == 1 ? sc2 : s % 4 == 2 ? sc3 : sc4;
+#else
     float(&d)[2][4] = s % 2 ? sc2 : sc;
+#endif
     mma_16816<kF16>(d[0], fa[s % kBufs], fb[s % kBufs][0], fb[s % kBufs][1]);
     mma_16816<kF16>(d[1], fa[s % kBufs], fb[s % kBufs][2], fb[s % kBufs][3]);
   }
 #pragma unroll
   for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
+#if LKV_SCORE_HALF_CHAINS == 8
+    for (int e = 0; e < 4; ++e) sc[nt][e] = (sc[nt][e] + sc2[nt][e]) + (sc3[nt][e] + sc4[nt][e]);
+#else
     for (int e = 0; e < 4; ++e) sc[nt][e] += sc2[nt][e];
+#endif
 }
 
-#ifndef LKV_SCORE_N8_CHAINS
-#define LKV_SCORE_N8_CHAINS 2
-#endif
-#ifndef LKV_SCORE_N8_AHEAD
-#define LKV_SCORE_N8_AHEAD 2
-#endif
-static_assert(LKV_SCORE_N8_CHAINS == 2 || LKV_SCORE_N8_CHAINS == 4, "score_tokens_n8 takes 2 or 4 chains");
 // Token groups (kGroups 2, CTAs of at most 16 rows): 8 tokens tok0.. over all of d_qk (one n8
 // tile; sc[e]: row gr + 8 (e / 2), token tok0 + 2 t4 + (e % 2)). One ldmatrix x4 of keys covers two
 // k-steps (matrices 2 and 3 are the next step's), and the even and odd steps accumulate apart.
