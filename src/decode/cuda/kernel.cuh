@@ -243,10 +243,9 @@ __device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, u
 // ---- score products -----------------------------------------------------------------------------
 // Build switches for measuring more accumulator chains in the score products (bench/NOTES.md
 // v52); the defaults are the measured forms.
-#ifndef LKV_SCORE_HALF_CHAINS
-#define LKV_SCORE_HALF_CHAINS 4
+#ifndef LKV_SHARE32_HALF_CHAINS
+#define LKV_SHARE32_HALF_CHAINS 4  // score_tokens_half's chains in the kShare32 kernels (kernel.cuh)
 #endif
-static_assert(LKV_SCORE_HALF_CHAINS == 4 || LKV_SCORE_HALF_CHAINS == 8, "score_tokens_half takes 4 or 8 chains");
 #ifndef LKV_SCORE_N8_CHAINS
 #define LKV_SCORE_N8_CHAINS 2
 #endif
@@ -262,18 +261,17 @@ static_assert(LKV_SCORE_N8_CHAINS == 2 || LKV_SCORE_N8_CHAINS == 4, "score_token
 //
 // Tokens 16 nh.. over all of d_qk (two n8 tiles; sc[nt][e]: row gr + 8 (e / 2), token
 // 16 nh + 8 nt + 2 t4 + (e % 2)). Two accumulator pairs (even and odd k-steps) halve the dependent
-// MMA chain.
-template <bool kF16, int kDqk, int kQStride, int kKStride>
+// MMA chain; kChains 8, four pairs (k-step % 4), quarter it.
+template <bool kF16, int kDqk, int kQStride, int kKStride, int kChains = 4>
 __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint16_t* sQ, const uint16_t* keys,
                                                   int mt, int nh, int lane) {
+  static_assert(kChains == 4 || kChains == 8, "two or four accumulator pairs");
   const uint16_t* qa = sQ + (mt * 16 + (lane % 16)) * kQStride + (lane / 16) * 8;
   const uint16_t* kb = keys + (nh * 16 + (lane % 8) + (lane / 16) * 8) * kKStride + ((lane / 8) % 2) * 8;
-  constexpr int kSteps = kDqk / 16, kAhead = 2, kBufs = kAhead + 1;
+  constexpr int kSteps = kDqk / 16, kAhead = 2, kBufs = kAhead + 1, kPairs = kChains / 2;
   float sc2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#if LKV_SCORE_HALF_CHAINS == 8
-  float sc3[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  float sc3[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};  // (kChains 8 only)
   float sc4[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#endif
   uint32_t fa[kBufs][4], fb[kBufs][4];
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
@@ -286,22 +284,15 @@ __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint1
       ldmatrix_x4(fa[(s + kAhead) % kBufs], qa + (s + kAhead) * 16);
       ldmatrix_x4(fb[(s + kAhead) % kBufs], kb + (s + kAhead) * 16);
     }
-#if LKV_SCORE_HALF_CHAINS == 8
-    float(&d)[2][4] = s % 4 == 0 ? sc : s % 4 == 1 ? sc2 : s % 4 == 2 ? sc3 : sc4;
-#else
-    float(&d)[2][4] = s % 2 ? sc2 : sc;
-#endif
+    float(&d)[2][4] = s % kPairs == 0 ? sc : s % kPairs == 1 ? sc2 : s % kPairs == 2 ? sc3 : sc4;
     mma_16816<kF16>(d[0], fa[s % kBufs], fb[s % kBufs][0], fb[s % kBufs][1]);
     mma_16816<kF16>(d[1], fa[s % kBufs], fb[s % kBufs][2], fb[s % kBufs][3]);
   }
 #pragma unroll
   for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-#if LKV_SCORE_HALF_CHAINS == 8
-    for (int e = 0; e < 4; ++e) sc[nt][e] = (sc[nt][e] + sc2[nt][e]) + (sc3[nt][e] + sc4[nt][e]);
-#else
-    for (int e = 0; e < 4; ++e) sc[nt][e] += sc2[nt][e];
-#endif
+    for (int e = 0; e < 4; ++e)
+      sc[nt][e] = kChains == 4 ? sc[nt][e] + sc2[nt][e] : (sc[nt][e] + sc2[nt][e]) + (sc3[nt][e] + sc4[nt][e]);
 }
 
 // Token groups (kGroups 2, CTAs of at most 16 rows): 8 tokens tok0.. over all of d_qk (one n8
@@ -1500,7 +1491,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         xchg[(nh * 2 + j) * 32 + lane] = make_float4(o[0], o[1], o[2], o[3]);
       }
     } else if constexpr (kGroups == 1) {
-      if (active) score_tokens_half<kF16, kDqk, L::q_stride, L::k_stride>(sc, sQ, keys, mt, nh, lane);
+      if (active)
+        score_tokens_half<kF16, kDqk, L::q_stride, L::k_stride, kShare32 ? LKV_SHARE32_HALF_CHAINS : 4>(sc, sQ, keys,
+                                                                                                    mt, nh, lane);
     } else {
       if (active) score_tokens_n8<kF16, kDqk, L::q_stride, L::k_stride>(sc[0], sQ, keys, rt, wt0, lane);
     }
