@@ -4,8 +4,10 @@
 # attention suites, an A/B against 34cc400's `latentkv`, racecheck and memcheck.
 # Here, three archives (~25 MB, within the device call's 64 MiB carry with the tree):
 #   LKV_PREBUILT_SM90=1 bash scripts/gpu_prebuild.sh latentkv lkv_cuda_tests   # build-pk/bins.tar.xz (sv)
-#   then, with `#define LKV_SCORE_N8_CHAINS 4` and `#define LKV_SCORE_N8_AHEAD 3` set in kernel.cuh
-#   for that build only: LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/v4c.tar.xz bash scripts/gpu_prebuild.sh latentkv
+#   then, with `#define LKV_SCORE_N8_CHAINS 4`, `#define LKV_SCORE_N8_AHEAD 3` and
+#   `#define LKV_SHARE32_HALF_CHAINS 8` set in kernel.cuh for that build only (more accumulator
+#   chains in the 16-row and the kShare32 score products):
+#   LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/v4c.tar.xz bash scripts/gpu_prebuild.sh latentkv
 #   build-pk/a34.tar.xz: 34cc400's latentkv (a worktree of 34cc400, LKV_PREBUILT_OUT=... gpu_prebuild.sh latentkv)
 # There (carry ["build-pk/bins.tar.xz", "build-pk/a34.tar.xz", "build-pk/v4c.tar.xz"]):
 #   bash bench/probes/share_value_first_run.sh
