@@ -13,6 +13,9 @@
 #     (cd /tmp/lkv-base && LKV_PREBUILT_OUT=$out bash scripts/gpu_prebuild.sh latentkv)
 # then, there: LKV_PREBUILT=build-pk/bins.tar.xz LKV_PREBUILT_VARIANT=build-pk/base.tar.xz
 #   LKV_AB_KERNEL=auto LKV_AB_SPECS="decode v41_" bash scripts/gpu.sh build variant_ab   (variant = the base)
+# LKV_PREBUILT_SM90=1 builds in build-gpu90 with sm_90a machine code only (no sm_80 code or PTX):
+# about a third of the archive, for carrying several binaries to an H100/H200 in one call; the
+# kernels an H100/H200 runs are the same sm_90a code either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=("$@")
@@ -22,15 +25,20 @@ if [ ! -d .deps/googletest ]; then
   bash scripts/setup.sh
   mkdir -p .deps && cp -r /usr/src/googletest .deps/googletest
 fi
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" >/dev/null
-cmake --build build-gpu -j "$(nproc)" $(printf -- '--target %s ' "${targets[@]}")
+dir=build-gpu gencode=()
+if [ "${LKV_PREBUILT_SM90:-0}" = 1 ]; then
+  dir=build-gpu90 gencode=("-DLKV_CUDA_GENCODE=-gencode=arch=compute_90a,code=sm_90a")
+fi
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" "${gencode[@]}" >/dev/null
+cmake --build "$dir" -j "$(nproc)" $(printf -- '--target %s ' "${targets[@]}")
 out="${LKV_PREBUILT_OUT:-build-pk/bins.tar.xz}"
 mkdir -p "$(dirname "$out")"
 rev="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 git diff --quiet HEAD 2>/dev/null || rev="$rev+changes"
-echo "$rev" >build-gpu/PREBUILT_REV
-tar cf - -C build-gpu PREBUILT_REV "${targets[@]}" | xz -T0 -6 >"$out.part"
+[ -z "${gencode[*]}" ] || rev="$rev (sm_90a only)"
+echo "$rev" >"$dir/PREBUILT_REV"
+tar cf - -C "$dir" PREBUILT_REV "${targets[@]}" | xz -T0 -6 >"$out.part"
 mv "$out.part" "$out"  # never a half-written archive to carry
 ls -la "$out"
 echo "packed ${targets[*]} from $rev"
