@@ -9,6 +9,8 @@
 #   chains in the 16-row and the kShare32 score products):
 #   LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/v4c.tar.xz bash scripts/gpu_prebuild.sh latentkv
 #   build-pk/a34.tar.xz: 34cc400's latentkv (a worktree of 34cc400, LKV_PREBUILT_OUT=... gpu_prebuild.sh latentkv)
+# (The variant's eight-chain score product runs only in the kShare32 kernels, so the bitwise
+# sharing tests would fail with it; the tests run on the default archive.)
 # There (carry ["build-pk/bins.tar.xz", "build-pk/a34.tar.xz", "build-pk/v4c.tar.xz"]):
 #   bash bench/probes/share_value_first_run.sh
 set -u
@@ -23,6 +25,17 @@ t0=$(date +%s)
 LKV_AB_SPECS='dense fp8_b128_sk8192;dense fp8_b128_sk4096_h16_sq1;dense fp8_b128_sk4096_h32_sq1;decode tp_v32;decode v32_b128' \
   timeout 250 bash bench/probes/bins_ab.sh 2 a34=build-pk/a34.tar.xz sv=build-gpu v4c=build-pk/v4c.tar.xz
 echo "ab $(( $(date +%s) - t0 )) s"
+# kShare32 puts pair 1's value half on warp 7, which issues the tile's bulk copies in 17-48-row CTAs
+# (decode::cuda::copy_warps_for): 1, 2 and 4 issuers on the 32-row cases, the branch's binary.
+for cw in 1 2 4 1 2 4; do
+  for spec in "dense fp8_b128_sk8192_h32_sq1" "decode tp_v32_b128_h32"; do
+    read -r op filter <<<"$spec"
+    LKV_COPY_WARPS=$cw timeout 60 ./build-gpu/latentkv bench "$op" --device cuda --kernel portable --filter "$filter" \
+      --json "$OUT/copy-warps-$cw-$op.json" >/dev/null 2>&1
+    python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['cases'][0]; print(sys.argv[2], c['name'], round(c['time_us'], 1))" \
+      "$OUT/copy-warps-$cw-$op.json" "copy warps $cw:" 2>/dev/null || echo "copy warps $cw $spec failed"
+  done
+done | tee $OUT/copy-warps.txt
 t0=$(date +%s)
 timeout 60 compute-sanitizer --tool racecheck --racecheck-report hazard ./build-gpu/lkv_cuda_tests \
   --gtest_filter='AttentionCuda.IdleWarpsDequantizeBitwise:AttentionCuda.ValueSharingBitwise' >$OUT/racecheck.log 2>&1

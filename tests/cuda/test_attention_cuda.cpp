@@ -940,6 +940,7 @@ TEST(AttentionCuda, IdleWarpsDequantizeBitwise) {
 // 3 x 8 query rows, and a split case.
 TEST(AttentionCuda, ValueSharingBitwise) {
   REQUIRE_GPU();
+  if (!latentkv::testing::overlapped_quantized_layout()) GTEST_SKIP() << "value sharing runs in the overlapped layout only";
   namespace dc = latentkv::decode::cuda;
   UseKernel use(KernelChoice::kPortable);
   latentkv::testing::RestoreSwitch<bool> restore(dc::share_v32_allowed, dc::set_share_v32_allowed);

@@ -599,6 +599,7 @@ TEST(DecodeCuda, IdleWarpsDequantizeBitwise) {
 // it); partial tiles, adversarial and NaN-filled slots, lengths and sink (variant_case).
 TEST(DecodeCuda, ValueSharingBitwise) {
   REQUIRE_GPU();
+  if (!latentkv::testing::overlapped_quantized_layout()) GTEST_SKIP() << "value sharing runs in the overlapped layout only";
   namespace dc = latentkv::decode::cuda;
   UseKernel use(KernelChoice::kPortable);
   latentkv::testing::RestoreSwitch<bool> restore(dc::share_v32_allowed, dc::set_share_v32_allowed);

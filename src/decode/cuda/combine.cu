@@ -217,9 +217,9 @@ bool wide_layout_allowed() { return wide_flag().load(std::memory_order_relaxed);
 bool token_groups_allowed() { return token_groups_flag().load(std::memory_order_relaxed); }
 void set_token_groups_allowed(bool allowed) { token_groups_flag().store(allowed, std::memory_order_relaxed); }
 bool roles_allowed() { return roles_flag().load(std::memory_order_relaxed); }
+void set_roles_allowed(bool allowed) { roles_flag().store(allowed, std::memory_order_relaxed); }
 bool share_v32_allowed() { return share_v32_flag().load(std::memory_order_relaxed); }
 void set_share_v32_allowed(bool allowed) { share_v32_flag().store(allowed, std::memory_order_relaxed); }
-void set_roles_allowed(bool allowed) { roles_flag().store(allowed, std::memory_order_relaxed); }
 
 int pdl_mode() { return pdl_flag().load(std::memory_order_relaxed); }
 void set_pdl_mode(int mode) {

@@ -126,8 +126,9 @@ inline int idle_dequant_for() {
 // works, take 4 (+5-11% dense, +7-9% prefill, +9-12% sparse decode against 1; 8 is slower than 1
 // everywhere, as it puts the copies on the first warp, which resolves the next tiles); token
 // groups (at most 16 rows, quantized keys) take 4 (+1.5-2%); one-role CTAs of 17-48 rows keep the
-// last warp alone, which is idle there (2 and 4 measured 1.6-2.1% slower in two of the three
-// quantized-key cases, level in the third).
+// last warp alone, which was idle there (2 and 4 measured 1.6-2.1% slower in two of the three
+// quantized-key cases, level in the third; with value sharing, kShare32, it works on pair 1's
+// value product as well, not yet re-measured).
 // LKV_COPY_WARPS=1|2|4|8 (read once per process) or set_copy_warps_override overrides the choice
 // for every launch, so that benchmarks can compare; 0 removes the override.
 int copy_warps_override();
