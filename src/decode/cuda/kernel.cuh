@@ -1087,6 +1087,22 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   float acc[kAccN][4];              // O: 16 heads x 256 dims = 32 n8-tiles (kShareV: 128 dims, 16)
 #pragma unroll
   for (int n = 0; n < kAccN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  // O's rows times alpha (rows gr and gr + 8). Skipped by warps whose rows all kept their maximum,
+  // as they mostly do once a row has seen its largest scores: x * 1 is x for every number x and a
+  // NaN stays a NaN, so the output is unchanged (bf16 and f16 outputs carry NaN as the canonical NaN
+  // either way). The rescale is 128 multiplies per thread (64 with kShareV), as many warp
+  // instructions as a tile's MMAs.
+  auto rescale_o = [&](const float (&alpha)[2]) {
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+      for (int n = 0; n < kAccN; ++n) {
+        acc[n][0] *= alpha[0];
+        acc[n][1] *= alpha[0];
+        acc[n][2] *= alpha[1];
+        acc[n][3] *= alpha[1];
+      }
+    }
+  };
 
   // ---- Pipeline prologue: keys of tile 0 (now) and tile 1 (in flight), copies of tile 0.
   // A tile's key pointers are found in two steps by the first warp: fetch() issues the one global
@@ -1170,15 +1186,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         alpha[r] = new_max == -INFINITY ? 1.0f : exp2f(row_max[r] - new_max);
         row_max[r] = new_max;
       }
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-        for (int n = 0; n < kAccN; ++n) {
-          acc[n][0] *= alpha[0];
-          acc[n][1] *= alpha[0];
-          acc[n][2] *= alpha[1];
-          acc[n][3] *= alpha[1];
-        }
-      }
+      rescale_o(alpha);
 #pragma unroll
       for (int kk = 0; kk < kGroupTokens; kk += 16) {
         uint32_t a[4];
@@ -1295,16 +1303,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         half_sum[0][r] *= alpha[r];
         half_sum[1][r] *= alpha[r];
       }
-      // (The rescale skip of the one-role kernel, for the same reason.)
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-        for (int n = 0; n < 32; ++n) {
-          acc[n][0] *= alpha[0];
-          acc[n][1] *= alpha[0];
-          acc[n][2] *= alpha[1];
-          acc[n][3] *= alpha[1];
-        }
-      }
+      rescale_o(alpha);
       const uint16_t* keys = sK + (j % 4) * kTileTokens * L::k_stride;
 #pragma unroll
       for (int kk = 0; kk < kTileTokens; kk += 16) {
@@ -1573,19 +1572,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       *reinterpret_cast<uint32_t*>(p_row(gr, tile) + col) = pack2<kF16>(prob[0], prob[1]);
       *reinterpret_cast<uint32_t*>(p_row(gr + 8, tile) + col) = pack2<kF16>(prob[2], prob[3]);
     }
-    // O's rescale (128 multiplies per thread, as many warp instructions as the tile's MMAs) is
-    // skipped by warps whose rows all kept their maximum, as it mostly is once a row has seen its
-    // largest scores: x * 1 is x for every number x and a NaN stays a NaN, so the output is
-    // unchanged (bf16 and f16 outputs carry NaN as the canonical NaN either way).
-    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-      for (int n = 0; n < kAccN; ++n) {
-        acc[n][0] *= alpha[0];
-        acc[n][1] *= alpha[0];
-        acc[n][2] *= alpha[1];
-        acc[n][3] *= alpha[1];
-      }
-    }
+    rescale_o(alpha);
     pair_sync(mt);
 
     // ---- 5. O += P V for rows 16 rt.., the group's tokens and dims 256 nh.. (32 n8 tiles; kShareV:
