@@ -1092,6 +1092,17 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // NaN stays a NaN, so the output is unchanged (bf16 and f16 outputs carry NaN as the canonical NaN
   // either way). The rescale is 128 multiplies per thread (64 with kShareV), as many warp
   // instructions as a tile's MMAs.
+  // O += P V over one k16 step of tokens (a: P's A fragment; vb: this lane's first V address),
+  // two n8 tiles per transposed ldmatrix.
+  auto pv_step = [&](const uint32_t (&a)[4], const uint16_t* vb) {
+#pragma unroll
+    for (int n = 0; n < kAccN; n += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, vb + n * 8);
+      mma_16816<kF16>(acc[n], a, b[0], b[1]);
+      mma_16816<kF16>(acc[n + 1], a, b[2], b[3]);
+    }
+  };
   auto rescale_o = [&](const float (&alpha)[2]) {
     if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
@@ -1193,13 +1204,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         ldmatrix_x4(a, sP + ((sp + 2 * (j & 1)) * 16 + lane % 16) * L::p_stride + kk + (lane / 16) * 8);
         const uint16_t* vb = keys_j + (tb + kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + 128 +
                              (lane / 16) * 8;
-#pragma unroll
-        for (int n = 0; n < kAccN; n += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vb + n * 8);
-          mma_16816<kF16>(acc[n], a, b[0], b[1]);
-          mma_16816<kF16>(acc[n + 1], a, b[2], b[3]);
-        }
+        pv_step(a, vb);
       }
     }
   };
@@ -1334,13 +1339,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
         for (int q = 0; q < 4; ++q) a[q] = pack2<kF16>(prob[q][0], prob[q][1]);
         const uint16_t* vb = keys + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
-#pragma unroll
-        for (int n = 0; n < 32; n += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vb + n * 8);
-          mma_16816<kF16>(acc[n], a, b[0], b[1]);
-          mma_16816<kF16>(acc[n + 1], a, b[2], b[3]);
-        }
+        pv_step(a, vb);
       }
     }
     // The end adds the two warps' sums of a row: each value warp hands in its own token half.
@@ -1583,13 +1582,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       uint32_t a[4];
       ldmatrix_x4(a, p_row(lane % 16, tile) + kk + (lane / 16) * 8);
       const uint16_t* vb = keys + (tb + kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
-#pragma unroll
-      for (int n = 0; n < kAccN; n += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vb + n * 8);
-        mma_16816<kF16>(acc[n], a, b[0], b[1]);
-        mma_16816<kF16>(acc[n + 1], a, b[2], b[3]);
-      }
+      pv_step(a, vb);
     }
     // Overlapped: tile t + 3's pointers go to the buffer tile t - 1 used (its last readers, the
     // softmax of tile t - 1, are behind this iteration's first barrier; tile t's may still be read
