@@ -104,7 +104,7 @@ __device__ __forceinline__ void cp_async_8(void* dst, const void* src) {
 __device__ __forceinline__ void pair_sync(int mt) {
   asm volatile("bar.sync %0, 64;\n" ::"r"(mt + 1) : "memory");
 }
-// Named barrier `id` over the first (or, by the caller's choice, any) `n` threads that reach it.
+// Named barrier `id`, complete once `n` threads (whole warps) have reached it.
 __device__ __forceinline__ void named_sync(int id, int n) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
@@ -1087,11 +1087,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   float acc[kAccN][4];              // O: 16 heads x 256 dims = 32 n8-tiles (kShareV: 128 dims, 16)
 #pragma unroll
   for (int n = 0; n < kAccN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  // O's rows times alpha (rows gr and gr + 8). Skipped by warps whose rows all kept their maximum,
-  // as they mostly do once a row has seen its largest scores: x * 1 is x for every number x and a
-  // NaN stays a NaN, so the output is unchanged (bf16 and f16 outputs carry NaN as the canonical NaN
-  // either way). The rescale is 128 multiplies per thread (64 with kShareV), as many warp
-  // instructions as a tile's MMAs.
   // O += P V over one k16 step of tokens (a: P's A fragment; vb: this lane's first V address),
   // two n8 tiles per transposed ldmatrix.
   auto pv_step = [&](const uint32_t (&a)[4], const uint16_t* vb) {
@@ -1103,6 +1098,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       mma_16816<kF16>(acc[n + 1], a, b[2], b[3]);
     }
   };
+  // O's rows times alpha (rows gr and gr + 8). Skipped by warps whose rows all kept their maximum,
+  // as they mostly do once a row has seen its largest scores: x * 1 is x for every number x and a
+  // NaN stays a NaN, so the output is unchanged (bf16 and f16 outputs carry NaN as the canonical NaN
+  // either way). The rescale is 128 multiplies per thread (64 with kShareV), as many warp
+  // instructions as a tile's MMAs.
   auto rescale_o = [&](const float (&alpha)[2]) {
     if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
