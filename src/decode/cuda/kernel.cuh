@@ -243,6 +243,9 @@ __device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, u
 // ---- score products -----------------------------------------------------------------------------
 // Build switches for measuring more accumulator chains in the score products (bench/NOTES.md
 // v52); the defaults are the measured forms.
+#ifndef LKV_SHARE_V_MUL_TILES
+#define LKV_SHARE_V_MUL_TILES 16  // n8 tiles of O the multiplying warps keep under kShareV (kernel.cuh)
+#endif
 #ifndef LKV_SHARE32_HALF_CHAINS
 #define LKV_SHARE32_HALF_CHAINS 4  // score_tokens_half's chains in the kShare32 kernels (kernel.cuh)
 #endif
@@ -997,7 +1000,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   static_assert(!kShare32 || (kGroups == 1 && !kRoles && kWide && !kDirect && !kSplitDqk),
                 "kShare32: one group, quantized keys in the overlapped layout, the unsplit score shape");
   constexpr bool kShareV = kOverlap && (kGroups == 2 || kShare32);
-  constexpr int kAccN = kShareV ? 16 : 32;              // n8 tiles of O per warp
+  // n8 tiles of O per warp: the multiplying warps' (kMulN) and warps 4-7's (kShrN); by default
+  // 16 and 16 (LKV_SHARE_V_MUL_TILES, a build switch for measuring other splits, bench/NOTES.md v52).
+  constexpr int kMulN = kShareV ? LKV_SHARE_V_MUL_TILES : 32, kShrN = 32 - kMulN;
+  static_assert(kMulN % 2 == 0 && kMulN >= 2 && kMulN <= 32, "whole pairs of n8 tiles");
+  constexpr int kAccN = kMulN > kShrN ? kMulN : kShrN;
   // Key pointer buffers (SmemLayout::ptr_bufs says why tile t - 1's is kept).
   constexpr int kPtrBufs = L::ptr_bufs;
 
@@ -1089,9 +1096,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   for (int n = 0; n < kAccN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
   // O += P V over one k16 step of tokens (a: P's A fragment; vb: this lane's first V address),
   // two n8 tiles per transposed ldmatrix.
-  auto pv_step = [&](const uint32_t (&a)[4], const uint16_t* vb) {
+  // (count: the caller's n8 tiles, kMulN or kShrN, a constant at each call.)
+  auto pv_step = [&](const uint32_t (&a)[4], const uint16_t* vb, int count) {
 #pragma unroll
     for (int n = 0; n < kAccN; n += 2) {
+      if (n >= count) break;
       uint32_t b[4];
       ldmatrix_x4_trans(b, vb + n * 8);
       mma_16816<kF16>(acc[n], a, b[0], b[1]);
@@ -1103,10 +1112,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // NaN stays a NaN, so the output is unchanged (bf16 and f16 outputs carry NaN as the canonical NaN
   // either way). The rescale is 128 multiplies per thread (64 with kShareV), as many warp
   // instructions as a tile's MMAs.
-  auto rescale_o = [&](const float (&alpha)[2]) {
+  auto rescale_o = [&](const float (&alpha)[2], int count) {
     if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
       for (int n = 0; n < kAccN; ++n) {
+        if (n >= count) break;
         acc[n][0] *= alpha[0];
         acc[n][1] *= alpha[0];
         acc[n][2] *= alpha[1];
@@ -1197,14 +1207,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         alpha[r] = new_max == -INFINITY ? 1.0f : exp2f(row_max[r] - new_max);
         row_max[r] = new_max;
       }
-      rescale_o(alpha);
+      rescale_o(alpha, kShrN);
 #pragma unroll
       for (int kk = 0; kk < kGroupTokens; kk += 16) {
         uint32_t a[4];
         ldmatrix_x4(a, sP + ((sp + 2 * (j & 1)) * 16 + lane % 16) * L::p_stride + kk + (lane / 16) * 8);
-        const uint16_t* vb = keys_j + (tb + kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + 128 +
-                             (lane / 16) * 8;
-        pv_step(a, vb);
+        const uint16_t* vb = keys_j + (tb + kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 +
+                             8 * kMulN + (lane / 16) * 8;
+        pv_step(a, vb, kShrN);
       }
     }
   };
@@ -1308,7 +1318,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         half_sum[0][r] *= alpha[r];
         half_sum[1][r] *= alpha[r];
       }
-      rescale_o(alpha);
+      rescale_o(alpha, kMulN);
       const uint16_t* keys = sK + (j % 4) * kTileTokens * L::k_stride;
 #pragma unroll
       for (int kk = 0; kk < kTileTokens; kk += 16) {
@@ -1339,7 +1349,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
         for (int q = 0; q < 4; ++q) a[q] = pack2<kF16>(prob[q][0], prob[q][1]);
         const uint16_t* vb = keys + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
-        pv_step(a, vb);
+        pv_step(a, vb, kMulN);
       }
     }
     // The end adds the two warps' sums of a row: each value warp hands in its own token half.
@@ -1571,7 +1581,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       *reinterpret_cast<uint32_t*>(p_row(gr, tile) + col) = pack2<kF16>(prob[0], prob[1]);
       *reinterpret_cast<uint32_t*>(p_row(gr + 8, tile) + col) = pack2<kF16>(prob[2], prob[3]);
     }
-    rescale_o(alpha);
+    rescale_o(alpha, kMulN);
     pair_sync(mt);
 
     // ---- 5. O += P V for rows 16 rt.., the group's tokens and dims 256 nh.. (32 n8 tiles; kShareV:
@@ -1582,7 +1592,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       uint32_t a[4];
       ldmatrix_x4(a, p_row(lane % 16, tile) + kk + (lane / 16) * 8);
       const uint16_t* vb = keys + (tb + kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
-      pv_step(a, vb);
+      pv_step(a, vb, kMulN);
     }
     // Overlapped: tile t + 3's pointers go to the buffer tile t - 1 used (its last readers, the
     // softmax of tile t - 1, are behind this iteration's first barrier; tile t's may still be read
@@ -1627,7 +1637,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         sMax[mt * 16 + gr + 8] = row_max[1];
       }
 #pragma unroll
-      for (int n = 0; n < kAccN; ++n) o_xchg()[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+      for (int n = 0; n < kAccN; ++n)
+        if (n < (sharer ? kShrN : kMulN)) o_xchg()[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
     }
   }
   __syncthreads();
@@ -1653,6 +1664,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       }
 #pragma unroll
       for (int n = 0; n < kAccN; ++n) {
+        if (n >= (sharer ? kShrN : kMulN)) break;
         const float4 v = o_xchg()[n * 32];
         acc[n][0] = acc[n][0] * w0[0] + v.x * w1[0];
         acc[n][1] = acc[n][1] * w0[0] + v.y * w1[0];
@@ -1666,8 +1678,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     const int hr = vrt * 16 + gr + 8 * r;  // CTA row
     if (hr >= rows_here) continue;
     const float sum = kGroups == 1 ? sSum[hr] + sSum[kHeadsPerCta + hr] : merged_sum[r];
-    finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r], acc, r, nh * 256 + (sharer ? 128 : 0),
-                     nh == 0 && t4 == 0 && !sharer, t4);
+    if constexpr (kMulN == kShrN || !kShareV) {
+      finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r], acc, r, nh * 256 + (sharer ? 8 * kMulN : 0),
+                       nh == 0 && t4 == 0 && !sharer, t4);
+    } else if (sharer) {
+      finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r],
+                       reinterpret_cast<const float(&)[kShrN][4]>(acc), r, nh * 256 + 8 * kMulN, false, t4);
+    } else {
+      finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r],
+                       reinterpret_cast<const float(&)[kMulN][4]>(acc), r, nh * 256, nh == 0 && t4 == 0, t4);
+    }
   }
 }
 
