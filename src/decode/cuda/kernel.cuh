@@ -243,8 +243,8 @@ __device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, u
 // ---- score products -----------------------------------------------------------------------------
 // Build switches for measuring more accumulator chains in the score products (bench/NOTES.md
 // v52); the defaults are the measured forms.
-#ifndef LKV_SHARE_V_MUL_TILES
-#define LKV_SHARE_V_MUL_TILES 16  // n8 tiles of O the multiplying warps keep under kShareV (kernel.cuh)
+#ifndef LKV_SHARE32_MUL_TILES
+#define LKV_SHARE32_MUL_TILES 16  // n8 tiles of O the multiplying warps keep under kShare32 (kernel.cuh)
 #endif
 #ifndef LKV_SHARE32_HALF_CHAINS
 #define LKV_SHARE32_HALF_CHAINS 4  // score_tokens_half's chains in the kShare32 kernels (kernel.cuh)
@@ -1000,9 +1000,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   static_assert(!kShare32 || (kGroups == 1 && !kRoles && kWide && !kDirect && !kSplitDqk),
                 "kShare32: one group, quantized keys in the overlapped layout, the unsplit score shape");
   constexpr bool kShareV = kOverlap && (kGroups == 2 || kShare32);
-  // n8 tiles of O per warp: the multiplying warps' (kMulN) and warps 4-7's (kShrN); by default
-  // 16 and 16 (LKV_SHARE_V_MUL_TILES, a build switch for measuring other splits, bench/NOTES.md v52).
-  constexpr int kMulN = kShareV ? LKV_SHARE_V_MUL_TILES : 32, kShrN = 32 - kMulN;
+  // n8 tiles of O per warp: the multiplying warps' (kMulN) and warps 4-7's (kShrN); 16 and 16 (with
+  // kShare32, LKV_SHARE32_MUL_TILES, a build switch for measuring other splits, bench/NOTES.md v52;
+  // 8 spilled in a 16-row kernel).
+  constexpr int kMulN = kShare32 ? LKV_SHARE32_MUL_TILES : kShareV ? 16 : 32, kShrN = 32 - kMulN;
   static_assert(kMulN % 2 == 0 && kMulN >= 2 && kMulN <= 32, "whole pairs of n8 tiles");
   constexpr int kAccN = kMulN > kShrN ? kMulN : kShrN;
   // Key pointer buffers (SmemLayout::ptr_bufs says why tile t - 1's is kept).
