@@ -15,31 +15,38 @@
 # (The variant's eight-chain score product runs only in the kShare32 kernels, so the bitwise
 # sharing tests would fail with it; the tests run on the default archive.)
 # There (carry ["build-pk/bins.tar.xz", "build-pk/a34.tar.xz", "build-pk/v4c.tar.xz", "build-pk/q8.tar.xz"]):
-#   bash bench/probes/share_value_first_run.sh
+#   bash bench/probes/share_value_first_run.sh tests   # <= 9 min: suites (144 s in v51), q8's tests, sanitizers
+#   bash bench/probes/share_value_first_run.sh bench   # ~6 min: the A/B, the copy-warp timings
+# (Each stage fits one device call; both in one call may pass the 600 s limit.)
 set -u
+stage=${1:?"usage: share_value_first_run.sh tests|bench"}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader | tee $OUT/gpu.txt
 mkdir -p build-gpu && tar xJf build-pk/bins.tar.xz -C build-gpu && cat build-gpu/PREBUILT_REV
+mkdir -p build-q8 && tar xJf build-pk/q8.tar.xz -C build-q8
+if [ "$stage" = tests ]; then
 t0=$(date +%s)
-LKV_DECODE_KERNEL=portable timeout 150 ./build-gpu/lkv_cuda_tests --gtest_brief=1 \
+LKV_DECODE_KERNEL=portable timeout 300 ./build-gpu/lkv_cuda_tests --gtest_brief=1 \
   --gtest_filter='DecodeCuda.*:AttentionCuda.*:DenseCuda.*:PrefillCuda.*' >$OUT/tests.log 2>&1
 echo "tests rc=$? $(( $(date +%s) - t0 )) s"
 grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure' $OUT/tests.log | head -20
-mkdir -p build-q8 && tar xJf build-pk/q8.tar.xz -C build-q8 && t0=$(date +%s)
+t0=$(date +%s)
 LKV_DECODE_KERNEL=portable timeout 40 ./build-q8/lkv_cuda_tests --gtest_brief=1 \
   --gtest_filter='*ValueSharingBitwise:DecodeCuda.CornerCases' >$OUT/tests-q8.log 2>&1
 echo "q8 tests rc=$? $(( $(date +%s) - t0 )) s"; grep -E '^\[  (PASSED|FAILED) |Failure' $OUT/tests-q8.log | head -10
 t0=$(date +%s)
-LKV_AB_SPECS='dense fp8_b128_sk8192;dense fp8_b128_sk4096_h16_sq1;dense fp8_b128_sk4096_h32_sq1;decode tp_v32;decode v32_b128' \
-  timeout 250 bash bench/probes/bins_ab.sh 2 a34=build-pk/a34.tar.xz sv=build-gpu v4c=build-pk/v4c.tar.xz q8=build-q8
-echo "ab $(( $(date +%s) - t0 )) s"
-t0=$(date +%s)
-timeout 45 compute-sanitizer --tool racecheck --racecheck-report hazard ./build-gpu/lkv_cuda_tests \
+timeout 90 compute-sanitizer --tool racecheck --racecheck-report hazard ./build-gpu/lkv_cuda_tests \
   --gtest_filter='AttentionCuda.IdleWarpsDequantizeBitwise:AttentionCuda.ValueSharingBitwise' >$OUT/racecheck.log 2>&1
 echo "racecheck rc=$? $(( $(date +%s) - t0 )) s"; tail -3 $OUT/racecheck.log
 t0=$(date +%s)
-timeout 45 compute-sanitizer --tool memcheck ./build-gpu/lkv_cuda_tests \
+timeout 90 compute-sanitizer --tool memcheck ./build-gpu/lkv_cuda_tests \
   --gtest_filter='DecodeCuda.IdleWarpsDequantizeBitwise:DecodeCuda.ValueSharingBitwise' >$OUT/memcheck.log 2>&1
 echo "memcheck rc=$? $(( $(date +%s) - t0 )) s"; tail -3 $OUT/memcheck.log
+fi
+if [ "$stage" = bench ]; then
+t0=$(date +%s)
+LKV_AB_SPECS='dense fp8_b128_sk8192;dense fp8_b128_sk4096_h16_sq1;dense fp8_b128_sk4096_h32_sq1;decode tp_v32;decode v32_b128' \
+  timeout 300 bash bench/probes/bins_ab.sh 2 a34=build-pk/a34.tar.xz sv=build-gpu v4c=build-pk/v4c.tar.xz q8=build-q8
+echo "ab $(( $(date +%s) - t0 )) s"
 # kShare32 puts pair 1's value half on warp 7, which issues the tile's bulk copies in 17-48-row CTAs
 # (decode::cuda::copy_warps_for): 1, 2 and 4 issuers on the 32-row cases, the branch's binary.
 t0=$(date +%s)
@@ -53,3 +60,4 @@ for cw in 1 2 4 1 2 4; do
       "$OUT/copy-warps-$cw-$op.json" "copy warps $cw:" 2>/dev/null || echo "copy warps $cw $spec failed"
   done
 done | tee $OUT/copy-warps.txt
+fi
