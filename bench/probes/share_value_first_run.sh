@@ -17,9 +17,11 @@
 # There (carry ["build-pk/bins.tar.xz", "build-pk/a34.tar.xz", "build-pk/v4c.tar.xz", "build-pk/q8.tar.xz"]):
 #   bash bench/probes/share_value_first_run.sh tests   # <= 9 min: suites (144 s in v51), q8's tests, sanitizers
 #   bash bench/probes/share_value_first_run.sh bench   # ~6 min: the A/B, the copy-warp timings
+#   bash bench/probes/share_value_first_run.sh quick   # <= 9 min: the suites, q8's sharing tests, a short
+#                                                      # A/B (34cc400 / sv / q8) and racecheck in one call
 # (Each stage fits one device call; both in one call may pass the 600 s limit.)
 set -u
-stage=${1:?"usage: share_value_first_run.sh tests|bench"}
+stage=${1:?"usage: share_value_first_run.sh tests|bench|quick"}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader | tee $OUT/gpu.txt
 mkdir -p build-gpu && tar xJf build-pk/bins.tar.xz -C build-gpu && cat build-gpu/PREBUILT_REV
 mkdir -p build-q8 && tar xJf build-pk/q8.tar.xz -C build-q8
@@ -60,4 +62,23 @@ for cw in 1 2 4 1 2 4; do
       "$OUT/copy-warps-$cw-$op.json" "copy warps $cw:" 2>/dev/null || echo "copy warps $cw $spec failed"
   done
 done | tee $OUT/copy-warps.txt
+fi
+if [ "$stage" = quick ]; then
+t0=$(date +%s)
+LKV_DECODE_KERNEL=portable timeout 220 ./build-gpu/lkv_cuda_tests --gtest_brief=1 \
+  --gtest_filter='DecodeCuda.*:AttentionCuda.*:DenseCuda.*:PrefillCuda.*' >$OUT/tests.log 2>&1
+echo "tests rc=$? $(( $(date +%s) - t0 )) s"
+grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure' $OUT/tests.log | head -20
+t0=$(date +%s)
+LKV_DECODE_KERNEL=portable timeout 40 ./build-q8/lkv_cuda_tests --gtest_brief=1 \
+  --gtest_filter='*ValueSharingBitwise' >$OUT/tests-q8.log 2>&1
+echo "q8 tests rc=$? $(( $(date +%s) - t0 )) s"; grep -E '^\[  (PASSED|FAILED) |Failure' $OUT/tests-q8.log | head -10
+t0=$(date +%s)
+LKV_AB_SPECS='dense fp8_b128_sk8192_h16_sq1;dense fp8_b128_sk8192_h32_sq1;dense fp8_b128_sk8192_h16_sq2;decode tp_v32' \
+  timeout 200 bash bench/probes/bins_ab.sh 2 a34=build-pk/a34.tar.xz sv=build-gpu q8=build-q8
+echo "ab $(( $(date +%s) - t0 )) s"
+t0=$(date +%s)
+timeout 60 compute-sanitizer --tool racecheck --racecheck-report hazard ./build-gpu/lkv_cuda_tests \
+  --gtest_filter='AttentionCuda.ValueSharingBitwise' >$OUT/racecheck.log 2>&1
+echo "racecheck rc=$? $(( $(date +%s) - t0 )) s"; tail -3 $OUT/racecheck.log
 fi
