@@ -1,23 +1,9 @@
 // tests/cuda/switches.h: restores one of the CUDA kernels' process-wide switches (a getter and a
 // setter, e.g. decode::cuda::roles_allowed / set_roles_allowed) when a test ends, so that a test
-// that flips it leaves the value it found for the tests after it; and whether the portable
-// kernel's overlapped layout runs here (overlapped_quantized_layout).
+// that flips it leaves the value it found for the tests after it.
 #pragma once
 
-#include "cuda_common/device_cache.h"
-#include "decode/cuda/config.h"
-#include "decode/cuda/launch.h"
-
 namespace latentkv::testing {
-
-// Whether the portable kernel takes its overlapped layout for quantized keys on device 0 (the
-// switch on, and room for two 576-wide key tiles beside the staging buffers): the only layout in
-// which warps 4-7 share the value products (kernel.cuh, kShareV), so tests comparing sharing on
-// and off skip elsewhere rather than compare a kernel with itself.
-inline bool overlapped_quantized_layout() {
-  return decode::cuda::wide_layout_allowed() &&
-         cuda_common::max_smem_per_block(0) >= decode::cuda::SmemLayout<576, false, true>::total;
-}
 
 template <typename T>
 class RestoreSwitch {

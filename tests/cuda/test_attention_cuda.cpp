@@ -934,34 +934,6 @@ TEST(AttentionCuda, IdleWarpsDequantizeBitwise) {
   }
 }
 
-// Dense decode over v32_fp8 pages in the portable kernel: CTAs of 17-32 rows share each value
-// product with warps 4-7 (decode::cuda::share_v32_pays, kernel.cuh kShare32), which must give the
-// bytes of the unshared kernel, checked against the oracle: h_q 32, 20 and 17, packed 2 x 12 and
-// 3 x 8 query rows, and a split case.
-TEST(AttentionCuda, ValueSharingBitwise) {
-  REQUIRE_GPU();
-  if (!latentkv::testing::overlapped_quantized_layout()) GTEST_SKIP() << "value sharing runs in the overlapped layout only";
-  namespace dc = latentkv::decode::cuda;
-  UseKernel use(KernelChoice::kPortable);
-  latentkv::testing::RestoreSwitch<bool> restore(dc::share_v32_allowed, dc::set_share_v32_allowed);
-  struct Shape { int64_t b, s_q, h_q, max_len; };
-  const Shape shapes[] = {{3, 1, 32, 500}, {4, 1, 20, 600}, {3, 1, 17, 300},
-                          {4, 2, 12, 300}, {4, 3, 8, 200},  {1, 1, 24, 7000}};
-  int n = 0;
-  for (const Shape& sh : shapes) {
-    const DenseWorkloadOptions o = variant_dense(sh.b, sh.s_q, sh.h_q, sh.max_len, true, 2750 + n++);
-    const std::string label = "v32_fp8 b" + std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" +
-                              std::to_string(sh.h_q) + " len" + std::to_string(sh.max_len);
-    dc::set_share_v32_allowed(false);
-    check_dense(o, "unshared: dense " + label);
-    DenseWorkload w = latentkv::testing::make_dense_workload(o);
-    const DenseResult unshared = rerun_dense(w);
-    dc::set_share_v32_allowed(true);
-    check_dense(o, "value sharing: dense " + label);
-    expect_same(unshared, rerun_dense(w), label + " value sharing");
-  }
-}
-
 // CTAs of at most 16 rows run two token groups in the portable kernel
 // (decode::cuda::token_groups_pay): dense decode with 16-bit and v32_fp8 pages (h_q 16 and 11 alone,
 // packed 2 x 8 and 5 x 3 query tokens, causal, a split case) and prefill (h_q 16 and 12 with sink,

@@ -591,36 +591,6 @@ TEST(DecodeCuda, IdleWarpsDequantizeBitwise) {
   EXPECT_THROW(dc::set_idle_dequant_override(2), Error);
 }
 
-// CTAs of 17-32 rows with quantized keys in the portable kernel's overlapped layout share each
-// value product with warps 4-7 (decode::cuda::share_v32_pays, kernel.cuh kShare32): each
-// accumulator sees the same operations in the same order, only in another warp, so the results
-// must be the bytes of the unshared kernel, which are checked against the oracle. Each format,
-// V4.1's fp4 extra cache included; 32 heads, 20 and 24 (a partial second row tile), 17 (one row in
-// it); partial tiles, adversarial and NaN-filled slots, lengths and sink (variant_case).
-TEST(DecodeCuda, ValueSharingBitwise) {
-  REQUIRE_GPU();
-  if (!latentkv::testing::overlapped_quantized_layout()) GTEST_SKIP() << "value sharing runs in the overlapped layout only";
-  namespace dc = latentkv::decode::cuda;
-  UseKernel use(KernelChoice::kPortable);
-  latentkv::testing::RestoreSwitch<bool> restore(dc::share_v32_allowed, dc::set_share_v32_allowed);
-  struct Shape { int64_t b, h_q, topk; bool hostile; };
-  const Shape shapes[] = {{4, 32, 2048, false}, {5, 20, 200, true}, {3, 24, 700, true}, {4, 17, 100, true}};
-  int n = 0;
-  for (const auto& [f, ef] : kVariantFormats)
-    for (const Shape& sh : shapes) {
-      DecodeWorkloadOptions o = variant_case(f, sh.b, sh.h_q, sh.topk, sh.hostile, 1800 + n++);
-      o.extra_format = ef;
-      const std::string label = variant_name(o) + " h" + std::to_string(sh.h_q) + " topk" + std::to_string(sh.topk);
-      dc::set_share_v32_allowed(false);
-      check_case(o, "unshared: " + label);
-      DecodeWorkload w = latentkv::testing::make_decode_workload(o);
-      const GpuResult unshared = rerun_gpu(w);
-      dc::set_share_v32_allowed(true);
-      check_case(o, "value sharing: " + label);
-      expect_same(unshared, rerun_gpu(w), label + " value sharing");
-    }
-}
-
 // Plans with unsplit requests (DecodePlan::unsplit_b): requests [0, unsplit_b) run unsplit in a
 // launch of their own and the others split, in a second launch whose partials alone take the
 // workspace. Each request must get the bytes of a single launch with its split count: the first

@@ -20,14 +20,13 @@ namespace latentkv::decode::cuda {
 // Merges the splits' partial results by LSE (combine.cu). out is f16 when f16, else bf16.
 void launch_combine(const Geometry& g, const OutRef& o, bool f16, Stream stream);
 
-template <class Source, bool kWide, int kGroups, bool kRoles = false, bool kShare32 = false>
+template <class Source, bool kWide, int kGroups, bool kRoles = false>
 void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream stream) {
-  // Two token groups cover rows 0..15 of a CTA only (kernel.cuh; token_groups_pay asks for <= 16),
-  // score and value warps rows 0..31 (roles_pay asks for <= 32).
-  // With kShare32, warps 4-7 hold no rows of their own: at most 32.
-  LKV_CHECK((kGroups == 1 && !kRoles && !kShare32) || cta_rows(p.g) <= (kGroups == 2 ? 16 : kHeadsPerCta / 2),
-            "the attention kernel's token groups take at most 16 rows per CTA and its score/value warps and "
-            "value sharing 32, got ", cta_rows(p.g));
+  // Two token groups cover rows 0..15 of a CTA only (kernel.cuh, kShareV; token_groups_pay asks
+  // for <= 16), score and value warps rows 0..31 (roles_pay asks for <= 32).
+  LKV_CHECK((kGroups == 1 && !kRoles) || cta_rows(p.g) <= (kGroups == 2 ? 16 : kHeadsPerCta / 2),
+            "the attention kernel's token groups take at most 16 rows per CTA and its score/value warps 32, got ",
+            cta_rows(p.g));
   constexpr int kSmem =
       SmemLayout<Source::kDqk, Source::kStorage == KeyStorage::kDirect16, kWide, kRoles>::total;
   int device = 0;
@@ -42,7 +41,7 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
             "and 65535 splits, got ", rows, " row groups (", p.g.n1, " x ", p.g.n2, " / ", p.g.pack, "), ", head_blocks,
             " head blocks, ", p.g.num_splits, " splits");
   // Set on every launch: the attribute belongs to the current device, and setting it is cheap.
-  LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source, kWide, kGroups, kRoles, kShare32>,
+  LKV_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<Source, kWide, kGroups, kRoles>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(head_blocks),
                   static_cast<unsigned>(p.g.num_splits));
@@ -60,7 +59,7 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
     config.attrs = attr;
     config.numAttrs = 1;
   }
-  LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, attend_kernel<Source, kWide, kGroups, kRoles, kShare32>, kp));
+  LKV_CUDA_CHECK(cudaLaunchKernelEx(&config, attend_kernel<Source, kWide, kGroups, kRoles>, kp));
   LKV_CUDA_CHECK_LAUNCH();
 }
 
@@ -81,9 +80,6 @@ void launch_attend_as(const KernelParams<typename Source::Args>& p, Stream strea
   }
   if constexpr (!Source::kSplitDqk) {
     if (token_groups_pay(p.g)) return launch_attend_grouped<Source, kWide, 2>(p, stream);
-  }
-  if constexpr (kWide && Source::kStorage != KeyStorage::kDirect16 && !Source::kSplitDqk) {
-    if (share_v32_pays(p.g)) return launch_attend_grouped<Source, true, 1, false, true>(p, stream);
   }
   launch_attend_grouped<Source, kWide, 1>(p, stream);
 }

@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(256) combine_kernel(const Geometry g, const Ou
 
 namespace {
 // The kernel's switches start on unless their variable is "0" (read once per process;
-// benchmarks time both): LKV_WIDE_LAYOUT, LKV_TOKEN_GROUPS, LKV_ROLES, LKV_SHARE_V32.
+// benchmarks time both): LKV_WIDE_LAYOUT, LKV_TOKEN_GROUPS, LKV_ROLES.
 bool env_on(const char* name) {
   const char* e = std::getenv(name);
   return !(e && std::strcmp(e, "0") == 0);
@@ -150,10 +150,6 @@ std::atomic<bool>& token_groups_flag() {
 }
 std::atomic<bool>& roles_flag() {
   static std::atomic<bool> flag{env_on("LKV_ROLES")};
-  return flag;
-}
-std::atomic<bool>& share_v32_flag() {
-  static std::atomic<bool> flag{env_on("LKV_SHARE_V32")};
   return flag;
 }
 // LKV_IDLE_DEQUANT: 0 or 1 (anything else is an error when first read); unset: no override.
@@ -218,8 +214,6 @@ bool token_groups_allowed() { return token_groups_flag().load(std::memory_order_
 void set_token_groups_allowed(bool allowed) { token_groups_flag().store(allowed, std::memory_order_relaxed); }
 bool roles_allowed() { return roles_flag().load(std::memory_order_relaxed); }
 void set_roles_allowed(bool allowed) { roles_flag().store(allowed, std::memory_order_relaxed); }
-bool share_v32_allowed() { return share_v32_flag().load(std::memory_order_relaxed); }
-void set_share_v32_allowed(bool allowed) { share_v32_flag().store(allowed, std::memory_order_relaxed); }
 
 int pdl_mode() { return pdl_flag().load(std::memory_order_relaxed); }
 void set_pdl_mode(int mode) {

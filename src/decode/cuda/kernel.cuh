@@ -241,14 +241,8 @@ __device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, u
 }
 
 // ---- score products -----------------------------------------------------------------------------
-// Build switches for measuring more accumulator chains in the score products (bench/NOTES.md
-// v52); the defaults are the measured forms.
-#ifndef LKV_SHARE32_MUL_TILES
-#define LKV_SHARE32_MUL_TILES 16  // n8 tiles of O the multiplying warps keep under kShare32 (kernel.cuh)
-#endif
-#ifndef LKV_SHARE32_HALF_CHAINS
-#define LKV_SHARE32_HALF_CHAINS 4  // score_tokens_half's chains in the kShare32 kernels (kernel.cuh)
-#endif
+// Build switches for measuring more accumulator chains in the 16-row score product
+// (bench/NOTES.md v52); the defaults are the measured forms.
 #ifndef LKV_SCORE_N8_CHAINS
 #define LKV_SCORE_N8_CHAINS 2
 #endif
@@ -264,17 +258,14 @@ static_assert(LKV_SCORE_N8_CHAINS == 2 || LKV_SCORE_N8_CHAINS == 4, "score_token
 //
 // Tokens 16 nh.. over all of d_qk (two n8 tiles; sc[nt][e]: row gr + 8 (e / 2), token
 // 16 nh + 8 nt + 2 t4 + (e % 2)). Two accumulator pairs (even and odd k-steps) halve the dependent
-// MMA chain; kChains 8, four pairs (k-step % 4), quarter it.
-template <bool kF16, int kDqk, int kQStride, int kKStride, int kChains = 4>
+// MMA chain.
+template <bool kF16, int kDqk, int kQStride, int kKStride>
 __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint16_t* sQ, const uint16_t* keys,
                                                   int mt, int nh, int lane) {
-  static_assert(kChains == 4 || kChains == 8, "two or four accumulator pairs");
   const uint16_t* qa = sQ + (mt * 16 + (lane % 16)) * kQStride + (lane / 16) * 8;
   const uint16_t* kb = keys + (nh * 16 + (lane % 8) + (lane / 16) * 8) * kKStride + ((lane / 8) % 2) * 8;
-  constexpr int kSteps = kDqk / 16, kAhead = 2, kBufs = kAhead + 1, kPairs = kChains / 2;
+  constexpr int kSteps = kDqk / 16, kAhead = 2, kBufs = kAhead + 1;
   float sc2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-  float sc3[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};  // (kChains 8 only)
-  float sc4[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
   uint32_t fa[kBufs][4], fb[kBufs][4];
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
@@ -287,15 +278,14 @@ __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint1
       ldmatrix_x4(fa[(s + kAhead) % kBufs], qa + (s + kAhead) * 16);
       ldmatrix_x4(fb[(s + kAhead) % kBufs], kb + (s + kAhead) * 16);
     }
-    float(&d)[2][4] = s % kPairs == 0 ? sc : s % kPairs == 1 ? sc2 : s % kPairs == 2 ? sc3 : sc4;
+    float(&d)[2][4] = s % 2 ? sc2 : sc;
     mma_16816<kF16>(d[0], fa[s % kBufs], fb[s % kBufs][0], fb[s % kBufs][1]);
     mma_16816<kF16>(d[1], fa[s % kBufs], fb[s % kBufs][2], fb[s % kBufs][3]);
   }
 #pragma unroll
   for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      sc[nt][e] = kChains == 4 ? sc[nt][e] + sc2[nt][e] : (sc[nt][e] + sc2[nt][e]) + (sc3[nt][e] + sc4[nt][e]);
+    for (int e = 0; e < 4; ++e) sc[nt][e] += sc2[nt][e];
 }
 
 // Token groups (kGroups 2, CTAs of at most 16 rows): 8 tokens tok0.. over all of d_qk (one n8
@@ -949,7 +939,7 @@ __device__ __forceinline__ void finish_row(const Geometry& g, const OutRef& o, c
 // would carry all 32 copies on its chain). The value warps read every score of their rows; the products and
 // the order of the sums are the one-role kernel's, but where ptxas fuses a multiply into an add
 // differs, so the two agree to rounding, not bitwise.
-template <class Source, bool kWide, int kGroups = 1, bool kRoles = false, bool kShare32 = false>
+template <class Source, bool kWide, int kGroups = 1, bool kRoles = false>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     attend_kernel(const KernelParams<typename Source::Args> p) {
   // Programmatic dependent launch (cuda_common/pdl.cuh): a plan's second launch may be scheduled
@@ -989,23 +979,18 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   static_assert(kGroups == 1 || L::q_bytes >= 2 * 2 * 32 * 32 * 16, "Q's area holds group 1's O at the end");
   constexpr int kGroupTokens = kTileTokens / kGroups;  // tokens of a tile per group: 32 or 16
   constexpr int kNT = kGroupTokens / 16;                // n8 score tiles per warp: 2 or 1
-  // Value sharing (the overlapped layout, CTAs whose warps 4-7 hold no rows: token groups, at most
-  // 16 rows, or kShare32, one group and at most 32 rows): warps 4-7 take half of each multiplying
-  // warp's value product one tile late. Multiplying warp w (pair mt = w / 2, nh = w % 2)
-  // accumulates dims 256 nh.. +127 of its rows and tokens, and warp w + 4 dims 256 nh + 128.. +127
-  // of the same rows and tokens, from the P and the row maxima that pair mt leaves in shared memory
-  // for tile t, in iteration t + 1 (before it dequantizes tile t + 2 into the key tile that held
-  // tile t). So each multiplying warp's chain per tile loses a quarter of its MMAs (16 of 68 with
-  // groups, 32 of 136 without), and every warp holds 64 accumulators instead of 128.
-  static_assert(!kShare32 || (kGroups == 1 && !kRoles && kWide && !kDirect && !kSplitDqk),
-                "kShare32: one group, quantized keys in the overlapped layout, the unsplit score shape");
-  constexpr bool kShareV = kOverlap && (kGroups == 2 || kShare32);
-  // n8 tiles of O per warp: the multiplying warps' (kMulN) and warps 4-7's (kShrN); 16 and 16 (with
-  // kShare32, LKV_SHARE32_MUL_TILES, a build switch for measuring other splits, bench/NOTES.md v52;
-  // 8 spilled in a 16-row kernel).
-  constexpr int kMulN = kShare32 ? LKV_SHARE32_MUL_TILES : kShareV ? 16 : 32, kShrN = 32 - kMulN;
-  static_assert(kMulN % 2 == 0 && kMulN >= 2 && kMulN <= 32, "whole pairs of n8 tiles");
-  constexpr int kAccN = kMulN > kShrN ? kMulN : kShrN;
+  // Value sharing (kShareV: the overlapped layout with token groups, CTAs of at most 16 rows, where
+  // warps 4-7 hold no rows): warps 4-7 take half of each multiplying warp's value product one tile
+  // late. Multiplying warp w (pair mt = w / 2, nh = w % 2) accumulates dims 256 nh.. +127 of its
+  // rows and tokens, and warp w + 4 dims 256 nh + 128.. +127 of the same rows and tokens, from the P
+  // and the row maxima that pair mt leaves in shared memory for tile t, in iteration t + 1 (before
+  // it dequantizes tile t + 2 into the key tile that held tile t). So each multiplying warp's chain
+  // per tile loses 16 of its 68 MMAs, and every warp holds 64 accumulators instead of 128. (The same
+  // for one-group CTAs of 17-32 rows measured 1.18-1.22x the time on the H200: bench/NOTES.md v53.)
+  constexpr bool kShareV = kOverlap && kGroups == 2;
+  // n8 tiles of O per warp: the multiplying warps' (kMulN) and, with kShareV, warps 4-7's (kShrN).
+  constexpr int kMulN = kShareV ? 16 : 32, kShrN = 32 - kMulN;
+  constexpr int kAccN = kMulN;
   // Key pointer buffers (SmemLayout::ptr_bufs says why tile t - 1's is kept).
   constexpr int kPtrBufs = L::ptr_bufs;
 
@@ -1195,8 +1180,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // sp = mt - 2 (keys_j: tile j's key tile), from that pair's P (pair sp + 2 (j % 2)'s rows) and
   // running maxima after tile j (sMax[32 + 64 (j % 2) + 16 sp ..], slots that no warp of this
   // layout uses otherwise), rescaled with the same alpha as the multiplying warps' half: the same
-  // operations on the same values. (With groups, pair sp is group grp's on row tile 0; without,
-  // row tile sp's.)
+  // operations on the same values. (Pair sp works for token group sp, the sharing pair's own group,
+  // on row tile 0.)
   const int sp = mt - 2;
   auto share_value = [&](int j, const uint16_t* keys_j) {
     if constexpr (kShareV) {
@@ -1222,7 +1207,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // kShareV: whether this warp is one of warps 4-7, which take no part in the score products and
   // the softmax, and the row tile its O belongs to (vrt), whose rows it writes if it holds any.
   const bool sharer = kShareV && warp >= kWarps / 2;
-  const int vrt = sharer ? (kGroups == 1 ? sp : 0) : rt;
+  const int vrt = sharer ? 0 : rt;
   const bool v_active = vrt * 16 < rows_here;
   // Deep and role layouts (16-bit keys on sm_90): tiles 0 and 1 resolved and their copies started
   // on one mbarrier per key tile, tile 2's index loads issued.
@@ -1422,6 +1407,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       cp_async_commit();
       if (tid < kTileTokens) fetch(tile + 3);
       keys = sK + cur * kTileTokens * L::k_stride;
+      // kShareV: extra pair barriers, so that every warp meets four barriers per iteration (this
+      // one, named barrier 5 or a third pair barrier, and two pair barriers). They order nothing
+      // (each pair has just left the barrier above together); racecheck counts on them: with
+      // warps 4-7 meeting two barriers fewer than warps 0-3 per iteration it reports hazards across
+      // the barrier above (bench/NOTES.md v53).
+      if (kShareV && (sharer || idle_dequant)) {
+        pair_sync(mt);
+        if (sharer) pair_sync(mt);
+      }
       // kShareV, warps 4-7: tile t - 1's value half from the key tile that tile t + 1 goes to, then
       // (once all four, or with equal shares all eight warps, are done with that key tile: named
       // barrier 5) tile t + 1's dequantization.
@@ -1501,7 +1495,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       }
     } else if constexpr (kGroups == 1) {
       if (active)
-        score_tokens_half<kF16, kDqk, L::q_stride, L::k_stride, kShare32 ? LKV_SHARE32_HALF_CHAINS : 4>(sc, sQ, keys,
+        score_tokens_half<kF16, kDqk, L::q_stride, L::k_stride>(sc, sQ, keys,
                                                                                                     mt, nh, lane);
     } else {
       if (active) score_tokens_n8<kF16, kDqk, L::q_stride, L::k_stride>(sc[0], sQ, keys, rt, wt0, lane);
@@ -1639,7 +1633,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       }
 #pragma unroll
       for (int n = 0; n < kAccN; ++n)
-        if (n < (sharer ? kShrN : kMulN)) o_xchg()[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+        if (n < kMulN) o_xchg()[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
     }
   }
   __syncthreads();
@@ -1665,7 +1659,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       }
 #pragma unroll
       for (int n = 0; n < kAccN; ++n) {
-        if (n >= (sharer ? kShrN : kMulN)) break;
+        if (n >= kMulN) break;
         const float4 v = o_xchg()[n * 32];
         acc[n][0] = acc[n][0] * w0[0] + v.x * w1[0];
         acc[n][1] = acc[n][1] * w0[0] + v.y * w1[0];
@@ -1679,16 +1673,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     const int hr = vrt * 16 + gr + 8 * r;  // CTA row
     if (hr >= rows_here) continue;
     const float sum = kGroups == 1 ? sSum[hr] + sSum[kHeadsPerCta + hr] : merged_sum[r];
-    if constexpr (kMulN == kShrN || !kShareV) {
-      finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r], acc, r, nh * 256 + (sharer ? 8 * kMulN : 0),
-                       nh == 0 && t4 == 0 && !sharer, t4);
-    } else if (sharer) {
-      finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r],
-                       reinterpret_cast<const float(&)[kShrN][4]>(acc), r, nh * 256 + 8 * kMulN, false, t4);
-    } else {
-      finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r],
-                       reinterpret_cast<const float(&)[kMulN][4]>(acc), r, nh * 256, nh == 0 && t4 == 0, t4);
-    }
+    finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r], acc, r, nh * 256 + (sharer ? 8 * kMulN : 0),
+                     nh == 0 && t4 == 0 && !sharer, t4);
   }
 }
 

@@ -92,16 +92,6 @@ inline bool roles_pay(const Geometry& g) {
   return roles_allowed() && cta_rows(g) <= 32;
 }
 
-// Whether a one-group CTA of 17-32 rows with quantized keys in the overlapped layout runs with
-// value sharing (kernel.cuh, kShare32): warps 4-7, which hold no rows there, take half of each
-// value product a tile late. Not yet measured (bench/NOTES.md v52). On unless turned off
-// (set_share_v32_allowed, or LKV_SHARE_V32=0 read once per process: benchmarks measure both).
-bool share_v32_allowed();
-void set_share_v32_allowed(bool allowed);
-inline bool share_v32_pays(const Geometry& g) {
-  return share_v32_allowed() && cta_rows(g) > 16 && cta_rows(g) <= 32;
-}
-
 // Whether warps 4-7 of the portable kernel's overlapped layout (quantized keys on devices with
 // more than 163 KB of shared memory per CTA) dequantize each next tile alone in CTAs of at most 16
 // rows (token groups), where they have no score products (kernel.cuh, idle_dequant; they take half
@@ -126,9 +116,8 @@ inline int idle_dequant_for() {
 // works, take 4 (+5-11% dense, +7-9% prefill, +9-12% sparse decode against 1; 8 is slower than 1
 // everywhere, as it puts the copies on the first warp, which resolves the next tiles); token
 // groups (at most 16 rows, quantized keys) take 4 (+1.5-2%); one-role CTAs of 17-48 rows keep the
-// last warp alone, which was idle there (2 and 4 measured 1.6-2.1% slower in two of the three
-// quantized-key cases, level in the third; with value sharing, kShare32, it works on pair 1's
-// value product as well, not yet re-measured).
+// last warp alone, which is idle there (2 and 4 measured 1.6-2.1% slower in two of the three
+// quantized-key cases, level in the third).
 // LKV_COPY_WARPS=1|2|4|8 (read once per process) or set_copy_warps_override overrides the choice
 // for every launch, so that benchmarks can compare; 0 removes the override.
 int copy_warps_override();
