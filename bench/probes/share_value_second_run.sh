@@ -25,8 +25,8 @@ timeout 100 compute-sanitizer --tool racecheck --racecheck-report hazard ./build
   --gtest_filter='AttentionCuda.IdleWarpsDequantizeBitwise:DecodeCuda.IdleWarpsDequantizeBitwise' >$OUT/racecheck-eq.log 2>&1
 echo "racecheck eq rc=$? $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $OUT/racecheck-eq.log | tr '\n' ' ') $(grep 'RACECHECK SUMMARY' $OUT/racecheck-eq.log)"
 t0=$(date +%s)
-LKV_AB_SPECS='dense fp8_b128_sk8192;dense fp8_b128_sk4096_h16;decode tp_v32;decode v4_b128;decode v32_b128' \
-  timeout 200 bash bench/probes/bins_ab.sh 2 a34=build-pk/a34.tar.xz sv=build-pk/bins.tar.xz eq=build-gpu v4c=build-pk/v4c.tar.xz
+LKV_AB_SPECS='dense fp8_b128_sk8192_h16;dense fp8_b128_sk8192_h32_sq1;decode tp_v32_b128_h16;decode v32_b128' \
+  timeout 120 bash bench/probes/bins_ab.sh 2 a34=build-pk/a34.tar.xz sv=build-pk/bins.tar.xz eq=build-gpu v4c=build-pk/v4c.tar.xz
 echo "ab $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
 LKV_DECODE_KERNEL=portable timeout 230 ./build-gpu/lkv_cuda_tests --gtest_brief=1 \
