@@ -108,6 +108,20 @@ __device__ __forceinline__ void pair_sync(int mt) {
 __device__ __forceinline__ void named_sync(int id, int n) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
+// LKV_RACECHECK_BARRIERS=1 (a build for compute-sanitizer's racecheck only): in the 16-row kernels
+// with value sharing (kShareV), warps 4-7 meet two barriers per iteration and warps 0-3 three or
+// four, and racecheck pairs the k-th barrier of one warp with the k-th of another whatever their
+// ids, so it reports hazards across barriers that order the accesses
+// (bench/probes/racecheck_partial_barrier.cu: 384 hazards with unequal counts, 0 with equal counts
+// of partial barriers; bench/NOTES.md v53). This switch adds pair barriers, each right after a
+// barrier that both warps of the pair have just met, so they order nothing more, until every warp
+// meets the same sequence: the CTA barrier, named barrier 5 (or in its place a pair barrier), two
+// pair barriers. So a clean racecheck of this build holds for the default one, whose orderings are
+// the same. (Default off: the extra barriers cost ~1.5% on an H100, v53.)
+#ifndef LKV_RACECHECK_BARRIERS
+#define LKV_RACECHECK_BARRIERS 0
+#endif
+inline constexpr bool kRacecheckBarriers = LKV_RACECHECK_BARRIERS != 0;
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -1407,15 +1421,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       cp_async_commit();
       if (tid < kTileTokens) fetch(tile + 3);
       keys = sK + cur * kTileTokens * L::k_stride;
-      // kShareV: extra pair barriers, so that every warp meets four barriers per iteration (this
-      // one, named barrier 5 or a third pair barrier, and two pair barriers). They order nothing
-      // (each pair has just left the barrier above together); racecheck counts on them: with
-      // warps 4-7 meeting two barriers fewer than warps 0-3 per iteration it reports hazards across
-      // the barrier above (bench/NOTES.md v53).
-      if (kShareV && (sharer || idle_dequant)) {
-        pair_sync(mt);
-        if (sharer) pair_sync(mt);
-      }
+      // (LKV_RACECHECK_BARRIERS, racecheck builds: the same barrier count in every warp.)
+      if (kShareV && kRacecheckBarriers && idle_dequant && !sharer) pair_sync(mt);
       // kShareV, warps 4-7: tile t - 1's value half from the key tile that tile t + 1 goes to, then
       // (once all four, or with equal shares all eight warps, are done with that key tile: named
       // barrier 5) tile t + 1's dequantization.
@@ -1423,6 +1430,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         const int dq_threads = idle_dequant ? kThreads / 2 : kThreads;
         if (tile > 0 && v_active) share_value(tile - 1, sK + nxt * kTileTokens * L::k_stride);
         named_sync(5, dq_threads);
+        if (kRacecheckBarriers) {
+          pair_sync(mt);
+          pair_sync(mt);
+        }
         dequantize_next((tile + 1) % kPtrBufs, nxt, sK + nxt * kTileTokens * L::k_stride);
         continue;
       }
