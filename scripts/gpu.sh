@@ -92,7 +92,8 @@ elif has build; then
   start=$(date +%s)
   jobs=$(nproc)
   upid=
-  if has variant_ab || has variant_trace || has racecheck_variant; then
+  if has variant_ab || has variant_trace || has racecheck_variant ||
+     { has racecheck_portable && [[ "${LKV_VARIANT_CMAKE:-}" == *LKV_RACECHECK_BARRIERS=ON* ]]; }; then
     jobs=$(( jobs / 2 ))
     # A CMake cache keeps every -D it was ever given, so a directory configured with other flags
     # (or with no record of them) is started afresh.
@@ -214,8 +215,15 @@ fi
 # v32_fp8 / v4_fp8 records and dense decode's bf16 / v32_fp8 pages, with token groups and without,
 # score and value warps, and each copy-issuer count against the default;
 # these tests run no sm90 kernel (LKV_RACECHECK_PORTABLE_FILTER: another gtest filter).
+# The 16-row kernels with value sharing give racecheck hazards that are the tool's (its warps meet
+# different numbers of barriers, kernel.cuh LKV_RACECHECK_BARRIERS), so this stage runs the
+# variant build when that was configured with -DLKV_RACECHECK_BARRIERS=ON (LKV_VARIANT_CMAKE, with
+# the build stage), else the default build, where those hazards show.
 if has racecheck_portable; then
-  timeout 420 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
+  rc_bin=./build-gpu/lkv_cuda_tests
+  if variant_built && [[ "${LKV_VARIANT_CMAKE:-}" == *LKV_RACECHECK_BARRIERS=ON* ]]; then rc_bin=./build-gpu-variant/lkv_cuda_tests; fi
+  note "racecheck (portable): $rc_bin"
+  timeout 420 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 $rc_bin \
     --gtest_filter="${LKV_RACECHECK_PORTABLE_FILTER:-DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise:DecodeCuda.TokenGroups:AttentionCuda.TokenGroups:AttentionCuda.ScoreAndValueWarps:*CopyWarpsAgreeBitwise}" >"$OUT/racecheck-portable.log" 2>&1
   note "racecheck (portable) rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck-portable.log" | tail -1)"
 fi

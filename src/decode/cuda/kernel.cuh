@@ -255,15 +255,6 @@ __device__ __forceinline__ void dequant16(const uint4 raw, float s, uint4& lo, u
 }
 
 // ---- score products -----------------------------------------------------------------------------
-// Build switches for measuring more accumulator chains in the 16-row score product
-// (bench/NOTES.md v52); the defaults are the measured forms.
-#ifndef LKV_SCORE_N8_CHAINS
-#define LKV_SCORE_N8_CHAINS 2
-#endif
-#ifndef LKV_SCORE_N8_AHEAD
-#define LKV_SCORE_N8_AHEAD 2
-#endif
-static_assert(LKV_SCORE_N8_CHAINS == 2 || LKV_SCORE_N8_CHAINS == 4, "score_tokens_n8 takes 2 or 4 chains");
 // S = Q K^T for the 16 rows of head tile mt against a tile of 32 keys, in one of two shapes for the
 // two warps (nh) of the head tile. The loops are unrolled whole and the fragments of k-step
 // s + kAhead are loaded before step s multiplies: a rolled loop made every step wait out the
@@ -311,11 +302,8 @@ __device__ __forceinline__ void score_tokens_n8(float (&sc)[4], const uint16_t* 
   static_assert(kDqk % 32 == 0, "two k-steps per key load");
   const uint16_t* qa = sQ + (rt * 16 + (lane % 16)) * kQStride + (lane / 16) * 8;
   const uint16_t* kb = keys + (tok0 + (lane % 8)) * kKStride + (lane / 8) * 8;
-  constexpr int kPairs = kDqk / 32, kAhead = LKV_SCORE_N8_AHEAD, kBufs = kAhead + 1;
+  constexpr int kPairs = kDqk / 32, kAhead = 2, kBufs = kAhead + 1;
   float sc2[4] = {0.f, 0.f, 0.f, 0.f};
-#if LKV_SCORE_N8_CHAINS == 4
-  float sc3[4] = {0.f, 0.f, 0.f, 0.f}, sc4[4] = {0.f, 0.f, 0.f, 0.f};
-#endif
   uint32_t fa[kBufs][2][4], fb[kBufs][4];
   auto load = [&](int buf, int j) {
     ldmatrix_x4(fb[buf], kb + j * 32);
@@ -328,22 +316,11 @@ __device__ __forceinline__ void score_tokens_n8(float (&sc)[4], const uint16_t* 
   for (int j = 0; j < kPairs; ++j) {
     if (j + kAhead < kPairs) load((j + kAhead) % kBufs, j + kAhead);
     const int b = j % kBufs;
-#if LKV_SCORE_N8_CHAINS == 4
-    float(&d0)[4] = j % 2 ? sc3 : sc;
-    float(&d1)[4] = j % 2 ? sc4 : sc2;
-    mma_16816<kF16>(d0, fa[b][0], fb[b][0], fb[b][1]);
-    mma_16816<kF16>(d1, fa[b][1], fb[b][2], fb[b][3]);
-#else
     mma_16816<kF16>(sc, fa[b][0], fb[b][0], fb[b][1]);
     mma_16816<kF16>(sc2, fa[b][1], fb[b][2], fb[b][3]);
-#endif
   }
 #pragma unroll
-#if LKV_SCORE_N8_CHAINS == 4
-  for (int e = 0; e < 4; ++e) sc[e] = (sc[e] + sc2[e]) + (sc3[e] + sc4[e]);
-#else
   for (int e = 0; e < 4; ++e) sc[e] += sc2[e];
-#endif
 }
 
 // All 32 tokens over half nh of d_qk (four n8 tiles, one accumulator chain each; part[nt]: tokens
