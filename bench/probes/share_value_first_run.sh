@@ -25,16 +25,19 @@ stage=${1:?"usage: share_value_first_run.sh tests|bench|quick"}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader | tee $OUT/gpu.txt
 mkdir -p build-gpu && tar xJf build-pk/bins.tar.xz -C build-gpu && cat build-gpu/PREBUILT_REV
 mkdir -p build-q8 && tar xJf build-pk/q8.tar.xz -C build-q8
+# The portable attention suites (limit $1 s), then the q8 binary's tests matching $2.
+suites() {
+  local t0=$(date +%s)
+  LKV_DECODE_KERNEL=portable timeout "$1" ./build-gpu/lkv_cuda_tests --gtest_brief=1 \
+    --gtest_filter='DecodeCuda.*:AttentionCuda.*:DenseCuda.*:PrefillCuda.*' >$OUT/tests.log 2>&1
+  echo "tests rc=$? $(( $(date +%s) - t0 )) s"
+  grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure' $OUT/tests.log | head -20
+  t0=$(date +%s)
+  LKV_DECODE_KERNEL=portable timeout 40 ./build-q8/lkv_cuda_tests --gtest_brief=1 --gtest_filter="$2" >$OUT/tests-q8.log 2>&1
+  echo "q8 tests rc=$? $(( $(date +%s) - t0 )) s"; grep -E '^\[  (PASSED|FAILED) |Failure' $OUT/tests-q8.log | head -10
+}
 if [ "$stage" = tests ]; then
-t0=$(date +%s)
-LKV_DECODE_KERNEL=portable timeout 300 ./build-gpu/lkv_cuda_tests --gtest_brief=1 \
-  --gtest_filter='DecodeCuda.*:AttentionCuda.*:DenseCuda.*:PrefillCuda.*' >$OUT/tests.log 2>&1
-echo "tests rc=$? $(( $(date +%s) - t0 )) s"
-grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure' $OUT/tests.log | head -20
-t0=$(date +%s)
-LKV_DECODE_KERNEL=portable timeout 40 ./build-q8/lkv_cuda_tests --gtest_brief=1 \
-  --gtest_filter='*ValueSharingBitwise:DecodeCuda.CornerCases' >$OUT/tests-q8.log 2>&1
-echo "q8 tests rc=$? $(( $(date +%s) - t0 )) s"; grep -E '^\[  (PASSED|FAILED) |Failure' $OUT/tests-q8.log | head -10
+suites 300 '*ValueSharingBitwise:DecodeCuda.CornerCases'
 t0=$(date +%s)
 timeout 90 compute-sanitizer --tool racecheck --racecheck-report hazard ./build-gpu/lkv_cuda_tests \
   --gtest_filter='AttentionCuda.IdleWarpsDequantizeBitwise:AttentionCuda.ValueSharingBitwise' >$OUT/racecheck.log 2>&1
@@ -64,15 +67,7 @@ for cw in 1 2 4 1 2 4; do
 done | tee $OUT/copy-warps.txt
 fi
 if [ "$stage" = quick ]; then
-t0=$(date +%s)
-LKV_DECODE_KERNEL=portable timeout 220 ./build-gpu/lkv_cuda_tests --gtest_brief=1 \
-  --gtest_filter='DecodeCuda.*:AttentionCuda.*:DenseCuda.*:PrefillCuda.*' >$OUT/tests.log 2>&1
-echo "tests rc=$? $(( $(date +%s) - t0 )) s"
-grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure' $OUT/tests.log | head -20
-t0=$(date +%s)
-LKV_DECODE_KERNEL=portable timeout 40 ./build-q8/lkv_cuda_tests --gtest_brief=1 \
-  --gtest_filter='*ValueSharingBitwise' >$OUT/tests-q8.log 2>&1
-echo "q8 tests rc=$? $(( $(date +%s) - t0 )) s"; grep -E '^\[  (PASSED|FAILED) |Failure' $OUT/tests-q8.log | head -10
+suites 220 '*ValueSharingBitwise'
 t0=$(date +%s)
 LKV_AB_SPECS='dense fp8_b128_sk8192_h16_sq1;dense fp8_b128_sk8192_h32_sq1;dense fp8_b128_sk8192_h16_sq2;decode tp_v32' \
   timeout 200 bash bench/probes/bins_ab.sh 2 a34=build-pk/a34.tar.xz sv=build-gpu q8=build-q8
