@@ -981,7 +981,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   constexpr bool kShareV = kOverlap && kGroups == 2;
   // n8 tiles of O per warp: the multiplying warps' (kMulN) and, with kShareV, warps 4-7's (kShrN).
   constexpr int kMulN = kShareV ? 16 : 32, kShrN = 32 - kMulN;
-  constexpr int kAccN = kMulN;
   // Key pointer buffers (SmemLayout::ptr_bufs says why tile t - 1's is kept).
   constexpr int kPtrBufs = L::ptr_bufs;
 
@@ -1068,15 +1067,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // Running state per fragment row: rows gr and gr + 8 of this warp's head tile.
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};  // this warp's tokens only (the pair's warps are added at the end)
-  float acc[kAccN][4];              // O: 16 heads x 256 dims = 32 n8-tiles (kShareV: 128 dims, 16)
+  float acc[kMulN][4];              // O: 16 heads x 256 dims = 32 n8-tiles (kShareV: 128 dims, 16)
 #pragma unroll
-  for (int n = 0; n < kAccN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int n = 0; n < kMulN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
   // O += P V over one k16 step of tokens (a: P's A fragment; vb: this lane's first V address),
   // two n8 tiles per transposed ldmatrix.
   // (count: the caller's n8 tiles, kMulN or kShrN, a constant at each call.)
   auto pv_step = [&](const uint32_t (&a)[4], const uint16_t* vb, int count) {
 #pragma unroll
-    for (int n = 0; n < kAccN; n += 2) {
+    for (int n = 0; n < kMulN; n += 2) {
       if (n >= count) break;
       uint32_t b[4];
       ldmatrix_x4_trans(b, vb + n * 8);
@@ -1092,7 +1091,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   auto rescale_o = [&](const float (&alpha)[2], int count) {
     if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-      for (int n = 0; n < kAccN; ++n) {
+      for (int n = 0; n < kMulN; ++n) {
         if (n >= count) break;
         acc[n][0] *= alpha[0];
         acc[n][1] *= alpha[0];
@@ -1482,9 +1481,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         xchg[(nh * 2 + j) * 32 + lane] = make_float4(o[0], o[1], o[2], o[3]);
       }
     } else if constexpr (kGroups == 1) {
-      if (active)
-        score_tokens_half<kF16, kDqk, L::q_stride, L::k_stride>(sc, sQ, keys,
-                                                                                                    mt, nh, lane);
+      if (active) score_tokens_half<kF16, kDqk, L::q_stride, L::k_stride>(sc, sQ, keys, mt, nh, lane);
     } else {
       if (active) score_tokens_n8<kF16, kDqk, L::q_stride, L::k_stride>(sc[0], sQ, keys, rt, wt0, lane);
     }
@@ -1620,8 +1617,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         sMax[mt * 16 + gr + 8] = row_max[1];
       }
 #pragma unroll
-      for (int n = 0; n < kAccN; ++n)
-        if (n < kMulN) o_xchg()[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+      for (int n = 0; n < kMulN; ++n) o_xchg()[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
     }
   }
   __syncthreads();
@@ -1646,8 +1642,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         row_max[r] = mx;
       }
 #pragma unroll
-      for (int n = 0; n < kAccN; ++n) {
-        if (n >= kMulN) break;
+      for (int n = 0; n < kMulN; ++n) {
         const float4 v = o_xchg()[n * 32];
         acc[n][0] = acc[n][0] * w0[0] + v.x * w1[0];
         acc[n][1] = acc[n][1] * w0[0] + v.y * w1[0];
