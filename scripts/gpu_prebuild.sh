@@ -16,6 +16,8 @@
 # LKV_PREBUILT_SM90=1 builds in build-gpu90 with sm_90a machine code only (no sm_80 code or PTX):
 # about a third of the archive, for carrying several binaries to an H100/H200 in one call; the
 # kernels an H100/H200 runs are the same sm_90a code either way.
+# LKV_PREBUILT_RACECHECK=1 configures with -DLKV_RACECHECK_BARRIERS=ON (the build racecheck runs on,
+# src/decode/cuda/kernel.cuh says why); every other build resets it to OFF in the shared cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=("$@")
@@ -30,13 +32,15 @@ if [ "${LKV_PREBUILT_SM90:-0}" = 1 ]; then
   dir=build-gpu90 gencode=("-DLKV_CUDA_GENCODE=-gencode=arch=compute_90a,code=sm_90a")
 fi
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" "${gencode[@]}" >/dev/null
+  -DLKV_GTEST_SOURCE_DIR="$PWD/.deps/googletest" "${gencode[@]}" \
+  -DLKV_RACECHECK_BARRIERS="$([ "${LKV_PREBUILT_RACECHECK:-0}" = 1 ] && echo ON || echo OFF)" >/dev/null
 cmake --build "$dir" -j "$(nproc)" $(printf -- '--target %s ' "${targets[@]}")
 out="${LKV_PREBUILT_OUT:-build-pk/bins.tar.xz}"
 mkdir -p "$(dirname "$out")"
 rev="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 git diff --quiet HEAD 2>/dev/null || rev="$rev+changes"
 [ -z "${gencode[*]}" ] || rev="$rev (sm_90a only)"
+[ "${LKV_PREBUILT_RACECHECK:-0}" != 1 ] || rev="$rev (LKV_RACECHECK_BARRIERS)"
 echo "$rev" >"$dir/PREBUILT_REV"
 tar cf - -C "$dir" PREBUILT_REV "${targets[@]}" | xz -T0 -6 >"$out.part"
 mv "$out.part" "$out"  # never a half-written archive to carry
