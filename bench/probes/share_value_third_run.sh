@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The next device call for value sharing (bench/NOTES.md v53 Next 1-3), within one call's 600 s:
+# racecheck of the LKV_RACECHECK_BARRIERS build on the 16-row sharing kernels (predicted: 0
+# hazards), the portable dense and decode benches of the default build (the committed H200 files
+# are v44-era), and stall samples of the two 16-row cases.
+# Here (archives of the current tree):
+#   LKV_PREBUILT_SM90=1 LKV_PREBUILT_RACECHECK=1 LKV_PREBUILT_OUT=build-pk/rc.tar.xz bash scripts/gpu_prebuild.sh lkv_cuda_tests
+#   LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/final.tar.xz bash scripts/gpu_prebuild.sh latentkv
+# There (carry ["build-pk/final.tar.xz", "build-pk/rc.tar.xz"]):
+#   bash bench/probes/share_value_third_run.sh
+set -u
+start=$(date +%s)
+left() { echo $(( ${LKV_SECONDS:-560} - ($(date +%s) - start) )); }
+mkdir -p build-gpu build-rc
+tar xJf build-pk/final.tar.xz -C build-gpu && tar xJf build-pk/rc.tar.xz -C build-rc || exit 1
+echo "default: $(cat build-gpu/PREBUILT_REV); racecheck build: $(cat build-rc/PREBUILT_REV)"
+t0=$(date +%s)
+timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard ./build-rc/lkv_cuda_tests \
+  --gtest_filter='*.IdleWarpsDequantizeBitwise:*.TokenGroups' >$OUT/racecheck-rc.log 2>&1
+echo "racecheck (LKV_RACECHECK_BARRIERS) rc=$? $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $OUT/racecheck-rc.log | tr '\n' ' ') $(grep 'RACECHECK SUMMARY' $OUT/racecheck-rc.log)"
+gzip $OUT/racecheck-rc.log
+# gpu.sh without its build stage runs build-gpu/latentkv as unpacked above.
+[ "$(left)" -gt 200 ] && bash scripts/gpu.sh dense_portable decode_portable
+[ "$(left)" -gt 90 ] && LKV_PROFILE_KERNEL=portable LKV_PROFILE_OP=dense \
+  LKV_PROFILE_FILTER='fp8_b128_sk8192_h16_sq1' OUT=$OUT/prof bash scripts/gpu.sh profile_sass
+echo "left $(left) s"
