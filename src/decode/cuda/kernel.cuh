@@ -979,8 +979,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // per tile loses 16 of its 68 MMAs, and every warp holds 64 accumulators instead of 128. (The same
   // for one-group CTAs of 17-32 rows measured 1.18-1.22x the time on the H200: bench/NOTES.md v53.)
   constexpr bool kShareV = kOverlap && kGroups == 2;
-  // n8 tiles of O per warp: the multiplying warps' (kMulN) and, with kShareV, warps 4-7's (kShrN).
-  constexpr int kMulN = kShareV ? 16 : 32, kShrN = 32 - kMulN;
+  // n8 tiles of O per warp (kShareV: the multiplying warps' half and warps 4-7's, 16 each).
+  constexpr int kMulN = kShareV ? 16 : 32;
   // Key pointer buffers (SmemLayout::ptr_bufs says why tile t - 1's is kept).
   constexpr int kPtrBufs = L::ptr_bufs;
 
@@ -1072,11 +1072,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   for (int n = 0; n < kMulN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
   // O += P V over one k16 step of tokens (a: P's A fragment; vb: this lane's first V address),
   // two n8 tiles per transposed ldmatrix.
-  // (count: the caller's n8 tiles, kMulN or kShrN, a constant at each call.)
-  auto pv_step = [&](const uint32_t (&a)[4], const uint16_t* vb, int count) {
+  auto pv_step = [&](const uint32_t (&a)[4], const uint16_t* vb) {
 #pragma unroll
     for (int n = 0; n < kMulN; n += 2) {
-      if (n >= count) break;
       uint32_t b[4];
       ldmatrix_x4_trans(b, vb + n * 8);
       mma_16816<kF16>(acc[n], a, b[0], b[1]);
@@ -1088,11 +1086,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // NaN stays a NaN, so the output is unchanged (bf16 and f16 outputs carry NaN as the canonical NaN
   // either way). The rescale is 128 multiplies per thread (64 with kShareV), as many warp
   // instructions as a tile's MMAs.
-  auto rescale_o = [&](const float (&alpha)[2], int count) {
+  auto rescale_o = [&](const float (&alpha)[2]) {
     if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
       for (int n = 0; n < kMulN; ++n) {
-        if (n >= count) break;
         acc[n][0] *= alpha[0];
         acc[n][1] *= alpha[0];
         acc[n][2] *= alpha[1];
@@ -1183,14 +1180,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         alpha[r] = new_max == -INFINITY ? 1.0f : exp2f(row_max[r] - new_max);
         row_max[r] = new_max;
       }
-      rescale_o(alpha, kShrN);
+      rescale_o(alpha);
 #pragma unroll
       for (int kk = 0; kk < kGroupTokens; kk += 16) {
         uint32_t a[4];
         ldmatrix_x4(a, sP + ((sp + 2 * (j & 1)) * 16 + lane % 16) * L::p_stride + kk + (lane / 16) * 8);
         const uint16_t* vb = keys_j + (tb + kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 +
                              8 * kMulN + (lane / 16) * 8;
-        pv_step(a, vb, kShrN);
+        pv_step(a, vb);
       }
     }
   };
@@ -1294,7 +1291,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         half_sum[0][r] *= alpha[r];
         half_sum[1][r] *= alpha[r];
       }
-      rescale_o(alpha, kMulN);
+      rescale_o(alpha);
       const uint16_t* keys = sK + (j % 4) * kTileTokens * L::k_stride;
 #pragma unroll
       for (int kk = 0; kk < kTileTokens; kk += 16) {
@@ -1325,7 +1322,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
         for (int q = 0; q < 4; ++q) a[q] = pack2<kF16>(prob[q][0], prob[q][1]);
         const uint16_t* vb = keys + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
-        pv_step(a, vb, kMulN);
+        pv_step(a, vb);
       }
     }
     // The end adds the two warps' sums of a row: each value warp hands in its own token half.
@@ -1561,7 +1558,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       *reinterpret_cast<uint32_t*>(p_row(gr, tile) + col) = pack2<kF16>(prob[0], prob[1]);
       *reinterpret_cast<uint32_t*>(p_row(gr + 8, tile) + col) = pack2<kF16>(prob[2], prob[3]);
     }
-    rescale_o(alpha, kMulN);
+    rescale_o(alpha);
     pair_sync(mt);
 
     // ---- 5. O += P V for rows 16 rt.., the group's tokens and dims 256 nh.. (32 n8 tiles; kShareV:
@@ -1572,7 +1569,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       uint32_t a[4];
       ldmatrix_x4(a, p_row(lane % 16, tile) + kk + (lane / 16) * 8);
       const uint16_t* vb = keys + (tb + kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
-      pv_step(a, vb, kMulN);
+      pv_step(a, vb);
     }
     // Overlapped: tile t + 3's pointers go to the buffer tile t - 1 used (its last readers, the
     // softmax of tile t - 1, are behind this iteration's first barrier; tile t's may still be read
