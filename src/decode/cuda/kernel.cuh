@@ -173,6 +173,23 @@ __device__ __forceinline__ void dequant16_f32(const uint4 raw, float s, uint4& l
   hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
+// The same for two 8-byte halves with a scale each (the first 8 bytes times s_lo, the last 8 times
+// s_hi): dequantize_tile's v32_fp8 chunks, whose halves lie 256 dims apart.
+__device__ __forceinline__ void dequant8x2_f32(const uint4 raw, float s_lo, float s_hi, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float s = q < 2 ? s_lo : s_hi;
+    const float2 a = e4m3x2_to_f32(static_cast<uint16_t>(w[q] & 0xffffu));
+    const float2 b = e4m3x2_to_f32(static_cast<uint16_t>(w[q] >> 16));
+    out[2 * q] = pack_bf16(a.x * s, a.y * s);
+    out[2 * q + 1] = pack_bf16(b.x * s, b.y * s);
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
 // ---- Fast dequantization, exact where it applies ------------------------------------------------
 // Per pair of bytes: one byte permute places each byte in the low half of a 16-bit lane with its
 // sign copied into the high half; shifted left by 4 and masked, the lane holds the sign at bit 15,
@@ -702,6 +719,22 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
   // where O's 128 accumulators are live, within its registers, except in the idle warps' form
   // (config.h, kIdleBatch).
   constexpr int kBatch = kDqThreads < kThreads ? kIdleBatch : 2;
+  // v32_fp8 (512 NoPE dims, 32 chunks per token: a warp's 32 lanes take one token's): the chunk of
+  // part l converts dims 8 l.. and kHalf + 8 l.. (kHalf = 256), so that each of a lane's two
+  // 16-byte stores lands next to its neighbours' (a warp's store covers 512 contiguous bytes: 4
+  // shared-memory wavefronts). With 16 contiguous dims per lane each store spanned 1 KB at a
+  // 32-byte stride, a 2-way bank conflict: 8 wavefronts. Measured on an H100 (bench/NOTES.md v54):
+  // 0.963-0.981 the time of the v32_fp8 cases; the same for v4_fp8 records (28 chunks per token, so
+  // a warp's chunks span two tokens, and two ue8m0 scales per chunk) 1.014-1.017, so not there.
+  // The same bytes land in the same places either way. Only where the conversion goes through fp32
+  // (below): the fast form of sm_80 code keeps 16 dims per scale.
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890) || (defined(LKV_PORTABLE_F32_DEQUANT) && LKV_PORTABLE_F32_DEQUANT)
+  constexpr bool kHalves = S == KeyStorage::kV32Fp8;
+#else
+  constexpr bool kHalves = false;
+#endif
+  constexpr int kHalf = T::kNope / 2;
+  static_assert(!kHalves || (kHalf % 8 == 0 && T::kGroup % 8 == 0), "8-dim halves inside one scale group each");
   // RoPE chunks (16-bit, copied as they are): the first is loaded before the NoPE pass and stored
   // after it; the second of the idle warps' form (kDqThreads 128) follows the NoPE pass, so that no
   // more than one chunk is held across it (the packed dense kernel has no registers to spare).
@@ -720,7 +753,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
 #pragma unroll
   for (int i0 = 0; i0 < kNopeIters; i0 += kBatch) {
     uint4 nope[kBatch];
-    float scale[kBatch];
+    float scale[kBatch], scale_hi[kBatch];
     bool live[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
@@ -730,10 +763,25 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
       const int c = kNopeTotal % kDqThreads == 0 ? c0 : min(c0, kNopeTotal - 1);
       const int tok = c / kChunksNope, part = c % kChunksNope;
       const uint8_t* data = raw_tile + tok * kRawRecord;
-      const int group = part * 16 / T::kGroup;
-      if constexpr (S == KeyStorage::kV32Fp8) scale[j] = reinterpret_cast<const float*>(data + T::kScaleOffset)[group];
-      else scale[j] = num::ue8m0_to_f32(data[T::kScaleOffset + group]);
-      nope[j] = *reinterpret_cast<const uint4*>(data + part * 16);
+      if constexpr (kHalves) {
+        const int g_lo = part * 8 / T::kGroup, g_hi = (kHalf + part * 8) / T::kGroup;
+        if constexpr (S == KeyStorage::kV32Fp8) {
+          const float* scales = reinterpret_cast<const float*>(data + T::kScaleOffset);
+          scale[j] = scales[g_lo];
+          scale_hi[j] = scales[g_hi];
+        } else {
+          scale[j] = num::ue8m0_to_f32(data[T::kScaleOffset + g_lo]);
+          scale_hi[j] = num::ue8m0_to_f32(data[T::kScaleOffset + g_hi]);
+        }
+        const uint2 a = *reinterpret_cast<const uint2*>(data + part * 8);
+        const uint2 b = *reinterpret_cast<const uint2*>(data + kHalf + part * 8);
+        nope[j] = make_uint4(a.x, a.y, b.x, b.y);
+      } else {
+        const int group = part * 16 / T::kGroup;
+        if constexpr (S == KeyStorage::kV32Fp8) scale[j] = reinterpret_cast<const float*>(data + T::kScaleOffset)[group];
+        else scale[j] = num::ue8m0_to_f32(data[T::kScaleOffset + group]);
+        nope[j] = *reinterpret_cast<const uint4*>(data + part * 16);
+      }
       live[j] = kAllLive || tile_data[tok] != nullptr;
     }
 #pragma unroll
@@ -746,6 +794,14 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
       // form's checks cost this kernel 1-5% more than the conversions they save (bench/NOTES.md
       // v38). Code without that conversion (sm_80, sm_86, and the compute_80 PTX that newer GPUs
       // compile) takes the fast form where it is exact instead of converting in software.
+      if constexpr (kHalves) {
+        dequant8x2_f32(nope[j], scale[j], scale_hi[j], lo, hi);
+        if (!kAllLive && !live[j]) lo = hi = make_uint4(0, 0, 0, 0);
+        uint16_t* dst = keys + tok * kStride + part * 8;
+        *reinterpret_cast<uint4*>(dst) = lo;
+        *reinterpret_cast<uint4*>(dst + kHalf) = hi;
+        continue;
+      }
 #if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890) || (defined(LKV_PORTABLE_F32_DEQUANT) && LKV_PORTABLE_F32_DEQUANT)
       dequant16_f32(nope[j], scale[j], lo, hi);
 #else
