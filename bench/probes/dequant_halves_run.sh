@@ -7,12 +7,9 @@
 #   LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/final.tar.xz bash scripts/gpu_prebuild.sh latentkv   (in a checkout of the base)
 # There (carry ["build-pk/halves.tar.xz", "build-pk/final.tar.xz"]): bash bench/probes/dequant_halves_run.sh [ROUNDS]
 set -u
-start=$(date +%s)
-left() { echo $(( ${LKV_SECONDS:-570} - ($(date +%s) - start) )); }
-mkdir -p build-gpu && tar xJf build-pk/halves.tar.xz -C build-gpu || exit 1
-echo "halves: $(cat build-gpu/PREBUILT_REV)"
+source "$(dirname "$0")/call_lib.sh"
+unpack build-pk/halves.tar.xz build-gpu || exit 1
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-summary() { echo "$1 rc=$2 $3 s: $(grep -E '^\[  (PASSED|FAILED)' "$4" | tr '\n' ' ') $(grep -E 'ERROR SUMMARY' "$4" | tr '\n' ' ')"; }
 t0=$(date +%s)
 LKV_TEST_KERNELS=portable timeout 200 ./build-gpu/lkv_cuda_tests --gtest_filter='Decode*:Dense*:Attention*:-*Sm90*' \
   >$OUT/tests-halves.log 2>&1

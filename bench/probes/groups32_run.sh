@@ -10,13 +10,9 @@
 #     (the racecheck build from main, whose sharing kernels this branch leaves as they are)
 # There (carry ["build-pk/g32.tar.xz", "build-pk/rc.tar.xz"]): bash bench/probes/groups32_run.sh
 set -u
-start=$(date +%s)
-left() { echo $(( ${LKV_SECONDS:-570} - ($(date +%s) - start) )); }
-mkdir -p build-gpu build-rc
-tar xJf build-pk/g32.tar.xz -C build-gpu && tar xJf build-pk/rc.tar.xz -C build-rc || exit 1
-echo "g32: $(cat build-gpu/PREBUILT_REV); racecheck build: $(cat build-rc/PREBUILT_REV)"
+source "$(dirname "$0")/call_lib.sh"
+unpack build-pk/g32.tar.xz build-gpu && unpack build-pk/rc.tar.xz build-rc || exit 1
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-summary() { echo "$1 rc=$2 $3 s: $(grep -E '^\[  (PASSED|FAILED)' "$4" | tr '\n' ' ') $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$4" | tr '\n' ' ')"; }
 # 1. The new tests, then the portable attention suites with every 17-32-row launch on the new kernel.
 t0=$(date +%s)
 LKV_TEST_KERNELS=portable timeout 120 ./build-gpu/lkv_cuda_tests --gtest_filter='*.TokenGroups32' >$OUT/tests-g32.log 2>&1

@@ -9,15 +9,12 @@
 # There (carry ["build-pk/final.tar.xz", "build-pk/rc.tar.xz"]):
 #   bash bench/probes/share_value_third_run.sh
 set -u
-start=$(date +%s)
-left() { echo $(( ${LKV_SECONDS:-560} - ($(date +%s) - start) )); }
-mkdir -p build-gpu build-rc
-tar xJf build-pk/final.tar.xz -C build-gpu && tar xJf build-pk/rc.tar.xz -C build-rc || exit 1
-echo "default: $(cat build-gpu/PREBUILT_REV); racecheck build: $(cat build-rc/PREBUILT_REV)"
+source "$(dirname "$0")/call_lib.sh"
+unpack build-pk/final.tar.xz build-gpu && unpack build-pk/rc.tar.xz build-rc || exit 1
 t0=$(date +%s)
 timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard ./build-rc/lkv_cuda_tests \
   --gtest_filter='*.IdleWarpsDequantizeBitwise:*.TokenGroups' >$OUT/racecheck-rc.log 2>&1
-echo "racecheck (LKV_RACECHECK_BARRIERS) rc=$? $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)' $OUT/racecheck-rc.log | tr '\n' ' ') $(grep 'RACECHECK SUMMARY' $OUT/racecheck-rc.log)"
+summary "racecheck (LKV_RACECHECK_BARRIERS)" $? $(( $(date +%s) - t0 )) $OUT/racecheck-rc.log
 gzip $OUT/racecheck-rc.log
 # gpu.sh without its build stage runs build-gpu/latentkv as unpacked above.
 [ "$(left)" -gt 200 ] && bash scripts/gpu.sh dense_portable decode_portable

@@ -156,25 +156,9 @@ __device__ __forceinline__ float2 e4m3x2_to_f32(uint16_t two) {
 #endif
 }
 
-// 16 e4m3 bytes times fp32 scale s to 16 bf16 (dims in order: lo then hi): each value to fp32, times
-// s, rounded once to bf16. The portable kernel's dequantization, and the Hopper kernel's wherever
-// its fast form is not exact (decode/sm90/dequant.cuh), so both give the same bytes.
-__device__ __forceinline__ void dequant16_f32(const uint4 raw, float s, uint4& lo, uint4& hi) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t out[8];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const float2 a = e4m3x2_to_f32(static_cast<uint16_t>(w[q] & 0xffffu));
-    const float2 b = e4m3x2_to_f32(static_cast<uint16_t>(w[q] >> 16));
-    out[2 * q] = pack_bf16(a.x * s, a.y * s);
-    out[2 * q + 1] = pack_bf16(b.x * s, b.y * s);
-  }
-  lo = make_uint4(out[0], out[1], out[2], out[3]);
-  hi = make_uint4(out[4], out[5], out[6], out[7]);
-}
-
-// The same for two 8-byte halves with a scale each (the first 8 bytes times s_lo, the last 8 times
-// s_hi): dequantize_tile's v32_fp8 chunks, whose halves lie 256 dims apart.
+// 16 e4m3 bytes to 16 bf16 (dims in order: lo then hi), the first 8 times fp32 scale s_lo and the
+// last 8 times s_hi: each value to fp32, times its scale, rounded once to bf16. (Two scales for
+// dequantize_tile's v32_fp8 chunks, whose halves lie 256 dims apart.)
 __device__ __forceinline__ void dequant8x2_f32(const uint4 raw, float s_lo, float s_hi, uint4& lo, uint4& hi) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
   uint32_t out[8];
@@ -188,6 +172,13 @@ __device__ __forceinline__ void dequant8x2_f32(const uint4 raw, float s_lo, floa
   }
   lo = make_uint4(out[0], out[1], out[2], out[3]);
   hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+// 16 e4m3 bytes times one fp32 scale s. The portable kernel's dequantization, and the Hopper
+// kernel's wherever its fast form is not exact (decode/sm90/dequant.cuh), so both give the same
+// bytes.
+__device__ __forceinline__ void dequant16_f32(const uint4 raw, float s, uint4& lo, uint4& hi) {
+  dequant8x2_f32(raw, s, s, lo, hi);
 }
 
 // ---- Fast dequantization, exact where it applies ------------------------------------------------
