@@ -725,7 +725,7 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
   constexpr bool kHalves = false;
 #endif
   constexpr int kHalf = T::kNope / 2;
-  static_assert(!kHalves || (kHalf % 8 == 0 && T::kGroup % 8 == 0), "8-dim halves inside one scale group each");
+  static_assert(!kHalves || (kHalf == 256 && T::kGroup == 128), "v32_fp8: 8-dim halves, each inside one scale group");
   // RoPE chunks (16-bit, copied as they are): the first is loaded before the NoPE pass and stored
   // after it; the second of the idle warps' form (kDqThreads 128) follows the NoPE pass, so that no
   // more than one chunk is held across it (the packed dense kernel has no registers to spare).
@@ -756,14 +756,9 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
       const uint8_t* data = raw_tile + tok * kRawRecord;
       if constexpr (kHalves) {
         const int g_lo = part * 8 / T::kGroup, g_hi = (kHalf + part * 8) / T::kGroup;
-        if constexpr (S == KeyStorage::kV32Fp8) {
-          const float* scales = reinterpret_cast<const float*>(data + T::kScaleOffset);
-          scale[j] = scales[g_lo];
-          scale_hi[j] = scales[g_hi];
-        } else {
-          scale[j] = num::ue8m0_to_f32(data[T::kScaleOffset + g_lo]);
-          scale_hi[j] = num::ue8m0_to_f32(data[T::kScaleOffset + g_hi]);
-        }
+        const float* scales = reinterpret_cast<const float*>(data + T::kScaleOffset);
+        scale[j] = scales[g_lo];
+        scale_hi[j] = scales[g_hi];
         const uint2 a = *reinterpret_cast<const uint2*>(data + part * 8);
         const uint2 b = *reinterpret_cast<const uint2*>(data + kHalf + part * 8);
         nope[j] = make_uint4(a.x, a.y, b.x, b.y);

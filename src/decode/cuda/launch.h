@@ -62,10 +62,11 @@ inline bool split_dqk_pays(const Geometry& g) {
 // with 16 rows 4-6% faster on sparse decode and v32_fp8 pages (flat on bf16 pages, which run
 // near their memory rate); with 32 rows 5-11% slower, as the two head tiles already working
 // there sit on all four sub-partitions and the groups' second reading of Q costs more than the
-// shorter chains save (and again, with the overlapped layout and equal dequantization shares, 1.6-2.7%
-// slower on an H100, bench/NOTES.md v54). On unless turned off (set_token_groups_allowed, or LKV_TOKEN_GROUPS=0 read
-// once per process: benchmarks measure both). 16-bit keys in the deep layout on sm_90 take score
-// and value warps instead (roles_pay, checked first).
+// shorter chains save (and again, with the overlapped layout and equal dequantization shares,
+// 1.6-2.7% slower on an H100: bench/NOTES.md v54). On unless turned off
+// (set_token_groups_allowed, or LKV_TOKEN_GROUPS=0 read once per process: benchmarks measure
+// both). 16-bit keys in the deep layout on sm_90 take score and value warps instead (roles_pay,
+// checked first).
 bool token_groups_allowed();
 void set_token_groups_allowed(bool allowed);
 inline bool token_groups_pay(const Geometry& g) {
