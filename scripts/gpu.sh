@@ -71,6 +71,8 @@ fi
 # same-run A/B of a change that has no switch (a refactor), e.g. made here with
 #   mkdir -p build-ab-base && git archive BASE CMakeLists.txt include src tools tests | tar -x -C build-ab-base
 # and carried to the device (build*/ is ignored); its binaries then run as "variant".
+# Whether the variant build is configured for racecheck runs (-DLKV_RACECHECK_BARRIERS=ON).
+racecheck_barriers_variant() { [[ "${LKV_VARIANT_CMAKE:-}" == *LKV_RACECHECK_BARRIERS=ON* ]]; }
 variant_key() { printf '%s|%s|%s' "${LKV_VARIANT_SRC:-.}" "${LKV_VARIANT_CMAKE:-}" "${LKV_PREBUILT_VARIANT:-}"; }
 # The flags build-gpu-variant's binaries were last built with (written only after a build that
 # succeeded); the variant stages run only binaries built with the current LKV_VARIANT_CMAKE.
@@ -92,8 +94,7 @@ elif has build; then
   start=$(date +%s)
   jobs=$(nproc)
   upid=
-  if has variant_ab || has variant_trace || has racecheck_variant ||
-     { has racecheck_portable && [[ "${LKV_VARIANT_CMAKE:-}" == *LKV_RACECHECK_BARRIERS=ON* ]]; }; then
+  if has variant_ab || has variant_trace || has racecheck_variant || { has racecheck_portable && racecheck_barriers_variant; }; then
     jobs=$(( jobs / 2 ))
     # A CMake cache keeps every -D it was ever given, so a directory configured with other flags
     # (or with no record of them) is started afresh.
@@ -221,7 +222,7 @@ fi
 # the build stage), else the default build, where those hazards show.
 if has racecheck_portable; then
   rc_bin=./build-gpu/lkv_cuda_tests
-  if variant_built && [[ "${LKV_VARIANT_CMAKE:-}" == *LKV_RACECHECK_BARRIERS=ON* ]]; then rc_bin=./build-gpu-variant/lkv_cuda_tests; fi
+  if variant_built && racecheck_barriers_variant; then rc_bin=./build-gpu-variant/lkv_cuda_tests; fi
   note "racecheck (portable): $rc_bin"
   timeout 420 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 $rc_bin \
     --gtest_filter="${LKV_RACECHECK_PORTABLE_FILTER:-DecodeCuda.WideAndNarrowLayoutsAgreeBitwise:AttentionCuda.WideAndNarrowLayoutsAgreeBitwise:DecodeCuda.TokenGroups:AttentionCuda.TokenGroups:AttentionCuda.ScoreAndValueWarps:*CopyWarpsAgreeBitwise}" >"$OUT/racecheck-portable.log" 2>&1

@@ -718,12 +718,17 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
   // 0.963-0.981 the time of the v32_fp8 cases; the same for v4_fp8 records (28 chunks per token, so
   // a warp's chunks span two tokens, and two ue8m0 scales per chunk) 1.014-1.017, so not there.
   // The same bytes land in the same places either way. Only where the conversion goes through fp32
-  // (below): the fast form of sm_80 code keeps 16 dims per scale.
+  // (kF32Form, below): the fast form of sm_80 code keeps 16 dims per scale.
+  // Where the hardware converts e4m3 (sm_89 and newer), through fp32: on the H200 the fast form's
+  // checks cost this kernel 1-5% more than the conversions they save (bench/NOTES.md v38). Code
+  // without that conversion (sm_80, sm_86, and the compute_80 PTX that newer GPUs compile) takes
+  // the fast form where it is exact instead of converting in software.
 #if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890) || (defined(LKV_PORTABLE_F32_DEQUANT) && LKV_PORTABLE_F32_DEQUANT)
-  constexpr bool kHalves = S == KeyStorage::kV32Fp8;
+  constexpr bool kF32Form = true;
 #else
-  constexpr bool kHalves = false;
+  constexpr bool kF32Form = false;
 #endif
+  constexpr bool kHalves = kF32Form && S == KeyStorage::kV32Fp8;
   constexpr int kHalf = T::kNope / 2;
   static_assert(!kHalves || (kHalf == 256 && T::kGroup == 128), "v32_fp8: 8-dim halves, each inside one scale group");
   // RoPE chunks (16-bit, copied as they are): the first is loaded before the NoPE pass and stored
@@ -776,27 +781,14 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* const* tile_data,
       if (i0 + j >= kNopeIters || (kNopeTotal % kDqThreads != 0 && c >= kNopeTotal)) break;
       const int tok = c / kChunksNope, part = c % kChunksNope;
       uint4 lo, hi;
-      // Where the hardware converts e4m3 (sm_89 and newer), through fp32: on the H200 the fast
-      // form's checks cost this kernel 1-5% more than the conversions they save (bench/NOTES.md
-      // v38). Code without that conversion (sm_80, sm_86, and the compute_80 PTX that newer GPUs
-      // compile) takes the fast form where it is exact instead of converting in software.
-      if constexpr (kHalves) {
-        dequant8x2_f32(nope[j], scale[j], scale_hi[j], lo, hi);
-        if (!kAllLive && !live[j]) lo = hi = make_uint4(0, 0, 0, 0);
-        uint16_t* dst = keys + tok * kStride + part * 8;
-        *reinterpret_cast<uint4*>(dst) = lo;
-        *reinterpret_cast<uint4*>(dst + kHalf) = hi;
-        continue;
-      }
-#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890) || (defined(LKV_PORTABLE_F32_DEQUANT) && LKV_PORTABLE_F32_DEQUANT)
-      dequant16_f32(nope[j], scale[j], lo, hi);
-#else
-      dequant16(nope[j], scale[j], lo, hi);
-#endif
+      if constexpr (kHalves) dequant8x2_f32(nope[j], scale[j], scale_hi[j], lo, hi);
+      else if constexpr (kF32Form) dequant16_f32(nope[j], scale[j], lo, hi);
+      else dequant16(nope[j], scale[j], lo, hi);
       if (!kAllLive && !live[j]) lo = hi = make_uint4(0, 0, 0, 0);
-      uint16_t* dst = keys + tok * kStride + part * 16;
+      // (kHalves: dims 8 part.. and kHalf + 8 part..; else 16 part.., 8 dims each.)
+      uint16_t* dst = keys + tok * kStride + part * (kHalves ? 8 : 16);
       *reinterpret_cast<uint4*>(dst) = lo;
-      *reinterpret_cast<uint4*>(dst + 8) = hi;
+      *reinterpret_cast<uint4*>(dst + (kHalves ? kHalf : 8)) = hi;
     }
   }
   if constexpr (kHasRope) {
