@@ -19,11 +19,13 @@
 //      memory latency stays off the critical path: the key addresses of tile t + 2 and the bytes of
 //      tile t + 1 are in flight while tile t is computed.
 //   3. S = Q K^T with tensor-core MMAs (m16n8k16, fp32 accumulation); warp w computes rows
-//      16 (w / 2).. and ends with the scores of tokens 16 (w % 2)..; masked tokens get -inf (with
-//      token groups, kGroups below, rows 16 (w / 4).. and tokens 16 (w / 2 % 2) + 8 (w % 2)..). Two
+//      16 (w / 2).. and ends with the scores of tokens 16 (w % 2)..; masked tokens get -inf. Two
 //      shapes, the Source's choice (Source::kSplitDqk): warp w multiplies those 16 tokens over all
 //      of d_qk (score_tokens_half), or all 32 tokens over half (w % 2) of d_qk, the two warps of
-//      a head tile then swapping partial sums (score_dqk_half; sparse decode).
+//      a head tile then swapping partial sums (score_dqk_half; sparse decode). With token groups
+//      (kGroups below; CTAs of at most 16 rows) warps 0-3 take rows 0-15, warp w the 16 tokens
+//      16 (w / 2).. over half (w % 2) of d_qk, and the two warps of a group swap partial sums
+//      (score_group_half); each keeps tokens 16 (w / 2) + 8 (w % 2).. for steps 4 and 5.
 //   4. Online softmax in the log2 domain: the two warps sharing a head block exchange their row
 //      maxima through shared memory, rescale, and write P (16-bit) to shared memory. Within a tile
 //      only those two warps wait for each other (pair_sync); the CTA-wide barriers of step 2 order
@@ -301,7 +303,7 @@ __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint1
     for (int e = 0; e < 4; ++e) sc[nt][e] += sc2[nt][e];
 }
 
-// Token groups (kGroups 2, CTAs of at most 16 rows): 8 tokens tok0.. over all of d_qk (one n8
+// 8 tokens tok0.. over all of d_qk, rows 16 rt.. (the compact kernel's token groups) (one n8
 // tile; sc[e]: row gr + 8 (e / 2), token tok0 + 2 t4 + (e % 2)). One ldmatrix x4 of keys covers two
 // k-steps (matrices 2 and 3 are the next step's), and the even and odd steps accumulate apart.
 template <bool kF16, int kDqk, int kQStride, int kKStride>
@@ -329,6 +331,39 @@ __device__ __forceinline__ void score_tokens_n8(float (&sc)[4], const uint16_t* 
   }
 #pragma unroll
   for (int e = 0; e < 4; ++e) sc[e] += sc2[e];
+}
+
+// Token groups (kGroups 2, CTAs of at most 16 rows): the group's 16 tokens tok0.. (two n8 tiles;
+// part[j][e]: row gr + 8 (e / 2), token tok0 + 8 j + 2 t4 + (e % 2)) over half nh of d_qk, rows
+// 0-15, to be added to the pair's other warp's half. Per k-step one ldmatrix x4 of Q and one of
+// keys feed two MMAs (one chain per n8 tile). Against each warp taking its 8 tokens over all of
+// d_qk, the four multiplying warps read half of Q's fragments each instead of all of it: 72 KB of
+// shared-memory reads per 32-token tile where that form read 108 KB, for an exchange of 4 KB
+// written and read (the partial sums go through shared memory once, in place of the pair's
+// exchange of row maxima: with both sums each warp has the scores of all 16 tokens).
+template <bool kF16, int kDqk, int kQStride, int kKStride>
+__device__ __forceinline__ void score_group_half(float (&part)[2][4], const uint16_t* sQ, const uint16_t* keys,
+                                                 int tok0, int nh, int lane) {
+  constexpr int kSteps = kDqk / 32;  // k-steps per half
+  static_assert(kDqk % 32 == 0, "d_qk splits into two halves of whole k-steps");
+  const int k0 = nh * kSteps * 16;
+  const uint16_t* qa = sQ + (lane % 16) * kQStride + (lane / 16) * 8 + k0;
+  const uint16_t* kb = keys + (tok0 + (lane % 8) + (lane / 16) * 8) * kKStride + ((lane / 8) % 2) * 8 + k0;
+  constexpr int kAhead = 2, kBufs = kAhead + 1;
+  uint32_t fa[kBufs][4], fb[kBufs][4];
+  auto load = [&](int buf, int s) {
+    ldmatrix_x4(fa[buf], qa + s * 16);
+    ldmatrix_x4(fb[buf], kb + s * 16);
+  };
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) load(s, s);
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    if (s + kAhead < kSteps) load((s + kAhead) % kBufs, s + kAhead);
+    const int b = s % kBufs;
+    mma_16816<kF16>(part[0], fa[b], fb[b][0], fb[b][1]);
+    mma_16816<kF16>(part[1], fa[b], fb[b][2], fb[b][3]);
+  }
 }
 
 // All 32 tokens over half nh of d_qk (four n8 tiles, one accumulator chain each; part[nt]: tokens
@@ -1002,6 +1037,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   static_assert(kGroups == 1 || (kGroups == 2 && !kSplitDqk), "token groups take the unsplit score shape");
   // The groups' merge passes group 1's O through Q's area: [2 row tiles][2 warps][32 n8 tiles][32 lanes] float4.
   static_assert(kGroups == 1 || L::q_bytes >= 2 * 2 * 32 * 32 * 16, "Q's area holds group 1's O at the end");
+  static_assert(kGroups == 1 || L::q_bytes >= 16 * L::q_stride * 2 + 2 * 2 * 2 * 32 * 16,
+                "Q's rows 16.. hold the token groups' partial scores");
   constexpr int kGroupTokens = kTileTokens / kGroups;  // tokens of a tile per group: 32 or 16
   constexpr int kNT = kGroupTokens / 16;                // n8 score tiles per warp: 2 or 1
   // Value sharing (kShareV: the overlapped layout with token groups, CTAs of at most 16 rows, where
@@ -1056,6 +1093,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // that warps 4-7 read it in iteration t + 1 while tile t + 1's is written.)
   auto p_row = [&](int r, int tile) {
     return kSplitDqk ? sPair + r * L::p_stride : sP + ((kShareV ? mt + 2 * (tile & 1) : mt) * 16 + r) * L::p_stride;
+  };
+  // Token groups: warp `writer` of this pair's partial scores of n8 tile j (score_group_half), in
+  // Q's rows 16.. ([2 groups][2 writers][2 tiles][32 lanes] float4).
+  auto group_xchg = [&](int writer, int j) -> float4& {
+    return reinterpret_cast<float4*>(sQ + 16 * L::q_stride)[((grp * 2 + writer) * 2 + j) * 32 + lane];
   };
   const int gr = lane / 4, t4 = lane % 4;  // MMA fragment row group and column pair
   const int64_t split = blockIdx.z;
@@ -1514,7 +1556,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     } else if constexpr (kGroups == 1) {
       if (active) score_tokens_half<kF16, kDqk, L::q_stride, L::k_stride>(sc, sQ, keys, mt, nh, lane);
     } else {
-      if (active) score_tokens_n8<kF16, kDqk, L::q_stride, L::k_stride>(sc[0], sQ, keys, rt, wt0, lane);
+      // Token groups: both of the group's n8 tiles over half nh of d_qk, the partial sums to Q's
+      // rows 16.. (no warp of a 16-row CTA reads them; [2 groups][2 writers][2 tiles][32 lanes]
+      // float4, lane-major: each warp's store covers 512 contiguous bytes).
+      if (active) {
+        score_group_half<kF16, kDqk, L::q_stride, L::k_stride>(sc, sQ, keys, tb, nh, lane);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) group_xchg(nh, j) = make_float4(sc[j][0], sc[j][1], sc[j][2], sc[j][3]);
+      }
     }
 
     // ---- 3b. Overlapped: dequantize tile t + 1 into the other key tile while other warps still
@@ -1541,14 +1590,33 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       }
     }
 
+    // Token groups: the full scores of the group's 16 tokens, this warp's half-sums plus the other
+    // warp's (fp32 addition commutes, so both warps hold the same bits, and so the same maxima).
+    if constexpr (kGroups == 2) {
+      pair_sync(mt);
+      if (active) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float4 o = group_xchg(1 - nh, j);
+          sc[j][0] += o.x;
+          sc[j][1] += o.y;
+          sc[j][2] += o.z;
+          sc[j][3] += o.w;
+        }
+      }
+    }
+
     // ---- 4. Online softmax (log2 domain). Element e of tile nt: row gr + 8 (e / 2), token
-    // wt0 + 8 nt + 2 t4 + (e % 2).
+    // st0 + 8 nt + 2 t4 + (e % 2), where st0 is wt0, or with token groups the group's first token
+    // (each warp holds the scores of both n8 tiles: the rows' maxima need no exchange).
+    constexpr int kScoreTiles = kGroups == 2 ? 2 : kNT;
+    const int st0 = kGroups == 2 ? tb : wt0;
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
+    for (int nt = 0; nt < kScoreTiles; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int tok = wt0 + nt * 8 + 2 * t4 + (e % 2);
+        const int tok = st0 + nt * 8 + 2 * t4 + (e % 2);
         const bool seen = tile_data[tok] && (!Source::kPacksRows || tile * kTileTokens + tok < row_lim[e / 2]);
         const float v = seen ? sc[nt][e] * scale_log2 : -INFINITY;
         sc[nt][e] = v;
@@ -1559,16 +1627,19 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
     }
-    if (t4 == 0) {
-      sMax[nh * kHeadsPerCta + mt * 16 + gr] = tile_max[0];
-      sMax[nh * kHeadsPerCta + mt * 16 + gr + 8] = tile_max[1];
+    if constexpr (kGroups == 1) {
+      if (t4 == 0) {
+        sMax[nh * kHeadsPerCta + mt * 16 + gr] = tile_max[0];
+        sMax[nh * kHeadsPerCta + mt * 16 + gr + 8] = tile_max[1];
+      }
+      pair_sync(mt);
     }
-    pair_sync(mt);
     float alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int hr = mt * 16 + gr + 8 * r;
-      const float new_max = fmaxf(row_max[r], fmaxf(sMax[hr], sMax[kHeadsPerCta + hr]));
+      const float new_max =
+          kGroups == 2 ? fmaxf(row_max[r], tile_max[r]) : fmaxf(row_max[r], fmaxf(sMax[hr], sMax[kHeadsPerCta + hr]));
       alpha[r] = new_max == -INFINITY ? 1.0f : exp2f(row_max[r] - new_max);
       row_max[r] = new_max;
       row_sum[r] *= alpha[r];
@@ -1585,7 +1656,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float m = row_max[e / 2];
-        prob[e] = (sc[nt][e] == -INFINITY) ? 0.0f : exp2f(sc[nt][e] - m);
+        // (Token groups: this warp's n8 tile, nh; selected, not indexed, so that sc stays in
+        // registers.)
+        const float v = kGroups == 2 ? (nh ? sc[1][e] : sc[0][e]) : sc[nt][e];
+        prob[e] = (v == -INFINITY) ? 0.0f : exp2f(v - m);
         row_sum[e / 2] += prob[e];
       }
       const int col = wt0 - tb + nt * 8 + 2 * t4;  // the group's P columns
