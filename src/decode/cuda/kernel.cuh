@@ -27,7 +27,8 @@
 //      16 (w / 2).. over half (w % 2) of d_qk, and the two warps of a group swap partial sums
 //      (score_group_half); each keeps tokens 16 (w / 2) + 8 (w % 2).. for steps 4 and 5.
 //   4. Online softmax in the log2 domain: the two warps sharing a head block exchange their row
-//      maxima through shared memory, rescale, and write P (16-bit) to shared memory. Within a tile
+//      maxima through shared memory (token groups: each warp already holds its group's 16 scores,
+//      so no exchange), rescale, and write P (16-bit) to shared memory. Within a tile
 //      only those two warps wait for each other (pair_sync); the CTA-wide barriers of step 2 order
 //      the shared key tiles, staging buffers and key pointers.
 //   5. O += P V with V = the first 512 dims of the same tile; warp w accumulates half the dims.
@@ -303,9 +304,10 @@ __device__ __forceinline__ void score_tokens_half(float (&sc)[2][4], const uint1
     for (int e = 0; e < 4; ++e) sc[nt][e] += sc2[nt][e];
 }
 
-// 8 tokens tok0.. over all of d_qk, rows 16 rt.. (the compact kernel's token groups) (one n8
-// tile; sc[e]: row gr + 8 (e / 2), token tok0 + 2 t4 + (e % 2)). One ldmatrix x4 of keys covers two
-// k-steps (matrices 2 and 3 are the next step's), and the even and odd steps accumulate apart.
+// 8 tokens tok0.. over all of d_qk, rows 16 rt.. (one n8 tile; sc[e]: row gr + 8 (e / 2), token
+// tok0 + 2 t4 + (e % 2)): the compact kernel's score product (decode/compact, a warp per 8
+// tokens). One ldmatrix x4 of keys covers two k-steps (matrices 2 and 3 are the next step's), and
+// the even and odd steps accumulate apart.
 template <bool kF16, int kDqk, int kQStride, int kKStride>
 __device__ __forceinline__ void score_tokens_n8(float (&sc)[4], const uint16_t* sQ, const uint16_t* keys,
                                                 int rt, int tok0, int lane) {
