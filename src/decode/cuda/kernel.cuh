@@ -335,27 +335,39 @@ __device__ __forceinline__ void score_tokens_n8(float (&sc)[4], const uint16_t* 
   for (int e = 0; e < 4; ++e) sc[e] += sc2[e];
 }
 
-// Token groups (kGroups 2, CTAs of at most 16 rows): the group's 16 tokens tok0.. (two n8 tiles;
-// part[j][e]: row gr + 8 (e / 2), token tok0 + 8 j + 2 t4 + (e % 2)) over half nh of d_qk, rows
-// 0-15, to be added to the pair's other warp's half. Per k-step one ldmatrix x4 of Q and one of
-// keys feed two MMAs (one chain per n8 tile). Against each warp taking its 8 tokens over all of
-// d_qk, the four multiplying warps read half of Q's fragments each instead of all of it: 72 KB of
-// shared-memory reads per 32-token tile where that form read 108 KB, for an exchange of 4 KB
-// written and read (the partial sums go through shared memory once, in place of the pair's
-// exchange of row maxima: with both sums each warp has the scores of all 16 tokens).
-template <bool kF16, int kDqk, int kQStride, int kKStride>
-__device__ __forceinline__ void score_group_half(float (&part)[2][4], const uint16_t* sQ, const uint16_t* keys,
-                                                 int tok0, int nh, int lane) {
+// Tokens tok0 .. tok0 + 16 kBlocks - 1 (2 kBlocks n8 tiles, one accumulator chain each; part[nt]:
+// tokens tok0 + 8 nt.., element e row row0 + gr + 8 (e / 2), token tok0 + 8 nt + 2 t4 + (e % 2))
+// of rows row0.. over half nh of d_qk, to be added to the other warp's half: per k-step one
+// ldmatrix x4 of Q and kBlocks of keys feed 2 kBlocks MMAs. Each warp reads only its half of Q's
+// columns, so a pair loads Q's fragments once instead of twice.
+// kBlocks 2 (score_dqk_half's name below: all 32 tokens, rows 16 mt..): a quarter fewer ldmatrix
+// than the token split, for an exchange of 1 KB per warp and one more pair barrier. Measured on
+// the H200 (bench NOTES v11): 1.5-2.7% faster on sparse decode and v32_fp8 dense pages with 64
+// rows per CTA, but 3-5.4% slower on v32_fp8 pages with 16 or 32 rows (5-12% with 16-bit keys, 1%
+// slower on prefill even with 64), where the extra barrier's latency is not hidden by other pairs'
+// work; choosing per CTA at run time cost the 64-row case its gain (both loops in one kernel). So
+// it is a Source's compile-time choice (Source::kSplitDqk): sparse decode, whose production shapes
+// have h_q 64 or 128, takes it.
+// kBlocks 1 (token groups, kGroups 2, CTAs of at most 16 rows: a group's 16 tokens, rows 0-15):
+// against each warp taking its 8 tokens over all of d_qk (score_tokens_n8), the four multiplying
+// warps read 72 KB of fragments per 32-token tile where that form read 108 KB, for an exchange of
+// 4 KB written and read; the partial sums go through shared memory in place of the pair's
+// exchange of row maxima (with both sums each warp has the scores of all 16 tokens), so no
+// barrier is added.
+template <bool kF16, int kDqk, int kQStride, int kKStride, int kBlocks>
+__device__ __forceinline__ void score_half_dqk(float (&part)[2 * kBlocks][4], const uint16_t* sQ, const uint16_t* keys,
+                                               int row0, int tok0, int nh, int lane) {
   constexpr int kSteps = kDqk / 32;  // k-steps per half
   static_assert(kDqk % 32 == 0, "d_qk splits into two halves of whole k-steps");
   const int k0 = nh * kSteps * 16;
-  const uint16_t* qa = sQ + (lane % 16) * kQStride + (lane / 16) * 8 + k0;
+  const uint16_t* qa = sQ + (row0 + (lane % 16)) * kQStride + (lane / 16) * 8 + k0;
   const uint16_t* kb = keys + (tok0 + (lane % 8) + (lane / 16) * 8) * kKStride + ((lane / 8) % 2) * 8 + k0;
   constexpr int kAhead = 2, kBufs = kAhead + 1;
-  uint32_t fa[kBufs][4], fb[kBufs][4];
+  uint32_t fa[kBufs][4], fb[kBufs][kBlocks][4];
   auto load = [&](int buf, int s) {
     ldmatrix_x4(fa[buf], qa + s * 16);
-    ldmatrix_x4(fb[buf], kb + s * 16);
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) ldmatrix_x4(fb[buf][b], kb + 16 * b * kKStride + s * 16);
   };
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) load(s, s);
@@ -363,47 +375,22 @@ __device__ __forceinline__ void score_group_half(float (&part)[2][4], const uint
   for (int s = 0; s < kSteps; ++s) {
     if (s + kAhead < kSteps) load((s + kAhead) % kBufs, s + kAhead);
     const int b = s % kBufs;
-    mma_16816<kF16>(part[0], fa[b], fb[b][0], fb[b][1]);
-    mma_16816<kF16>(part[1], fa[b], fb[b][2], fb[b][3]);
+#pragma unroll
+    for (int t = 0; t < kBlocks; ++t) {
+      mma_16816<kF16>(part[2 * t], fa[b], fb[b][t][0], fb[b][t][1]);
+      mma_16816<kF16>(part[2 * t + 1], fa[b], fb[b][t][2], fb[b][t][3]);
+    }
   }
 }
-
-// All 32 tokens over half nh of d_qk (four n8 tiles, one accumulator chain each; part[nt]: tokens
-// 8 nt..), to be added to the other warp's half. Each warp reads only its half of Q's columns, so
-// the pair loads Q's fragments once instead of twice: a quarter fewer ldmatrix than the token
-// split, for an exchange of 1 KB per warp and one more pair barrier. Measured on the H200 (bench
-// NOTES v11): 1.5-2.7% faster on sparse decode and v32_fp8 dense pages with 64 rows per CTA, but
-// 3-5.4% slower on v32_fp8 pages with 16 or 32 rows (5-12% with 16-bit keys, 1% slower on prefill
-// even with 64), where the extra barrier's latency is not hidden by other pairs' work; choosing
-// per CTA at run time cost the 64-row case its gain (both loops in one kernel). So it is a
-// Source's compile-time choice (Source::kSplitDqk): sparse decode, whose production shapes have
-// h_q 64 or 128, takes it.
 template <bool kF16, int kDqk, int kQStride, int kKStride>
 __device__ __forceinline__ void score_dqk_half(float (&part)[4][4], const uint16_t* sQ, const uint16_t* keys,
                                                int mt, int nh, int lane) {
-  constexpr int kSteps = kDqk / 32;  // k-steps per half
-  static_assert(kDqk % 32 == 0, "d_qk splits into two halves of whole k-steps");
-  const int k0 = nh * kSteps * 16;
-  const uint16_t* qa = sQ + (mt * 16 + (lane % 16)) * kQStride + (lane / 16) * 8 + k0;
-  const uint16_t* kb = keys + ((lane % 8) + (lane / 16) * 8) * kKStride + ((lane / 8) % 2) * 8 + k0;
-  constexpr int kAhead = 2, kBufs = kAhead + 1;
-  uint32_t fa[kBufs][4], fb[kBufs][2][4];
-  auto load = [&](int buf, int s) {
-    ldmatrix_x4(fa[buf], qa + s * 16);
-    ldmatrix_x4(fb[buf][0], kb + s * 16);
-    ldmatrix_x4(fb[buf][1], kb + 16 * kKStride + s * 16);
-  };
-#pragma unroll
-  for (int s = 0; s < kAhead; ++s) load(s, s);
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    if (s + kAhead < kSteps) load((s + kAhead) % kBufs, s + kAhead);
-    const int b = s % kBufs;
-    mma_16816<kF16>(part[0], fa[b], fb[b][0][0], fb[b][0][1]);
-    mma_16816<kF16>(part[1], fa[b], fb[b][0][2], fb[b][0][3]);
-    mma_16816<kF16>(part[2], fa[b], fb[b][1][0], fb[b][1][1]);
-    mma_16816<kF16>(part[3], fa[b], fb[b][1][2], fb[b][1][3]);
-  }
+  score_half_dqk<kF16, kDqk, kQStride, kKStride, 2>(part, sQ, keys, mt * 16, 0, nh, lane);
+}
+template <bool kF16, int kDqk, int kQStride, int kKStride>
+__device__ __forceinline__ void score_group_half(float (&part)[2][4], const uint16_t* sQ, const uint16_t* keys,
+                                                 int tok0, int nh, int lane) {
+  score_half_dqk<kF16, kDqk, kQStride, kKStride, 1>(part, sQ, keys, 0, tok0, nh, lane);
 }
 
 // ---- key storage ----------------------------------------------------------------------------------
