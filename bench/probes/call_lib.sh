@@ -1,5 +1,6 @@
 # Sourced by this folder's one-call device scripts (groups32_run.sh, dequant_halves_run.sh,
-# share_value_third_run.sh): the call's time left, archive unpacking, a test log's summary line.
+# share_value_third_run.sh, group_half_run.sh, fold_run.sh, fold_check_run.sh): the call's time
+# left, archive unpacking, a test log's summary line, the portable suites and sanitizer runs.
 call_start=$(date +%s)
 # Seconds left of the call (LKV_SECONDS, default 570: the device tool's 600 less the transfers).
 left() { echo $(( ${LKV_SECONDS:-570} - ($(date +%s) - call_start) )); }
@@ -8,4 +9,25 @@ unpack() { mkdir -p "$2" && tar xJf "$1" -C "$2" && echo "$2: $(cat "$2/PREBUILT
 # summary LABEL RC SECONDS LOG: one line with the GoogleTest verdict and any sanitizer summary.
 summary() {
   echo "$1 rc=$2 $3 s: $(grep -E '^\[  (PASSED|FAILED)' "$4" | tr '\n' ' ') $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$4" | tr '\n' ' ')"
+}
+# suites LABEL DIR [SECONDS]: the portable attention suites of DIR/lkv_cuda_tests, their verdict and
+# any failures printed, the log to $OUT/tests-LABEL.log.gz.
+suites() {
+  local t0 log=$OUT/tests-$1.log
+  t0=$(date +%s)
+  LKV_TEST_KERNELS=portable timeout "${3:-200}" "$2/lkv_cuda_tests" \
+    --gtest_filter='Decode*:Dense*:Attention*:Prefill*:-*Sm90*' >"$log" 2>&1
+  summary "portable suites ($1)" $? $(( $(date +%s) - t0 )) "$log"
+  grep -E "^\[  FAILED|Failure" "$log" | head -20
+  gzip -f "$log"
+}
+# sanitize TOOL LABEL DIR FILTER [SECONDS]: compute-sanitizer TOOL (memcheck, racecheck) on the tests
+# FILTER names, portable kernel; the verdict printed, the log to $OUT/TOOL-LABEL.log.gz.
+sanitize() {
+  local t0 log=$OUT/$1-$2.log
+  t0=$(date +%s)
+  LKV_TEST_KERNELS=portable timeout "${5:-120}" compute-sanitizer --tool "$1" "$3/lkv_cuda_tests" \
+    --gtest_filter="$4" >"$log" 2>&1
+  summary "$1 ($2)" $? $(( $(date +%s) - t0 )) "$log"
+  gzip -f "$log"
 }
