@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One device call for two portable-kernel changes, each tested and then timed against main (dfd1c2b)
 # in the same run (bench/NOTES.md v55):
-#   swap: dequantization stores in the order second_half_first picks (v4_fp8 and v41 records);
-#   gh:   swap plus token groups whose pairs split d_qk (score_group_half; CTAs of <= 16 rows).
-# Here (gh at the branch's head, swap at its first commit, main55 at dfd1c2b):
+#   swap: dequantization stores in the order second_half_first picks (v4_fp8 and v41 records;
+#         branch wip/swap-halves at 2d51546, dropped);
+#   gh:   swap plus token groups whose pairs split d_qk (score_group_half; CTAs of <= 16 rows;
+#         wip/swap-halves at 37977b1; main took the split alone, 9785377).
+# Here (gh and ghrc at 37977b1, swap from 2d51546's sources, main55 at dfd1c2b):
 #   LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/gh.tar.xz bash scripts/gpu_prebuild.sh latentkv lkv_cuda_tests
 #   LKV_PREBUILT_SM90=1 LKV_PREBUILT_RACECHECK=1 LKV_PREBUILT_OUT=build-pk/ghrc.tar.xz bash scripts/gpu_prebuild.sh lkv_cuda_tests
 # There (carry build-pk/{gh,ghrc,swap,main55}.tar.xz): bash bench/probes/group_half_run.sh [ROUNDS]
