@@ -95,7 +95,9 @@ struct SmemLayout {
   // fp32 each); the area is reserved for every quantized layout (dense v32_fp8 pages do not use
   // it: 3 KB, within the A100's limit below).
   static constexpr int p_rows_bytes = 16 * p_stride * 2;
-  static constexpr int xchg_bytes = kDirect ? 0 : 2 * 16 * 16 * 4;
+  // (Overlapped: [2 writers][4 n8 tiles][32 lanes] float4, the folded exchange of kernel.cuh's kFold,
+  // 8 KB more in all; the one-key-tile layout keeps the 2 KB form within an A100's 163 KB.)
+  static constexpr int xchg_bytes = kDirect ? 0 : kOverlap ? 2 * 4 * 32 * 16 : 2 * 16 * 16 * 4;
   static constexpr int pair_bytes = p_rows_bytes > xchg_bytes ? p_rows_bytes : xchg_bytes;
   static constexpr int p_bytes = (kHeadsPerCta / 16) * pair_bytes;
   static constexpr int red_bytes = 2 * 2 * kHeadsPerCta * 4;  // [max|sum][n-half][head] fp32

@@ -22,13 +22,15 @@
 //      16 (w / 2).. and ends with the scores of tokens 16 (w % 2)..; masked tokens get -inf. Two
 //      shapes, the Source's choice (Source::kSplitDqk): warp w multiplies those 16 tokens over all
 //      of d_qk (score_tokens_half), or all 32 tokens over half (w % 2) of d_qk, the two warps of
-//      a head tile then swapping partial sums (score_dqk_half; sparse decode). With token groups
+//      a head tile then swapping partial sums (score_dqk_half; sparse decode, v32_fp8 pages; in the
+//      overlapped layout all four n8 tiles, so both warps hold all 32 tokens' scores: kFold). With token groups
 //      (kGroups below; CTAs of at most 16 rows) warps 0-3 take rows 0-15, warp w the 16 tokens
 //      16 (w / 2).. over half (w % 2) of d_qk, and the two warps of a group swap partial sums
 //      (score_group_half); each keeps tokens 16 (w / 2) + 8 (w % 2).. for steps 4 and 5.
 //   4. Online softmax in the log2 domain: the two warps sharing a head block exchange their row
 //      maxima through shared memory (token groups: each warp already holds its group's 16 scores,
-//      so no exchange), rescale, and write P (16-bit) to shared memory. Within a tile
+//      so no exchange), rescale, and write P (16-bit) to shared memory (kFold: no exchange of
+//      maxima, and P goes from registers straight into step 5's fragments). Within a tile
 //      only those two warps wait for each other (pair_sync); the CTA-wide barriers of step 2 order
 //      the shared key tiles, staging buffers and key pointers.
 //   5. O += P V with V = the first 512 dims of the same tile; warp w accumulates half the dims.
@@ -1018,11 +1020,18 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // Score product shape: the Source's choice (score_dqk_half, score_tokens_half); the split's
   // exchange area exists for quantized storage only.
   constexpr bool kSplitDqk = Source::kSplitDqk;
+  // kFold (the d_qk split in the overlapped layout): each warp of a pair hands the other all four
+  // n8 tiles of its half-sums, so both hold all 32 tokens' scores; the rows' maxima then need no
+  // exchange and P no trip through shared memory (step 4), one pair barrier per tile instead of
+  // three. Its exchange area, 4 KB per pair, fits the overlapped layouts only (SmemLayout's
+  // xchg_bytes; the one-key-tile layout keeps A100s' 163 KB).
+  constexpr bool kFold = kSplitDqk && kOverlap;
   static_assert(!kSplitDqk || !kDirect, "the d_qk split's exchange area is laid out for quantized storage");
   static_assert(!kRoles || (kDirect && kGroups == 1 && !Source::kSplitDqk),
                 "score and value warps: 16-bit keys, one group, the unsplit score shape");
   using L = SmemLayout<kDqk, kDirect, kOverlap || kDeep, kRoleMode>;
-  static_assert(!kSplitDqk || L::xchg_bytes == 2 * 2 * 32 * 16, "exchange area: [2 writers][2 n8 tiles][32 lanes] float4");
+  static_assert(!kSplitDqk || L::xchg_bytes == 2 * (kFold ? 4 : 2) * 32 * 16,
+                "exchange area: [2 writers][2 or 4 n8 tiles][32 lanes] float4");
   static_assert(kGroups == 1 || (kGroups == 2 && !kSplitDqk), "token groups take the unsplit score shape");
   // The groups' merge passes group 1's O through Q's area: [2 row tiles][2 warps][32 n8 tiles][32 lanes] float4.
   static_assert(kGroups == 1 || L::q_bytes >= 2 * 2 * 32 * 32 * 16, "Q's area holds group 1's O at the end");
@@ -1527,13 +1536,19 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
     // ---- 3. S = Q K^T for heads 16 mt.. (score_tokens_half / score_dqk_half say which half of
     // the work warp nh does; Source::kSplitDqk chooses).
-    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    // (kFold: all 32 tokens' scores, the four n8 tiles; otherwise this warp's two.)
+    float sc[kFold ? 4 : 2][4] = {};
     float part[4][4];
     // The other warp's two n8 tiles go to the pair's exchange area (the P rows, free since the
     // iteration's first barrier: the pair's previous P was last read before it), lane-major so
-    // that each float4 store and load of a warp covers 512 contiguous bytes.
+    // that each float4 store and load of a warp covers 512 contiguous bytes. (kFold: all four of
+    // this warp's tiles, to the pair's own area: [2 writers][4 tiles][32 lanes].)
     float4* xchg = reinterpret_cast<float4*>(sPair);  // [2 writers][2 tiles][32 lanes]
-    if constexpr (kSplitDqk) {
+    if constexpr (kFold) {
+      if (active) score_dqk_half<kF16, kDqk, L::q_stride, L::k_stride>(sc, sQ, keys, mt, nh, lane);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xchg[(nh * 4 + j) * 32 + lane] = make_float4(sc[j][0], sc[j][1], sc[j][2], sc[j][3]);
+    } else if constexpr (kSplitDqk) {
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) part[nt][0] = part[nt][1] = part[nt][2] = part[nt][3] = 0.0f;
       if (active) score_dqk_half<kF16, kDqk, L::q_stride, L::k_stride>(part, sQ, keys, mt, nh, lane);
@@ -1566,7 +1581,17 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     // ---- 3c. d_qk split: the full scores of this warp's tokens, its own half-sum plus the other
     // warp's (fp32 addition commutes, so the order of the halves does not matter: the result is
     // deterministic).
-    if constexpr (kSplitDqk) {
+    if constexpr (kFold) {
+      pair_sync(mt);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float4 o = xchg[((1 - nh) * 4 + j) * 32 + lane];
+        sc[j][0] += o.x;
+        sc[j][1] += o.y;
+        sc[j][2] += o.z;
+        sc[j][3] += o.w;
+      }
+    } else if constexpr (kSplitDqk) {
       pair_sync(mt);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
@@ -1596,10 +1621,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
 
     // ---- 4. Online softmax (log2 domain). Element e of tile nt: row gr + 8 (e / 2), token
-    // st0 + 8 nt + 2 t4 + (e % 2), where st0 is wt0, or with token groups the group's first token
-    // (each warp holds the scores of both n8 tiles: the rows' maxima need no exchange).
-    constexpr int kScoreTiles = kGroups == 2 ? 2 : kNT;
-    const int st0 = kGroups == 2 ? tb : wt0;
+    // st0 + 8 nt + 2 t4 + (e % 2), where st0 is wt0, or where each warp holds the scores of all
+    // its pair's tokens (token groups: the group's 16; kFold: all 32) the pair's first token, and
+    // the rows' maxima need no exchange.
+    constexpr bool kPairScores = kGroups == 2 || kFold;
+    constexpr int kScoreTiles = kGroups == 2 ? 2 : kFold ? 4 : kNT;
+    const int st0 = kPairScores ? tb : wt0;
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < kScoreTiles; ++nt)
@@ -1616,7 +1643,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
     }
-    if constexpr (kGroups == 1) {
+    if constexpr (!kPairScores) {
       if (t4 == 0) {
         sMax[nh * kHeadsPerCta + mt * 16 + gr] = tile_max[0];
         sMax[nh * kHeadsPerCta + mt * 16 + gr + 8] = tile_max[1];
@@ -1628,7 +1655,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     for (int r = 0; r < 2; ++r) {
       const int hr = mt * 16 + gr + 8 * r;
       const float new_max =
-          kGroups == 2 ? fmaxf(row_max[r], tile_max[r]) : fmaxf(row_max[r], fmaxf(sMax[hr], sMax[kHeadsPerCta + hr]));
+          kPairScores ? fmaxf(row_max[r], tile_max[r]) : fmaxf(row_max[r], fmaxf(sMax[hr], sMax[kHeadsPerCta + hr]));
       alpha[r] = new_max == -INFINITY ? 1.0f : exp2f(row_max[r] - new_max);
       row_max[r] = new_max;
       row_sum[r] *= alpha[r];
@@ -1639,34 +1666,68 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       sMax[32 + (tile & 1) * 64 + mt * 16 + gr] = row_max[0];
       sMax[32 + (tile & 1) * 64 + mt * 16 + gr + 8] = row_max[1];
     }
+    if constexpr (kFold) {
+      // P of all 32 tokens from this warp's own scores, straight into the value product's A
+      // fragments (a score tile's accumulator layout is the A layout of its 8 columns: the same
+      // packed values the ldmatrix of P's rows would load), so that the pair needs no barrier
+      // between writing P and reading it. Each warp still sums only its own two tiles (2 nh,
+      // 2 nh + 1), selected, in the order and with the operations of the unfolded split, so that
+      // the compiler may contract the rescale of the sum with its first addend into one FMA in
+      // both alike. (Adding the other tiles' probabilities as zeros first gave bytes that differed
+      // from the narrow layout's; a different contraction is the likeliest cause, bench/NOTES.md
+      // v55.)
+      float prob[4][4];
+      uint32_t pa[2][4];
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      float prob[4];
+      for (int j = 0; j < 4; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float m = row_max[e / 2];
-        // (Token groups: this warp's n8 tile, nh; selected, not indexed, so that sc stays in
-        // registers.)
-        const float v = kGroups == 2 ? (nh ? sc[1][e] : sc[0][e]) : sc[nt][e];
-        prob[e] = (v == -INFINITY) ? 0.0f : exp2f(v - m);
-        row_sum[e / 2] += prob[e];
+        for (int e = 0; e < 4; ++e) prob[j][e] = (sc[j][e] == -INFINITY) ? 0.0f : exp2f(sc[j][e] - row_max[e / 2]);
+        pa[j / 2][2 * (j % 2)] = pack2<kF16>(prob[j][0], prob[j][1]);
+        pa[j / 2][2 * (j % 2) + 1] = pack2<kF16>(prob[j][2], prob[j][3]);
       }
-      const int col = wt0 - tb + nt * 8 + 2 * t4;  // the group's P columns
-      *reinterpret_cast<uint32_t*>(p_row(gr, tile) + col) = pack2<kF16>(prob[0], prob[1]);
-      *reinterpret_cast<uint32_t*>(p_row(gr + 8, tile) + col) = pack2<kF16>(prob[2], prob[3]);
-    }
-    rescale_o(alpha);
-    pair_sync(mt);
-
-    // ---- 5. O += P V for rows 16 rt.., the group's tokens and dims 256 nh.. (32 n8 tiles; kShareV:
-    // the first 128 of them, 16 tiles).
 #pragma unroll
-    for (int kk = 0; kk < kGroupTokens; kk += 16) {
-      if (!active) break;
-      uint32_t a[4];
-      ldmatrix_x4(a, p_row(lane % 16, tile) + kk + (lane / 16) * 8);
-      const uint16_t* vb = keys + (tb + kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
-      pv_step(a, vb);
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) row_sum[e / 2] += nh ? prob[2 + nt][e] : prob[nt][e];
+      rescale_o(alpha);
+      // ---- 5. O += P V for rows 16 mt.., all 32 tokens and dims 256 nh.. (32 n8 tiles).
+      if (active) {
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          const uint16_t* vb = keys + (16 * kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
+          pv_step(pa[kk], vb);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        float prob[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float m = row_max[e / 2];
+          // (Token groups: this warp's n8 tile, nh; selected, not indexed, so that sc stays in
+          // registers.)
+          const float v = kGroups == 2 ? (nh ? sc[1][e] : sc[0][e]) : sc[nt][e];
+          prob[e] = (v == -INFINITY) ? 0.0f : exp2f(v - m);
+          row_sum[e / 2] += prob[e];
+        }
+        const int col = wt0 - tb + nt * 8 + 2 * t4;  // the group's P columns
+        *reinterpret_cast<uint32_t*>(p_row(gr, tile) + col) = pack2<kF16>(prob[0], prob[1]);
+        *reinterpret_cast<uint32_t*>(p_row(gr + 8, tile) + col) = pack2<kF16>(prob[2], prob[3]);
+      }
+      rescale_o(alpha);
+      pair_sync(mt);
+
+      // ---- 5. O += P V for rows 16 rt.., the group's tokens and dims 256 nh.. (32 n8 tiles; kShareV:
+      // the first 128 of them, 16 tiles).
+#pragma unroll
+      for (int kk = 0; kk < kGroupTokens; kk += 16) {
+        if (!active) break;
+        uint32_t a[4];
+        ldmatrix_x4(a, p_row(lane % 16, tile) + kk + (lane / 16) * 8);
+        const uint16_t* vb = keys + (tb + kk + (lane % 8) + ((lane / 8) % 2) * 8) * L::k_stride + nh * 256 + (lane / 16) * 8;
+        pv_step(a, vb);
+      }
     }
     // Overlapped: tile t + 3's pointers go to the buffer tile t - 1 used (its last readers, the
     // softmax of tile t - 1, are behind this iteration's first barrier; tile t's may still be read
