@@ -50,6 +50,7 @@
 #endif
 
 #include <cstdint>
+#include <type_traits>
 
 #include "decode/cuda/config.h"
 #include "decode/cuda/attend_params.h"
@@ -1110,16 +1111,20 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // results are never written, and the other warps then share the SM among fewer.
   const bool active = rt * 16 < rows_here;
 
-  // ---- 1. Q to shared memory (16-byte loads), zero rows past the CTA's.
+  // ---- 1. Q to shared memory by cp.async (16 bytes each), zero rows past the CTA's. Every copy is
+  // in flight at once, and the prologue's index loads below go out behind them; the pipeline
+  // prologue waits for them (cp_async_wait<0>) before its first CTA barrier. (Plain loads, each
+  // stored before the next batch went out, ran in rounds of the memory latency: bench/NOTES.md v56.)
   const uint16_t* q_row = g.q + r1 * g.stride_q_r1 + pr.r2_0 * g.stride_q_r2;  // the group's first query
   for (int c = tid; c < L::q_rows * (kDqk / 8); c += kThreads) {
     const int hr = c / (kDqk / 8), col = (c % (kDqk / 8)) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
+    uint16_t* dst = sQ + hr * L::q_stride + col;
     if (hr < rows_here)
-      v = *reinterpret_cast<const uint4*>(q_row + pr.query(hr, heads_here) * g.stride_q_r2 +
-                                          (h0 + pr.head(hr, heads_here)) * g.stride_q_h + col);
-    *reinterpret_cast<uint4*>(sQ + hr * L::q_stride + col) = v;
+      cp_async_16(dst, q_row + pr.query(hr, heads_here) * g.stride_q_r2 + (h0 + pr.head(hr, heads_here)) * g.stride_q_h + col);
+    else
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
   }
+  cp_async_commit();
 
   const Source src(p.src, r1, pr.r2_last(), kv_head);
   const int64_t k_begin = split * g.keys_per_split;
@@ -1179,15 +1184,41 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // wait out the load (sampling showed it there, ~5% of the kernel's stalls).
   int64_t pending_k = -1;     // candidate of this thread in the fetched tile; -1: none
   int32_t pending_index = -1;
-  auto fetch = [&](int64_t tile) {
-    const int64_t k = k_begin + tile * kTileTokens + tid;
-    pending_k = tile < num_tiles && k < k_end ? k : -1;
-    if (pending_k >= 0) pending_index = src.raw_index(p.src, pending_k);
+  auto fetch_into = [&](int64_t tile, int64_t& k, int32_t& index) {
+    const int64_t kt = k_begin + tile * kTileTokens + tid;
+    k = tile < num_tiles && kt < k_end ? kt : -1;
+    if (k >= 0) index = src.raw_index(p.src, k);
   };
-  auto resolve = [&](const uint8_t** data, const uint8_t** scale) {
+  auto resolve_from = [&](int64_t k, int32_t index, int pbuf) {
+    const uint8_t** data = &sData[pbuf * kTileTokens + tid];
+    const uint8_t** scale = &sScale[pbuf * kTileTokens + tid];
     *data = nullptr;
     *scale = nullptr;
-    if (pending_k >= 0) *data = src.locate_index(p.src, pending_k, pending_index, scale);
+    if (k >= 0) *data = src.locate_index(p.src, k, index, scale);
+  };
+  auto fetch = [&](int64_t tile) { fetch_into(tile, pending_k, pending_index); };
+  auto resolve = [&](int pbuf) { resolve_from(pending_k, pending_index, pbuf); };
+  // The pipeline prologue's keys (first warp): the index loads of tiles 0..kN - 1, and of tile kN
+  // when kPend (left pending for the loop's first resolve), all issued before any is used; then
+  // tiles 0..kN - 1 resolved into pointer buffers 0..kN - 1. (One tile after another, each
+  // resolve waiting for its load, they cost kN round trips of the memory latency before the first
+  // copy could start.)
+  auto prologue_keys = [&](auto n_tiles, auto pend) {
+    constexpr int kN = decltype(n_tiles)::value;
+    constexpr bool kPend = decltype(pend)::value;
+    int64_t k[kN + 1];
+    int32_t index[kN + 1];
+#pragma unroll
+    for (int t = 0; t < kN + (kPend ? 1 : 0); ++t) {
+      index[t] = -1;
+      fetch_into(t, k[t], index[t]);
+    }
+#pragma unroll
+    for (int t = 0; t < kN; ++t) resolve_from(k[t], index[t], t);
+    if constexpr (kPend) {
+      pending_k = k[kN];
+      pending_index = index[kN];
+    }
   };
   // Starts the copies of the keys listed in pointer buffer `pbuf` into key / staging buffer `buf`
   // (with kBulk: bulk copies completing on sBar[buf], issued by the last g.copy_warps warps,
@@ -1273,17 +1304,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // Deep and role layouts (16-bit keys on sm_90): tiles 0 and 1 resolved and their copies started
   // on one mbarrier per key tile, tile 2's index loads issued.
   auto start_two_tiles = [&] {
-    if (tid < kTileTokens) {
-      fetch(0);
-      resolve(&sData[tid], &sScale[tid]);
-      fetch(1);
-      resolve(&sData[kTileTokens + tid], &sScale[kTileTokens + tid]);
-      fetch(2);
-    }
+    if (tid < kTileTokens) prologue_keys(std::integral_constant<int, 2>{}, std::true_type{});
     if (tid == 0) {
       for (int b = 0; b < L::key_tiles; ++b) mbar_init(&sBar[b], g.copy_warps);
       mbar_init_fence();
     }
+    cp_async_wait<0>();  // Q (step 1)
     __syncthreads();
     issue(0, 0);
     issue(1, 1);
@@ -1308,7 +1334,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       // t - 2's) and scores buffer t % 2 (tile t - 2's); then tile t + 2's copies start and tile
       // t + 3's index loads are issued.
       const int p2 = (it + 2) % kPtrBufs;
-      if (tid < kTileTokens) resolve(&sData[p2 * kTileTokens + tid], &sScale[p2 * kTileTokens + tid]);
+      if (tid < kTileTokens) resolve(p2);
       if (it < static_cast<int>(num_tiles)) mbar_wait(&sBar[it % 4], (it / 4) & 1);
       __syncthreads();
       issue(p2, (it + 2) % 4);
@@ -1406,11 +1432,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   } else {
   if constexpr (kOverlap) {
     // Tiles 0..2 resolved, the records of tiles 0 and 1 in flight, tile 0 dequantized.
-    if (tid < kTileTokens)
-      for (int t = 0; t < 3; ++t) {
-        fetch(t);
-        resolve(&sData[t * kTileTokens + tid], &sScale[t * kTileTokens + tid]);
-      }
+    if (tid < kTileTokens) prologue_keys(std::integral_constant<int, 3>{}, std::false_type{});
     if constexpr (kBulk) {
       if (tid == 0) {
         mbar_init(&sBar[0], g.copy_warps);
@@ -1418,6 +1440,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         mbar_init_fence();
       }
     }
+    cp_async_wait<0>();  // Q (step 1)
     __syncthreads();
     issue(0, 0);
     cp_async_commit();
@@ -1430,11 +1453,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   } else if constexpr (kDeep) {
     start_two_tiles();
   } else {
-    if (tid < kTileTokens) {
-      fetch(0);
-      resolve(&sData[tid], &sScale[tid]);
-      fetch(1);
-    }
+    if (tid < kTileTokens) prologue_keys(std::integral_constant<int, 1>{}, std::true_type{});
     if constexpr (kBulk) {
       if (tid == 0) {
         mbar_init(&sBar[0], g.copy_warps);
@@ -1442,6 +1461,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         mbar_init_fence();
       }
     }
+    cp_async_wait<0>();  // Q (step 1)
     __syncthreads();
     issue(0, 0);
     cp_async_commit();
@@ -1492,7 +1512,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       // tile (t + 2) % 3 (tile t - 1's); then tile t + 2's copies start, and tile t + 3's index
       // loads are issued. Tiles t + 1 and t + 2 are in flight while tile t is computed.
       const int p2 = (tile + 2) % kPtrBufs, kcur = tile % 3;
-      if (tid < kTileTokens) resolve(&sData[p2 * kTileTokens + tid], &sScale[p2 * kTileTokens + tid]);
+      if (tid < kTileTokens) resolve(p2);
       mbar_wait(&sBar[kcur], (tile / 3) & 1);
       __syncthreads();
       issue(p2, (tile + 2) % 3);
@@ -1508,7 +1528,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       // at the wait, where the two-barrier form had tile t + 1's too.)
       // (kBulk: tile t is the (t / 2)-th use of key tile t % 2, so its phase has parity (t / 2) % 2.)
       const int pnxt = (tile + 1) % kPtrBufs;
-      if (tid < kTileTokens) resolve(&sData[pnxt * kTileTokens + tid], &sScale[pnxt * kTileTokens + tid]);
+      if (tid < kTileTokens) resolve(pnxt);
       if constexpr (kBulk) mbar_wait(&sBar[cur], (tile >> 1) & 1);
       else cp_async_wait<0>();
       __syncthreads();
@@ -1520,7 +1540,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       // ---- 2a. Publish tile + 1's keys (their index loads were issued a tile ago), start its
       // copies, and issue tile + 2's index loads.
       const int pnxt = (tile + 1) % kPtrBufs;
-      if (tid < kTileTokens) resolve(&sData[pnxt * kTileTokens + tid], &sScale[pnxt * kTileTokens + tid]);
+      if (tid < kTileTokens) resolve(pnxt);
       __syncthreads();  // also: every warp is done with the previous tile's keys, P and staging
       issue(pnxt, nxt);
       cp_async_commit();
@@ -1552,9 +1572,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) part[nt][0] = part[nt][1] = part[nt][2] = part[nt][3] = 0.0f;
       if (active) score_dqk_half<kF16, kDqk, L::q_stride, L::k_stride>(part, sQ, keys, mt, nh, lane);
+      // (The other warp's tiles, 2 (1 - nh).., and below this warp's, selected, not indexed by
+      // nh: a run-time index put part on the stack, 4 local stores and loads per tile.)
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const float(&o)[4] = part[2 * (1 - nh) + j];
+        float o[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[e] = nh ? part[j][e] : part[2 + j][e];
         xchg[(nh * 2 + j) * 32 + lane] = make_float4(o[0], o[1], o[2], o[3]);
       }
     } else if constexpr (kGroups == 1) {
@@ -1596,7 +1620,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const float4 o = xchg[((1 - nh) * 2 + j) * 32 + lane];
-        const float(&mine)[4] = part[2 * nh + j];
+        float mine[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mine[e] = nh ? part[2 + j][e] : part[j][e];
         sc[j][0] = mine[0] + o.x;
         sc[j][1] = mine[1] + o.y;
         sc[j][2] = mine[2] + o.z;
@@ -1734,7 +1760,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     // by other pairs), visible after the next iteration's first barrier.
     if constexpr (kOverlap) {
       const int p3 = (tile + 3) % kPtrBufs;
-      if (tid < kTileTokens) resolve(&sData[p3 * kTileTokens + tid], &sScale[p3 * kTileTokens + tid]);
+      if (tid < kTileTokens) resolve(p3);
     }
   }
   }  // kRoleMode
