@@ -46,6 +46,9 @@ void launch_attend_grouped(const KernelParams<typename Source::Args>& p, Stream 
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(head_blocks),
                   static_cast<unsigned>(p.g.num_splits));
   KernelParams<typename Source::Args> kp = p;
+#if defined(LKV_SM90_TRACE)
+  kp.trace = sm90::trace_buffer(static_cast<int64_t>(grid.x) * grid.y * grid.z);  // null unless tracing
+#endif
   kp.g.copy_warps = copy_warps_for(p.g, kRoles, kGroups > 1);
   kp.g.idle_dequant = idle_dequant_for();
   cudaLaunchConfig_t config = {};

@@ -54,6 +54,9 @@
 
 #include "decode/cuda/config.h"
 #include "decode/cuda/attend_params.h"
+#if defined(LKV_SM90_TRACE)
+#include "decode/sm90/launch.h"  // kTracePhases
+#endif
 #include "cuda_common/pdl.cuh"
 #include "latentkv/numerics.h"
 
@@ -900,10 +903,13 @@ struct PackedRows {
 // Unsplit: out (16-bit) and, by the thread with `stats`, the natural-log lse (+inf when lonely) and
 // max_logits, the sink's factor applied. Split: the fp32 partial row and its lse (-inf when lonely,
 // so that the combine gives the split no weight) and maximum; the sink is the combine's.
+// stage (unsplit only; may be null): the row's out values go there (shared memory, the row's
+// element dim0) instead of to out, for the caller to store whole rows (store_staged_rows).
 template <bool kF16, int kTiles, bool kPacks>
 __device__ __forceinline__ void finish_row(const Geometry& g, const OutRef& o, const PackedRows<kPacks>& pr, int lr,
                                            int64_t heads_here, int64_t h0, int64_t split, float sum, float row_max,
-                                           const float (&acc)[kTiles][4], int r, int dim0, bool stats, int t4) {
+                                           const float (&acc)[kTiles][4], int r, int dim0, bool stats, int t4,
+                                           uint16_t* stage = nullptr) {
   const int64_t h = h0 + pr.head(lr, heads_here), r2 = pr.r2(lr, heads_here), r1 = pr.r1;
   const bool lonely = sum == 0.0f;
   const float lse_split = lonely ? -INFINITY : (row_max + __log2f(sum)) * kLn2;
@@ -914,7 +920,7 @@ __device__ __forceinline__ void finish_row(const Geometry& g, const OutRef& o, c
     factor *= (sink == INFINITY) ? 0.0f : 1.0f / (1.0f + expf(sink - lse_split));
   }
   if (g.num_splits == 1) {
-    uint16_t* out = o.out + r1 * o.stride_out_r1 + r2 * o.stride_out_r2 + h * o.stride_out_h + dim0;
+    uint16_t* out = stage ? stage : o.out + r1 * o.stride_out_r1 + r2 * o.stride_out_r2 + h * o.stride_out_h + dim0;
 #pragma unroll
     for (int n = 0; n < kTiles; ++n)
       *reinterpret_cast<uint32_t*>(out + n * 8 + 2 * t4) = pack2<kF16>(acc[n][2 * r] * factor, acc[n][2 * r + 1] * factor);
@@ -932,6 +938,23 @@ __device__ __forceinline__ void finish_row(const Geometry& g, const OutRef& o, c
       g.partial_lse[prow] = lse_split;
       if (g.partial_max) g.partial_max[prow] = max_logit;
     }
+  }
+}
+
+// Rows 0..rows - 1 of out, staged in shared memory (row lr at stage + lr * kStride, finish_row's
+// values) by the CTA's kThreads threads, 16 bytes each: each warp stores 512 contiguous bytes at a
+// time. (finish_row's own stores put 16 bytes per row and fragment row group, so a warp's store
+// touched 8 rows; with every CTA of a wave ending together, the end took ~8 us on an H100 against
+// ~2 us for the Hopper kernel's staged stores: bench/NOTES.md v56.)
+template <int kStride, int kThreads, bool kPacks>
+__device__ __forceinline__ void store_staged_rows(const OutRef& o, const PackedRows<kPacks>& pr, int64_t rows,
+                                                  int64_t heads_here, int64_t h0, const uint16_t* stage, int tid) {
+  constexpr int kChunks = kDimV / 8;  // 16-byte chunks per row
+  for (int c = tid; c < rows * kChunks; c += kThreads) {
+    const int lr = c / kChunks, col = (c % kChunks) * 8;
+    const int64_t h = h0 + pr.head(lr, heads_here), r2 = pr.r2(lr, heads_here);
+    uint16_t* out = o.out + pr.r1 * o.stride_out_r1 + r2 * o.stride_out_r2 + h * o.stride_out_h + col;
+    *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(stage + lr * kStride + col);
   }
 }
 
@@ -1072,6 +1095,23 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const unsigned utid = threadIdx.x;
   const int tid = threadIdx.x, warp = kGroups == 1 ? tid / 32 : static_cast<int>(utid / 32u),
             lane = kGroups == 1 ? tid % 32 : static_cast<int>(utid % 32u);
+  // Phase stamps (the Hopper kernel's, decode/sm90/launch.h set_trace; built only with
+  // LKV_SM90_TRACE, for `bench decode --trace`): thread 0's view. 0 entry, 1 the prologue's keys
+  // resolved, 2 the first tiles' copies issued, 3 Q landed, 4 tile 0 ready (the loop starts),
+  // 5 and 6 tiles 0 and 1 done, 7 the loop done, 8 exit (its rows written).
+#if defined(LKV_SM90_TRACE)
+  auto stamp = [&](int phase) {
+    if (p.trace != nullptr && tid == 0) {
+      unsigned long long t;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      const uint64_t cta = (static_cast<uint64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+      p.trace[cta * sm90::kTracePhases + phase] = t;
+    }
+  };
+#else
+  auto stamp = [](int) {};
+#endif
+  stamp(0);
   // Head tile and token half / dim half. The two warps of a head tile are neighbours (warps 2 mt
   // and 2 mt + 1), so when h_q < 64 leaves head tiles idle, the working warps still sit on
   // different SM sub-partitions (warp w issues on sub-partition w % 4) and their MMAs run on
@@ -1433,6 +1473,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   if constexpr (kOverlap) {
     // Tiles 0..2 resolved, the records of tiles 0 and 1 in flight, tile 0 dequantized.
     if (tid < kTileTokens) prologue_keys(std::integral_constant<int, 3>{}, std::false_type{});
+    stamp(1);
     if constexpr (kBulk) {
       if (tid == 0) {
         mbar_init(&sBar[0], g.copy_warps);
@@ -1441,11 +1482,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       }
     }
     cp_async_wait<0>();  // Q (step 1)
+    stamp(3);
     __syncthreads();
     issue(0, 0);
     cp_async_commit();
     issue(1, 1);
     cp_async_commit();
+    stamp(2);
     cp_async_wait<1>();
     if constexpr (kBulk) mbar_wait(&sBar[0], 0);
     __syncthreads();
@@ -1467,6 +1510,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     cp_async_commit();
   }
 
+  stamp(4);
   // (32-bit: a split holds fewer than 2^31 candidates.)
   for (int tile = 0; tile < static_cast<int>(num_tiles); ++tile) {
     const int cur = tile % 2, nxt = cur ^ 1;
@@ -1762,8 +1806,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       const int p3 = (tile + 3) % kPtrBufs;
       if (tid < kTileTokens) resolve(p3);
     }
+    if (tile < 2) stamp(5 + tile);
   }
   }  // kRoleMode
+  stamp(7);
 
   // No copy may outlive the CTA's shared memory. (kBulk: the last iterations issued the tiles after
   // the last, whose keys are all unattended: no bulk copy is in flight.)
@@ -1832,14 +1878,27 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       }
     }
   }
+  // One group, unsplit: the rows go through Q's area (no warp reads Q after the loop; the two
+  // barriers above order every read before these writes), then out in whole rows.
+  constexpr int kStageStride = kDimV + 8;  // 16-bit elements per staged row: rows 4 banks apart
+  static_assert(kGroups != 1 || L::q_bytes >= L::q_rows * kStageStride * 2, "Q's area holds the staged rows");
+  const bool stage_out = kGroups == 1 && g.num_splits == 1;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int hr = vrt * 16 + gr + 8 * r;  // CTA row
     if (hr >= rows_here) continue;
     const float sum = kGroups == 1 ? sSum[hr] + sSum[kHeadsPerCta + hr] : merged_sum[r];
-    finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r], acc, r, nh * 256 + (sharer ? 8 * kMulN : 0),
-                     nh == 0 && t4 == 0 && !sharer, t4);
+    const int dim0 = nh * 256 + (sharer ? 8 * kMulN : 0);
+    finish_row<kF16>(g, p.o, pr, hr, heads_here, h0, split, sum, row_max[r], acc, r, dim0,
+                     nh == 0 && t4 == 0 && !sharer, t4, stage_out ? sQ + hr * kStageStride + dim0 : nullptr);
   }
+  if constexpr (kGroups == 1) {
+    if (stage_out) {
+      __syncthreads();
+      store_staged_rows<kStageStride, kThreads>(p.o, pr, rows_here, heads_here, h0, sQ, tid);
+    }
+  }
+  stamp(8);
 }
 
 }  // namespace latentkv::decode::cuda
