@@ -1,7 +1,8 @@
 # Sourced by this folder's one-call device scripts (groups32_run.sh, dequant_halves_run.sh,
 # share_value_third_run.sh, group_half_run.sh, fold_run.sh, fold2_run.sh,
 # prologue_run.sh, trace_run.sh, epilogue_run.sh, h200_benches.sh): the call's time
-# left, archive unpacking, a test log's summary line, the portable suites and sanitizer runs.
+# left, archive unpacking, a test log's summary line, the portable suites and sanitizer runs, a
+# candidate's checks, the portable benches.
 call_start=$(date +%s)
 # Seconds left of the call (LKV_SECONDS, default 570: the device tool's 600 less the transfers).
 left() { echo $(( ${LKV_SECONDS:-570} - ($(date +%s) - call_start) )); }
@@ -31,4 +32,22 @@ sanitize() {
     --gtest_filter="$4" >"$log" 2>&1
   summary "$1 ($2)" $? $(( $(date +%s) - t0 )) "$log"
   gzip -f "$log"
+}
+# check LABEL DIR: a candidate build's portable suites, then memcheck of the adversarial-index tests.
+check() {
+  suites "$1" "$2" 150
+  sanitize memcheck "$1" "$2" 'DecodeCuda.CornerCases:DenseCuda.CornerCasesAndDeterminism:AttentionCuda.TokenGroups' 90
+}
+# benches LABEL DIR OP...: DIR/latentkv's portable benches of each OP while time is left, the JSONs
+# to $OUT/OP-portable-LABEL.json, the logs to $OUT/bench-OP-portable-LABEL.log (last lines printed).
+benches() {
+  local label=$1 dir=$2 op log
+  shift 2
+  for op in "$@"; do
+    [ "$(left)" -gt 60 ] || break
+    log=$OUT/bench-$op-portable-$label.log
+    timeout $(( $(left) - 20 )) "$dir/latentkv" bench "$op" --device cuda --kernel portable \
+      --json "$OUT/$op-portable-$label.json" >"$log" 2>&1
+    echo "bench $op ($label, portable) rc=$?"; tail -2 "$log"
+  done
 }

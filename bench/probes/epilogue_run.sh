@@ -11,15 +11,9 @@ source "$(dirname "$0")/call_lib.sh"
 unpack build-pk/prologue.tar.xz build-gpu-main || exit 1
 unpack build-pk/epilogue.tar.xz build-gpu-epi || exit 1
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-suites epilogue build-gpu-epi 150
-sanitize memcheck epilogue build-gpu-epi 'DecodeCuda.CornerCases:DenseCuda.CornerCasesAndDeterminism:AttentionCuda.TokenGroups' 90
+check epilogue build-gpu-epi
 [ "$(left)" -gt 200 ] && LKV_AB_SPECS="decode v32_b128_h128;decode v4_b64_h64_topk128_extra512p64;decode v4_b128_h64_topk128_extra512p64;decode v4_b128_h128_topk128_extra1024p2;decode v41_b128_h64_topk128_extra512p64;decode tp_v32_b128_h32;dense fp8_b128_sk8192_h64_sq1;dense fp8_b128_sk4096_h32_sq1;dense bf16_b128_sk4096_h64_sq1;prefill sq4096_skv8192_topk2048_h128_d576" \
   bash bench/probes/bins_ab.sh "${1:-2}" base=build-gpu-main epilogue=build-gpu-epi
-for op in decode dense prefill; do
-  [ "$(left)" -gt 60 ] || break
-  timeout $(( $(left) - 20 )) build-gpu-epi/latentkv bench $op --device cuda --kernel portable \
-    --json "$OUT/$op-portable-epi.json" >"$OUT/bench-$op-portable-epi.log" 2>&1
-  echo "bench $op (epilogue, portable) rc=$?"; tail -2 "$OUT/bench-$op-portable-epi.log"
-done
+benches epi build-gpu-epi decode dense prefill
 (cd "$OUT" && tar czf logs.tgz bench-*.log memcheck-*.log.gz tests-*.log.gz && rm -f bench-*.log memcheck-*.log.gz tests-*.log.gz)
 echo "left $(left) s"

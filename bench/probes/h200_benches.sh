@@ -9,10 +9,5 @@ gpu=$(nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheade
 echo "$gpu"
 case "$gpu" in *H200*) ;; *) echo "not an H200: nothing run"; exit 0 ;; esac
 unpack build-pk/main.tar.xz build-gpu-main || exit 1
-for op in decode dense prefill; do
-  [ "$(left)" -gt 40 ] || break
-  timeout $(( $(left) - 15 )) build-gpu-main/latentkv bench $op --device cuda --kernel portable \
-    --json "$OUT/$op-portable-h200.json" >"$OUT/bench-$op-portable.log" 2>&1
-  echo "bench $op (portable) rc=$?"; tail -2 "$OUT/bench-$op-portable.log"
-done
+benches h200 build-gpu-main decode dense prefill
 echo "left $(left) s"

@@ -11,14 +11,8 @@ source "$(dirname "$0")/call_lib.sh"
 unpack build-pk/fold2.tar.xz build-gpu-main || exit 1
 unpack build-pk/prologue.tar.xz build-gpu-pro || exit 1
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-suites prologue build-gpu-pro 150
-sanitize memcheck prologue build-gpu-pro 'DecodeCuda.CornerCases:DenseCuda.CornerCasesAndDeterminism:AttentionCuda.TokenGroups' 90
+check prologue build-gpu-pro
 [ "$(left)" -gt 200 ] && LKV_AB_SPECS="decode v32_b128_h128;decode v4_b64_h64_topk128_extra512p64;decode v4_b128_h64_topk128_extra512p64;decode v4_b128_h128_topk128_extra1024p2;decode v41_b128_h64_topk128_extra512p64;decode tp_v32_b128_h16;dense fp8_b128_sk8192_h64_sq1;dense fp8_b128_sk8192_h16_sq1;dense fp8_b128_sk4096_h32_sq1;dense bf16_b128_sk4096_h16_sq1;prefill sq4096_skv8192_topk2048_h128_d576" \
   bash bench/probes/bins_ab.sh "${1:-2}" base=build-gpu-main prologue=build-gpu-pro
-for op in decode dense; do
-  [ "$(left)" -gt 60 ] || break
-  timeout $(( $(left) - 20 )) build-gpu-main/latentkv bench $op --device cuda --kernel portable \
-    --json "$OUT/$op-portable-main.json" >"$OUT/bench-$op-portable-main.log" 2>&1
-  echo "bench $op (main, portable) rc=$?"; tail -3 "$OUT/bench-$op-portable-main.log"
-done
+benches main build-gpu-main decode dense
 echo "left $(left) s"

@@ -24,10 +24,5 @@ for kernel in portable auto; do
   done
 done
 (cd "$OUT" && tar czf trace-json.tgz trace-*.json && rm -f trace-*.json)
-for op in decode dense prefill; do
-  [ "$(left)" -gt 60 ] || break
-  timeout $(( $(left) - 20 )) build-gpu-main/latentkv bench $op --device cuda --kernel portable \
-    --json "$OUT/$op-portable-main.json" >"$OUT/bench-$op-portable-main.log" 2>&1
-  echo "bench $op (main, portable) rc=$?"; tail -2 "$OUT/bench-$op-portable-main.log"
-done
+benches main build-gpu-main decode dense prefill
 echo "left $(left) s"
