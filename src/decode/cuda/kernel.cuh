@@ -131,6 +131,15 @@ __device__ __forceinline__ void named_sync(int id, int n) {
 #define LKV_RACECHECK_BARRIERS 0
 #endif
 inline constexpr bool kRacecheckBarriers = LKV_RACECHECK_BARRIERS != 0;
+// An accumulator tile's four values as one float4, and d = a + o element by element: the warp
+// pairs' exchanges of partial scores (the d_qk split and token groups) in 16-byte shared stores.
+__device__ __forceinline__ float4 as_float4(const float (&v)[4]) { return make_float4(v[0], v[1], v[2], v[3]); }
+__device__ __forceinline__ void add_float4(float (&d)[4], const float (&a)[4], float4 o) {
+  d[0] = a[0] + o.x;
+  d[1] = a[1] + o.y;
+  d[2] = a[2] + o.z;
+  d[3] = a[3] + o.w;
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -1611,7 +1620,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     if constexpr (kFold) {
       if (active) score_dqk_half<kF16, kDqk, L::q_stride, L::k_stride>(sc, sQ, keys, mt, nh, lane);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) xchg[(nh * 4 + j) * 32 + lane] = make_float4(sc[j][0], sc[j][1], sc[j][2], sc[j][3]);
+      for (int j = 0; j < 4; ++j) xchg[(nh * 4 + j) * 32 + lane] = as_float4(sc[j]);
     } else if constexpr (kSplitDqk) {
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) part[nt][0] = part[nt][1] = part[nt][2] = part[nt][3] = 0.0f;
@@ -1623,7 +1632,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         float o[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[e] = nh ? part[j][e] : part[2 + j][e];
-        xchg[(nh * 2 + j) * 32 + lane] = make_float4(o[0], o[1], o[2], o[3]);
+        xchg[(nh * 2 + j) * 32 + lane] = as_float4(o);
       }
     } else if constexpr (kGroups == 1) {
       if (active) score_tokens_half<kF16, kDqk, L::q_stride, L::k_stride>(sc, sQ, keys, mt, nh, lane);
@@ -1634,7 +1643,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       if (active) {
         score_group_half<kF16, kDqk, L::q_stride, L::k_stride>(sc, sQ, keys, tb, nh, lane);
 #pragma unroll
-        for (int j = 0; j < 2; ++j) group_xchg(nh, j) = make_float4(sc[j][0], sc[j][1], sc[j][2], sc[j][3]);
+        for (int j = 0; j < 2; ++j) group_xchg(nh, j) = as_float4(sc[j]);
       }
     }
 
@@ -1652,13 +1661,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     if constexpr (kFold) {
       pair_sync(mt);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float4 o = xchg[((1 - nh) * 4 + j) * 32 + lane];
-        sc[j][0] += o.x;
-        sc[j][1] += o.y;
-        sc[j][2] += o.z;
-        sc[j][3] += o.w;
-      }
+      for (int j = 0; j < 4; ++j) add_float4(sc[j], sc[j], xchg[((1 - nh) * 4 + j) * 32 + lane]);
     } else if constexpr (kSplitDqk) {
       pair_sync(mt);
 #pragma unroll
@@ -1667,10 +1670,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         float mine[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) mine[e] = nh ? part[2 + j][e] : part[j][e];
-        sc[j][0] = mine[0] + o.x;
-        sc[j][1] = mine[1] + o.y;
-        sc[j][2] = mine[2] + o.z;
-        sc[j][3] = mine[3] + o.w;
+        add_float4(sc[j], mine, o);
       }
     }
 
@@ -1680,13 +1680,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       pair_sync(mt);
       if (active) {
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const float4 o = group_xchg(1 - nh, j);
-          sc[j][0] += o.x;
-          sc[j][1] += o.y;
-          sc[j][2] += o.z;
-          sc[j][3] += o.w;
-        }
+        for (int j = 0; j < 2; ++j) add_float4(sc[j], sc[j], group_xchg(1 - nh, j));
       }
     }
 
@@ -1844,7 +1838,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         sMax[mt * 16 + gr + 8] = row_max[1];
       }
 #pragma unroll
-      for (int n = 0; n < kMulN; ++n) o_xchg()[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+      for (int n = 0; n < kMulN; ++n) o_xchg()[n * 32] = as_float4(acc[n]);
     }
   }
   __syncthreads();
