@@ -30,7 +30,7 @@ for r in $(seq 1 "$rounds"); do
     for spec in "${specs[@]}"; do
       read -r op filter extra <<<"$spec"
       read -r -a extra_args <<<"${extra:-}"
-      tag=$(printf '%s' "$op-$filter" | tr -c 'A-Za-z0-9_.,-' '_')
+      tag=$(printf '%s' "$op-$filter${extra:+-$extra}" | tr -c 'A-Za-z0-9_.,-' '_')
       env "${extra_env[@]}" timeout 120 "build-ab/$label/latentkv" bench "$op" --device cuda \
         --kernel "${LKV_AB_KERNEL:-portable}" --filter "$filter" "${extra_args[@]}" \
         --json "$OUT/bins-ab/$tag-$label-$r.json" >>"$OUT/bins-ab.log" 2>&1 || echo "bench $spec ($label, round $r) failed"

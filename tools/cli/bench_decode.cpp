@@ -316,6 +316,10 @@ int cmd_bench_decode(const Args& args) {
   // code-warm is what fetching cold code costs; code-warm minus warm what cold data costs.
   const bool code_warm = args.flag("code-warm");
   const bool stream = args.flag("stream");  // --stream: also per-call times back to back (stream_times)
+  // --lengths: every request passes topk_length (and extra_topk_length) equal to its topk, as
+  // serving frameworks do: the per-request lengths path with every candidate attended, so the
+  // times compare with the cases without it. Case names get "_len".
+  const bool lengths = args.flag("lengths");
   args.check_all_used();
   std::vector<int64_t> forced_splits;
   for (size_t at = 0; at < splits_arg.size();) {
@@ -438,6 +442,12 @@ int cmd_bench_decode(const Args& args) {
       a.extra_format = c.extra_format;
       a.extra_indices = TensorView(place(eidx.data(), eidx.size() * 4), DType::i32, {c.b, c.s_q, c.extra_topk}, where);
     }
+    std::vector<int32_t> len(static_cast<size_t>(c.b), static_cast<int32_t>(c.topk)),
+        elen(static_cast<size_t>(c.b), static_cast<int32_t>(c.extra_topk));
+    if (lengths) {
+      a.topk_length = TensorView(place(len.data(), len.size() * 4), DType::i32, {c.b}, where);
+      if (c.extra_topk) a.extra_topk_length = TensorView(place(elen.data(), elen.size() * 4), DType::i32, {c.b}, where);
+    }
     a.out = TensorView(place(out.data(), out.size() * 2), DType::bf16, {c.b, c.s_q, c.h_q, 512}, where);
     a.lse = TensorView(place(lse.data(), lse.size() * 4), DType::f32, {c.b, c.h_q, c.s_q}, where);
     // The code warmer: the same call (same kernels, plan and code paths) on its own zero query and
@@ -458,7 +468,7 @@ int cmd_bench_decode(const Args& args) {
     variants.insert(variants.end(), forced_splits.begin(), forced_splits.end());
     for (const int64_t forced : variants) {
       BenchCase bc;
-      bc.name = forced ? c.name + "_splits" + std::to_string(forced) : c.name;
+      bc.name = (forced ? c.name + "_splits" + std::to_string(forced) : c.name) + (lengths ? "_len" : "");
       DecodePlan plan{};
       if (cuda) {
 #ifdef LKV_WITH_CUDA
