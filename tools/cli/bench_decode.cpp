@@ -361,6 +361,7 @@ int cmd_bench_decode(const Args& args) {
                              : "median wall time of " + std::to_string(cpu_reps) + " calls after one warm-up call";
   res.notes["flops"] = "2 * h_q * attended * (d_qk + d_v), attended = b * s_q * (topk + extra_topk)";
   res.notes["bytes"] = "2*b*s_q*h_q*d_qk + unique_tokens_read * bytes_per_token + 2*b*s_q*h_q*d_v";
+  if (lengths) res.notes["lengths"] = "--lengths: topk_length and extra_topk_length equal to each request's topk";
   double hbm = 0, empty_launch = 0;
 #ifdef LKV_WITH_CUDA
   if (cuda) {
