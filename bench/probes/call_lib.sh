@@ -1,7 +1,7 @@
 # Sourced by this folder's one-call device scripts (groups32_run.sh, dequant_halves_run.sh,
 # share_value_third_run.sh, group_half_run.sh, fold_run.sh, fold2_run.sh,
 # candidate_run.sh, trace_run.sh, h200_benches.sh, group_stage_run.sh, lengths_run.sh,
-# lengths_ab_run.sh): the call's time
+# lengths_ab_run.sh, lengths_trace_run.sh): the call's time
 # left, archive unpacking, a test log's summary line, the portable suites and sanitizer runs, a
 # candidate's checks, the portable benches.
 call_start=$(date +%s)
