@@ -69,6 +69,16 @@ struct SparseSource {
     if (kk >= (extra ? extra_count : main_count)) return -1;
     return c.indices[i * c.stride_idx_b + j * c.stride_idx_s + kk];
   }
+  // Where raw_index() reads candidate k's index (null where it gives -1 without a read), for a
+  // kernel that copies the index asynchronously instead (decode/sm90/narrow.cuh). (raw_index keeps
+  // its own body: written through this one, every sparse kernel compiled to different SASS.)
+  __device__ const int32_t* raw_index_at(const Args& a, int64_t k) const {
+    const bool extra = k >= a.main.topk;
+    const CacheRef& c = extra ? a.extra : a.main;
+    const int64_t kk = extra ? k - a.main.topk : k;
+    if (kk >= (extra ? extra_count : main_count)) return nullptr;
+    return c.indices + i * c.stride_idx_b + j * c.stride_idx_s + kk;
+  }
   __device__ const uint8_t* locate_index(const Args& a, int64_t k, int32_t index, const uint8_t** scale) const {
     const bool extra = k >= a.main.topk;
     const CacheRef& c = extra ? a.extra : a.main;

@@ -17,7 +17,7 @@
 // Grid and work as kernel.cuh (CtaWork: one row group, one split; head_blocks_per_kv is 1 here).
 // 256 threads; iteration n (the stage holds block n, dequantized; registers hold block n + 1's raw
 // records; pointer slot n & 1 holds block n + 2's pointers):
-//   warps 4-5: issue block n + 3's index loads
+//   warps 4-5: issue block n + 3's index copies
 //   WG0:       S^T and its masked block maxima per row (to shared memory)
 //   -- barrier 1 --      WG0: the online softmax, P and the rows' rescale to shared memory
 //   -- __syncthreads --  both: O^T rescaled, += V^T P^T; meanwhile warps 4-5 resolve block n + 3
@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda_common/async_copy.cuh"
 #include "cuda_common/pdl.cuh"
 #include "decode/cuda/source.cuh"
 #include "decode/sm90/config.h"
@@ -145,17 +146,27 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
     if (prefetch && data != nullptr) prefetch_record<kStorage>(data, scale);
     resolve_store(b, data, scale);
   };
-  // In the loop a block is resolved in two steps: its index load issued at the iteration's start
-  // (resolve_issue, nothing waits for it there), the rest under warpgroup 1's value product
+  // In the loop a block is resolved in two steps: its index copied into sIdx at the iteration's
+  // start (resolve_issue, nothing waits for it there), the rest under warpgroup 1's value product
   // (resolve_finish). Resolved whole at the start, warps 4-5 waited out the index load before
   // barrier 1, and warpgroup 0's softmax with them (bench/NOTES.md v41).
-  auto resolve_issue = [&](int64_t blk) -> int32_t {
-    if (!resolver) return -1;
+  // The copy is a cp.async, not a load into a register: ptxas tracks every register load of the
+  // loop on one scoreboard, the record gathers' included, and the loop's next write of the index
+  // register (at the top of the next iteration) waited on that scoreboard, so every warp waited
+  // there for the block n + 2 records issued just before (20% of the stall samples on an H100,
+  // bench/NOTES.md v58). A cp.async completes on its own group count.
+  int32_t* sIdx = reinterpret_cast<int32_t*>(smem + L::idx_off);  // [64]: resolver thread rt's index
+  auto resolve_issue = [&](int64_t blk) -> bool {  // whether an index is in flight
+    if (!resolver) return false;
     const int64_t k = k_begin + blk * kBlockTokens + rt;
-    return k < k_end ? src.raw_index(p.src, k) : -1;
+    const int32_t* at = k < k_end ? src.raw_index_at(p.src, k) : nullptr;
+    if (at != nullptr) cuda_common::cp_async_4(sIdx + rt, at);
+    return at != nullptr;
   };
-  auto resolve_finish = [&](int64_t blk, int32_t index) {
+  auto resolve_finish = [&](int64_t blk, bool copied) {
     if (!resolver) return;
+    cuda_common::cp_async_wait_all();  // this thread's copy (no other thread reads sIdx[rt])
+    const int32_t index = copied ? sIdx[rt] : -1;
     const int64_t k = k_begin + blk * kBlockTokens + rt;
     const uint8_t* scale = nullptr;
     const uint8_t* data = k < k_end ? src.locate_index(p.src, k, index, &scale) : nullptr;
@@ -231,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
   const int t0 = 16 * wq + lane / 4;  // this thread's tokens in S^T: t0 and t0 + 8
 
   for (int n = 0; n < nb; ++n) {
-    const int32_t next_index = resolve_issue(n + 3);
+    const bool next_copied = resolve_issue(n + 3);
     if (wg == 0) {
       // ---- S^T = K Q^T.
       float s[8];
@@ -324,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
           wgmma_m64n16k16_ss<1>(o[i], dv + (ov >> 4), dp + (op >> 4), true);
         }
       wgmma_commit();
-      resolve_finish(n + 3, next_index);  // warps 4-5, while the product runs
+      resolve_finish(n + 3, next_copied);  // warps 4-5, while the product runs
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < 4; ++i) fence_operands(o[i]);

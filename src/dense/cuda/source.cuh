@@ -54,9 +54,12 @@ struct DenseSource {
   // block-table entry of candidate k's page), locate_index() the rest, so that a kernel can issue
   // the load early and use it later. k < max_pages * P < 2^31 (checked on the host), so 32-bit
   // division suffices.
-  __device__ int32_t raw_index(const Args& a, int64_t k) const {
+  __device__ int32_t raw_index(const Args& a, int64_t k) const { return *raw_index_at(a, k); }
+  // Where raw_index() reads (never null here), for a kernel that copies it asynchronously instead
+  // (decode/sm90/narrow.cuh).
+  __device__ const int32_t* raw_index_at(const Args& a, int64_t k) const {
     const uint32_t blk = static_cast<uint32_t>(k) / static_cast<uint32_t>(a.page_size);
-    return a.block_table[i * a.stride_block_table_b + blk];
+    return a.block_table + i * a.stride_block_table_b + blk;
   }
   __device__ const uint8_t* locate_index(const Args& a, int64_t k, int32_t page, const uint8_t** scale) const {
     return at(a, page, static_cast<uint32_t>(k) % static_cast<uint32_t>(a.page_size), scale);
