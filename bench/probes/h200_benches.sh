@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# One device call: the portable kernel's decode, dense and prefill benches of main on an H200 only
-# (on any other GPU it stops at once, so that a call that lands elsewhere costs only its start).
-# Here: main's binaries packed as build-pk/main.tar.xz (LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/main.tar.xz
-#   bash scripts/gpu_prebuild.sh latentkv); there (carry build-pk/main.tar.xz): bash bench/probes/h200_benches.sh
+# One device call: the attention benches of one build on an H200 only (on any other GPU it stops at
+# once, so that a call that lands elsewhere costs only its start): decode, dense and prefill with the
+# kernel the device picks (the Hopper kernels), then with the portable kernel forced, while time is
+# left (LKV_SECONDS: the call's budget, call_lib.sh).
+# Here: the binaries packed as build-pk/NAME.tar.xz (LKV_PREBUILT_SM90=1
+#   LKV_PREBUILT_OUT=build-pk/NAME.tar.xz bash scripts/gpu_prebuild.sh latentkv);
+# there (carry the archive): bash bench/probes/h200_benches.sh [build-pk/NAME.tar.xz]
 set -u
 source "$(dirname "$0")/call_lib.sh"
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 gpu=$(nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader)
 echo "$gpu"
 case "$gpu" in *H200*) ;; *) echo "not an H200: nothing run"; exit 0 ;; esac
-unpack build-pk/main.tar.xz build-gpu-main || exit 1
-benches h200 build-gpu-main decode dense prefill
+unpack "${1:-build-pk/main.tar.xz}" build-gpu-h200 || exit 1
+for op in decode dense prefill; do
+  [ "$(left)" -gt 60 ] || break
+  timeout $(( $(left) - 20 )) build-gpu-h200/latentkv bench "$op" --device cuda --kernel auto \
+    --json "$OUT/$op-h200.json" >"$OUT/bench-$op-h200.log" 2>&1
+  echo "bench $op (auto) rc=$?"; tail -2 "$OUT/bench-$op-h200.log"
+done
+benches h200 build-gpu-h200 decode dense prefill
 echo "left $(left) s"
