@@ -22,6 +22,13 @@ __device__ __forceinline__ void cp_async_8(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(shared_addr(dst)), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// The same in groups: commit closes this thread's group of copies; wait_group<N> returns once at
+// most N of its groups, the newest, are still in flight.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 // Asks L2 to fetch the 128-byte line holding p (a global address). A hint: no value comes back,
 // nothing waits for it, and a line another kernel writes meanwhile stays coherent (L2 is the

@@ -94,8 +94,8 @@ struct NarrowLayout {
   static constexpr int alpha_off = red_off + 4 * kNarrowRows * 4;  // f32 [16]: a block's rescale
   static constexpr int stat_off = alpha_off + kNarrowRows * 4;    // f32 [2][16]: final base, true maximum
   static constexpr int lim_off = stat_off + 2 * kNarrowRows * 4;  // i64 [16]: packed causal rows' limits
-  static constexpr int idx_off = lim_off + kNarrowRows * 8;       // i32 [64]: a block's indices in flight
-  static constexpr int used = idx_off + kBlockTokens * 4;
+  static constexpr int idx_off = lim_off + kNarrowRows * 8;       // i32 [2][64]: two blocks' indices in flight
+  static constexpr int used = idx_off + 2 * kBlockTokens * 4;
   static constexpr int total = used + kAlignSlack;
 };
 // Two CTAs per SM must fit the 196 KB shared-memory carveout (200,704 bytes, 1 KB of it reserved per

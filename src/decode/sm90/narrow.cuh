@@ -17,7 +17,7 @@
 // Grid and work as kernel.cuh (CtaWork: one row group, one split; head_blocks_per_kv is 1 here).
 // 256 threads; iteration n (the stage holds block n, dequantized; registers hold block n + 1's raw
 // records; pointer slot n & 1 holds block n + 2's pointers):
-//   warps 4-5: issue block n + 3's index copies
+//   warps 4-5: issue block n + 4's index copies
 //   WG0:       S^T and its masked block maxima per row (to shared memory)
 //   -- barrier 1 --      WG0: the online softmax, P and the rows' rescale to shared memory
 //   -- __syncthreads --  both: O^T rescaled, += V^T P^T; meanwhile warps 4-5 resolve block n + 3
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
   // ---- Candidates: warps 4-5 resolve a block's 64 (token tid - 128 each) into its pointer slot
   // (blk & 1) and attended mask (sValid[blk & 3]), with the records prefetched into L2 (kernel.cuh
   // resolve_compute: the gathers wait >1,500 clocks under load otherwise). Block n + 3 is resolved
-  // in iteration n (the index load at its start, the rest under the value product), into the slot
+  // in iteration n (its index copied in iteration n - 1, the rest under the value product), into the slot
   // block n + 1's loads read before the last barrier of iteration n - 1. (Two slots rather than kernel.cuh's one slot and a block's pointers kept in
   // registers for an iteration: at 128 registers per thread those would spill.)
   const bool resolver = warp == 4 || warp == 5;
@@ -146,27 +146,35 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
     if (prefetch && data != nullptr) prefetch_record<kStorage>(data, scale);
     resolve_store(b, data, scale);
   };
-  // In the loop a block is resolved in two steps: its index copied into sIdx at the iteration's
-  // start (resolve_issue, nothing waits for it there), the rest under warpgroup 1's value product
-  // (resolve_finish). Resolved whole at the start, warps 4-5 waited out the index load before
-  // barrier 1, and warpgroup 0's softmax with them (bench/NOTES.md v41).
+  // In the loop a block is resolved in two steps: its index copied into sIdx an iteration ahead
+  // (resolve_issue: block n + 4's at the start of iteration n, nothing waits for it there), the rest
+  // under warpgroup 1's value product of iteration n + 1 (resolve_finish). Resolved whole at the
+  // start, warps 4-5 waited out the index load before barrier 1, and warpgroup 0's softmax with them
+  // (bench/NOTES.md v41); with the copy issued in the same iteration, warps 4-5 still waited for it
+  // under the value product and reached the stage barrier last (v58).
   // The copy is a cp.async, not a load into a register: ptxas tracks every register load of the
   // loop on one scoreboard, the record gathers' included, and the loop's next write of the index
   // register (at the top of the next iteration) waited on that scoreboard, so every warp waited
   // there for the block n + 2 records issued just before (20% of the stall samples on an H100,
-  // bench/NOTES.md v58). A cp.async completes on its own group count.
-  int32_t* sIdx = reinterpret_cast<int32_t*>(smem + L::idx_off);  // [64]: resolver thread rt's index
-  auto resolve_issue = [&](int64_t blk) -> bool {  // whether an index is in flight
-    if (!resolver) return false;
+  // bench/NOTES.md v58). A cp.async completes on its own group count: one group per block.
+  int32_t* sIdx = reinterpret_cast<int32_t*>(smem + L::idx_off);  // [block parity][64]: thread rt's index
+  // A candidate without an index read (past the split, or beyond its cache's valid count) gets -1
+  // in its slot, a plain store: the slot's last copy, two blocks before, is complete by then.
+  auto resolve_issue = [&](int64_t blk) {
+    if (!resolver) return;
     const int64_t k = k_begin + blk * kBlockTokens + rt;
     const int32_t* at = k < k_end ? src.raw_index_at(p.src, k) : nullptr;
-    if (at != nullptr) cuda_common::cp_async_4(sIdx + rt, at);
-    return at != nullptr;
+    int32_t* slot = sIdx + (blk & 1) * kBlockTokens + rt;
+    if (at != nullptr) cuda_common::cp_async_4(slot, at);
+    else *slot = -1;
+    cuda_common::cp_async_commit();
   };
-  auto resolve_finish = [&](int64_t blk, bool copied) {
+  auto resolve_finish = [&](int64_t blk) {
     if (!resolver) return;
-    cuda_common::cp_async_wait_all();  // this thread's copy (no other thread reads sIdx[rt])
-    const int32_t index = copied ? sIdx[rt] : -1;
+    // This thread's copy of block blk (no other thread reads its slot); block blk + 1's may still
+    // be in flight.
+    cuda_common::cp_async_wait_group<1>();
+    const int32_t index = sIdx[(blk & 1) * kBlockTokens + rt];
     const int64_t k = k_begin + blk * kBlockTokens + rt;
     const uint8_t* scale = nullptr;
     const uint8_t* data = k < k_end ? src.locate_index(p.src, k, index, &scale) : nullptr;
@@ -241,8 +249,9 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
   }
   const int t0 = 16 * wq + lane / 4;  // this thread's tokens in S^T: t0 and t0 + 8
 
+  resolve_issue(3);  // (after Q's wait, which would wait for it too)
   for (int n = 0; n < nb; ++n) {
-    const bool next_copied = resolve_issue(n + 3);
+    resolve_issue(n + 4);
     if (wg == 0) {
       // ---- S^T = K Q^T.
       float s[8];
@@ -253,16 +262,21 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
         const uint32_t ok = (st / 4) * kChunkBytes + (st % 4) * 32, oq = (st / 4) * L::q_chunk + (st % 4) * 32;
         wgmma_m64n16k16_ss<0>(s, dk + (ok >> 4), dq + (oq >> 4), st > 0);
       }
+      // (The block's attended word is read while the product runs: read after its wait, the masks
+      // waited for it, 0.7% of the stall samples in bench/NOTES.md v58. Tokens t0 and t0 + 8 share
+      // one word of the block's attended mask: t0 % 32 < 24.)
+      const uint32_t word = sValid[(n & 3) * 2 + wq / 2];
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(s);
       // ---- Masked block maxima per row: this thread's two tokens, the 8 lanes of its rows, then the
       // 4 warps through shared memory. Scores stay unscaled until the exponent (the scale is
-      // positive), as in kernel.cuh online_softmax.
-      // (Tokens t0 and t0 + 8 share one word of the block's attended mask: t0 % 32 < 24.)
-      const uint32_t word = sValid[(n & 3) * 2 + wq / 2];
+      // positive), as in kernel.cuh online_softmax. The four rows' shuffle levels go side by side:
+      // each shuffle waits on the maximum before it, and one row after another gave the compiler
+      // chains of three round trips (~5% of the stall samples on the maxima, v58).
       const bool att0 = (word >> (t0 % 32)) & 1u, att1 = (word >> (t0 % 32 + 8)) & 1u;
       const int64_t base = static_cast<int64_t>(n) * kBlockTokens;
+      float m[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int e = narrow_elem(j);
@@ -275,12 +289,19 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
         }
         s[e] = ok0 ? s[e] : -INFINITY;
         s[e + 2] = ok1 ? s[e + 2] : -INFINITY;
-        float m = fmaxf(s[e], s[e + 2]);
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-        if (lane < 4) sRed[wq * kNarrowRows + narrow_row(q2, j)] = m;
+        m[j] = fmaxf(s[e], s[e + 2]);
       }
+#pragma unroll
+      for (int d = 4; d <= 16; d *= 2) {
+        float o[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) o[j] = __shfl_xor_sync(0xffffffffu, m[j], d);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) m[j] = fmaxf(m[j], o[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (lane < 4) sRed[wq * kNarrowRows + narrow_row(q2, j)] = m[j];
       // The block maxima, at a barrier of all 256 threads (warpgroup 1 meets it in its branch
       // below) although only warpgroup 0 reads them: warpgroup 1 has nothing to do until P is
       // ready, and compute-sanitizer's racecheck did not credit the CTA-wide barriers that followed
@@ -335,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
           wgmma_m64n16k16_ss<1>(o[i], dv + (ov >> 4), dp + (op >> 4), true);
         }
       wgmma_commit();
-      resolve_finish(n + 3, next_copied);  // warps 4-5, while the product runs
+      resolve_finish(n + 3);  // warps 4-5, while the product runs
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < 4; ++i) fence_operands(o[i]);
