@@ -117,9 +117,10 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
   // ---- Candidates: warps 4-5 resolve a block's 64 (token tid - 128 each) into its pointer slot
   // (blk & 1) and attended mask (sValid[blk & 3]), with the records prefetched into L2 (kernel.cuh
   // resolve_compute: the gathers wait >1,500 clocks under load otherwise). Block n + 3 is resolved
-  // in iteration n (its index copied in iteration n - 1, the rest under the value product), into the slot
-  // block n + 1's loads read before the last barrier of iteration n - 1. (Two slots rather than kernel.cuh's one slot and a block's pointers kept in
-  // registers for an iteration: at 128 registers per thread those would spill.)
+  // in iteration n (its index copied in iteration n - 1, the rest under the value product), into
+  // the slot block n + 1's loads read before the last barrier of iteration n - 1. (Two slots rather
+  // than kernel.cuh's one slot and a block's pointers kept in registers for an iteration: at 128
+  // registers per thread those would spill.)
   const bool resolver = warp == 4 || warp == 5;
   const int rt = tid - 128;
   auto resolve_store = [&](int64_t blk, const uint8_t* data, const uint8_t* scale) {
