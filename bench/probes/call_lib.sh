@@ -1,7 +1,8 @@
 # Sourced by this folder's one-call device scripts (groups32_run.sh, dequant_halves_run.sh,
 # share_value_third_run.sh, group_half_run.sh, fold_run.sh, fold2_run.sh,
 # candidate_run.sh, trace_run.sh, h200_benches.sh, group_stage_run.sh, lengths_run.sh,
-# lengths_ab_run.sh, lengths_trace_run.sh): the call's time
+# lengths_ab_run.sh, lengths_trace_run.sh, narrow_profile_run.sh, narrow_idx_run.sh,
+# final_check_run.sh): the call's time
 # left, archive unpacking, a test log's summary line, the portable suites and sanitizer runs, a
 # candidate's checks, the portable benches.
 call_start=$(date +%s)
@@ -51,4 +52,13 @@ benches() {
       --json "$OUT/$op-portable-$label.json" >"$log" 2>&1
     echo "bench $op ($label, portable) rc=$?"; tail -2 "$log"
   done
+}
+# ab_start ROUNDS BASE_LABEL=ARCHIVE NEW_LABEL=ARCHIVE (defaults for the last two as given after
+# them): the A/B scripts' start (narrow_idx_run.sh, final_check_run.sh): OUT, the GPU's line, the
+# new build unpacked into build-gpu-new; sets rounds, base and new.
+ab_start() {
+  OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
+  rounds=$1 base=$2 new=$3
+  nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
+  unpack "${new#*=}" build-gpu-new
 }

@@ -7,10 +7,7 @@
 # (session 58, call 5: `2 main=build-pk/main.tar.xz v58=build-pk/idx2.tar.xz`).
 set -u
 source "$(dirname "$0")/call_lib.sh"
-OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
-rounds=${1:-2} base=${2:-main=build-pk/main.tar.xz} new=${3:-v58=build-pk/idx2.tar.xz}
-nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-unpack "${new#*=}" build-gpu-new || exit 1
+ab_start "${1:-2}" "${2:-main=build-pk/main.tar.xz}" "${3:-v58=build-pk/idx2.tar.xz}" || exit 1
 t0=$(date +%s)
 timeout 420 build-gpu-new/lkv_cuda_tests >"$OUT/cuda-tests.log" 2>&1
 summary "every CUDA suite" $? $(( $(date +%s) - t0 )) "$OUT/cuda-tests.log"

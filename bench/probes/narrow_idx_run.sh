@@ -11,10 +11,7 @@
 # `2 idx=build-pk/idx.tar.xz idx2=build-pk/idx2.tar.xz`).
 set -u
 source "$(dirname "$0")/call_lib.sh"
-OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
-rounds=${1:-2} base=${2:-main=build-pk/main.tar.xz} new=${3:-idx=build-pk/idx.tar.xz}
-nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-unpack "${new#*=}" build-gpu-new || exit 1
+ab_start "${1:-2}" "${2:-main=build-pk/main.tar.xz}" "${3:-idx=build-pk/idx.tar.xz}" || exit 1
 t0=$(date +%s)
 timeout 200 build-gpu-new/lkv_cuda_tests --gtest_filter='DecodeCuda.*:DenseCuda.*' >"$OUT/tests-new.log" 2>&1
 summary "decode + dense suites (auto kernels)" $? $(( $(date +%s) - t0 )) "$OUT/tests-new.log"
