@@ -20,4 +20,6 @@ for op in decode dense prefill; do
   echo "bench $op (auto) rc=$?"; tail -2 "$OUT/bench-$op-h200.log"
 done
 benches h200 build-gpu-h200 decode dense prefill
+# At most 8 files come back from a call: the six JSONs, and the logs as one archive.
+(cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
 echo "left $(left) s"
