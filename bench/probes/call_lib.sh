@@ -53,9 +53,9 @@ benches() {
     echo "bench $op ($label, portable) rc=$?"; tail -2 "$log"
   done
 }
-# ab_start ROUNDS BASE_LABEL=ARCHIVE NEW_LABEL=ARCHIVE (defaults for the last two as given after
-# them): the A/B scripts' start (narrow_idx_run.sh, final_check_run.sh): OUT, the GPU's line, the
-# new build unpacked into build-gpu-new; sets rounds, base and new.
+# ab_start ROUNDS BASE_LABEL=ARCHIVE NEW_LABEL=ARCHIVE: the A/B scripts' start (narrow_idx_run.sh,
+# final_check_run.sh): OUT, the GPU's line, the new build unpacked into build-gpu-new; sets rounds,
+# base and new.
 ab_start() {
   OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
   rounds=$1 base=$2 new=$3
