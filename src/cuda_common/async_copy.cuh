@@ -23,7 +23,10 @@ __device__ __forceinline__ void cp_async_8(void* dst, const void* src) {
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 // The same in groups: commit closes this thread's group of copies; wait_group<N> returns once at
-// most N of its groups, the newest, are still in flight.
+// most N of its groups, the newest, are still in flight. (decode/cuda/kernel.cuh has its own pair
+// without the memory clobber: there a barrier follows every wait, and its kernels were measured
+// with that form; here the issuing thread may read the bytes right after the wait, so the compiler
+// must not move that read above it.)
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait_group() {
