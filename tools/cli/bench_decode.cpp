@@ -6,6 +6,9 @@
 // latents on the host would dominate the run; values do not change the kernel's work. Each request
 // owns its own context of `ctx` tokens and its query tokens draw their top-k indices from it, so
 // unique tokens read ~= b * topk. Figures use SPEC.md section 8's formulas.
+// LKV_BENCH_SORTED_INDICES=1 (a probe, not a FlashMLA case) puts each query token's indices in
+// ascending slot order, the order that reads a token shared by two query tokens of a request close
+// together in time (bench/NOTES.md v59).
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
@@ -136,6 +139,7 @@ std::vector<int32_t> random_indices(int64_t b, int64_t s_q, int64_t topk, int64_
     const int64_t i = r / s_q;
     for (int64_t k = 0; k < topk; ++k)
       idx[r * topk + k] = static_cast<int32_t>(i * ctx + testing::bits_at(seed, r * topk + k) % ctx);
+    if (std::getenv("LKV_BENCH_SORTED_INDICES")) std::sort(idx.begin() + r * topk, idx.begin() + (r + 1) * topk);
   }
   return idx;
 }

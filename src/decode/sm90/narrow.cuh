@@ -21,7 +21,7 @@
 //   WG0:       S^T and its masked block maxima per row (to shared memory)
 //   -- barrier 1 --      WG0: the online softmax, P and the rows' rescale to shared memory
 //   -- __syncthreads --  both: O^T rescaled, += V^T P^T; meanwhile warps 4-5 resolve block n + 3
-//                        into pointer slot (n + 1) & 1 and prefetch its records into L2
+//                        into pointer slot (n + 1) & 1
 //   -- __syncthreads --  all: block n + 1 dequantized into the stage, block n + 2's records loaded
 //   -- __syncthreads --
 #pragma once
@@ -115,8 +115,12 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
   const float scale_log2 = g.scale * cuda::kLog2e;
 
   // ---- Candidates: warps 4-5 resolve a block's 64 (token tid - 128 each) into its pointer slot
-  // (blk & 1) and attended mask (sValid[blk & 3]), with the records prefetched into L2 (kernel.cuh
-  // resolve_compute: the gathers wait >1,500 clocks under load otherwise). Block n + 3 is resolved
+  // (blk & 1) and attended mask (sValid[blk & 3]). No L2 prefetch of the records, unlike kernel.cuh
+  // (whose gathers wait >1,500 clocks under load without one): here a block's records are loaded
+  // into registers an iteration before they are dequantized, which hides their latency, and
+  // prefetch.global.L2 fills whole 128-byte lines, so the 6-7 lines of a 656-byte record drew 18%
+  // more DRAM bytes than the loads' own sectors (without it the tensor-parallel h_q 16 case took
+  // 0.94x the time on an H100, bench/NOTES.md v59). Block n + 3 is resolved
   // in iteration n (its index copied in iteration n - 1, the rest under the value product), into
   // the slot block n + 1's loads read before the last barrier of iteration n - 1. (Two slots rather
   // than kernel.cuh's one slot and a block's pointers kept in registers for an iteration: at 128
@@ -139,12 +143,11 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
       early[b] = k < k_end ? src.raw_index(p.src, k) : -1;
     }
   }
-  auto resolve_early = [&](int b, bool prefetch) {
+  auto resolve_early = [&](int b) {
     if (!resolver) return;
     const int64_t k = k_begin + b * kBlockTokens + rt;
     const uint8_t* scale = nullptr;
     const uint8_t* data = k < k_end ? src.locate_index(p.src, k, early[b], &scale) : nullptr;
-    if (prefetch && data != nullptr) prefetch_record<kStorage>(data, scale);
     resolve_store(b, data, scale);
   };
   // In the loop a block is resolved in two steps: its index copied into sIdx an iteration ahead
@@ -179,7 +182,6 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
     const int64_t k = k_begin + blk * kBlockTokens + rt;
     const uint8_t* scale = nullptr;
     const uint8_t* data = k < k_end ? src.locate_index(p.src, k, index, &scale) : nullptr;
-    if (data != nullptr) prefetch_record<kStorage>(data, scale);
     resolve_store(blk, data, scale);
   };
 
@@ -213,14 +215,14 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
   };
 
   // ---- Prologue: Q's copies; block 0 in the stage; block 1's records in registers; block 2
-  // resolved (slot 0, once block 0's loads have read it) and prefetched.
+  // resolved (slot 0, once block 0's loads have read it).
   load_q_narrow<kDqk>(sQ, g, w, tid);
-  resolve_early(0, false);
-  resolve_early(1, false);
+  resolve_early(0);
+  resolve_early(1);
   __syncthreads();
   load_block(0);
   __syncthreads();  // every thread has read block 0's pointers
-  resolve_early(2, true);
+  resolve_early(2);
   store_block();
   if (nb > 1) load_block(1);
   cuda::cp_async_wait<0>();  // Q's copies
