@@ -4,11 +4,12 @@
 // Caches are filled with random but finite records (random e4m3 payload bytes, power-of-two scales,
 // small bf16 RoPE values) straight from a counter-based generator, because quantizing gigabytes of
 // latents on the host would dominate the run; values do not change the kernel's work. Each request
-// owns its own context of `ctx` tokens and its query tokens draw their top-k indices from it, so
-// unique tokens read ~= b * topk. Figures use SPEC.md section 8's formulas.
-// LKV_BENCH_SORTED_INDICES=1 (a probe, not a FlashMLA case) puts each query token's indices in
-// ascending slot order, the order that reads a token shared by two query tokens of a request close
-// together in time (bench/NOTES.md v59).
+// owns its own context of `ctx` = max(2 topk, 4096) tokens and its query tokens draw their top-k
+// indices from it, with repetition; unique_count counts the tokens read. Figures use SPEC.md
+// section 8's formulas.
+// LKV_BENCH_SORTED_INDICES=1 (a probe, not a FlashMLA case; the JSON's notes say which order ran)
+// puts each query token's indices in ascending slot order, the order that reads a token shared by
+// two query tokens of a request close together in time (bench/NOTES.md v59).
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
@@ -132,14 +133,14 @@ std::vector<uint8_t> random_cache(CacheFormat f, int64_t num_pages, int64_t P, u
 namespace {
 
 std::vector<int32_t> random_indices(int64_t b, int64_t s_q, int64_t topk, int64_t ctx,
-                                    uint64_t seed) {
+                                    uint64_t seed, bool sorted) {
   std::vector<int32_t> idx(static_cast<size_t>(b * s_q * topk));
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < b * s_q; ++r) {
     const int64_t i = r / s_q;
     for (int64_t k = 0; k < topk; ++k)
       idx[r * topk + k] = static_cast<int32_t>(i * ctx + testing::bits_at(seed, r * topk + k) % ctx);
-    if (std::getenv("LKV_BENCH_SORTED_INDICES")) std::sort(idx.begin() + r * topk, idx.begin() + (r + 1) * topk);
+    if (sorted) std::sort(idx.begin() + r * topk, idx.begin() + (r + 1) * topk);
   }
   return idx;
 }
@@ -366,6 +367,9 @@ int cmd_bench_decode(const Args& args) {
   res.notes["flops"] = "2 * h_q * attended * (d_qk + d_v), attended = b * s_q * (topk + extra_topk)";
   res.notes["bytes"] = "2*b*s_q*h_q*d_qk + unique_tokens_read * bytes_per_token + 2*b*s_q*h_q*d_v";
   if (lengths) res.notes["lengths"] = "--lengths: topk_length and extra_topk_length equal to each request's topk";
+  const bool sorted = std::getenv("LKV_BENCH_SORTED_INDICES") != nullptr;
+  res.notes["index_order"] = sorted ? "each query token's indices sorted by slot (LKV_BENCH_SORTED_INDICES)"
+                                    : "random";
   double hbm = 0, empty_launch = 0;
 #ifdef LKV_WITH_CUDA
   if (cuda) {
@@ -402,13 +406,13 @@ int cmd_bench_decode(const Args& args) {
     const int64_t ctx = std::max<int64_t>(2 * c.topk, 4096);
     const int64_t num_pages = (c.b * ctx + c.page - 1) / c.page;
     std::vector<uint8_t> kv = random_cache(c.format, num_pages, c.page, 7);
-    std::vector<int32_t> idx = random_indices(c.b, c.s_q, c.topk, ctx, 11);
+    std::vector<int32_t> idx = random_indices(c.b, c.s_q, c.topk, ctx, 11, sorted);
     const int64_t extra_ctx = std::max<int64_t>(2 * c.extra_topk, 4096);
     const int64_t extra_pages = c.extra_topk ? (c.b * extra_ctx + c.extra_page - 1) / c.extra_page : 0;
     const FormatInfo& efi = format_info(c.extra_format.value_or(c.format));
     std::vector<uint8_t> ekv = c.extra_topk ? random_cache(efi.format, extra_pages, c.extra_page, 13)
                                             : std::vector<uint8_t>();
-    std::vector<int32_t> eidx = c.extra_topk ? random_indices(c.b, c.s_q, c.extra_topk, extra_ctx, 17)
+    std::vector<int32_t> eidx = c.extra_topk ? random_indices(c.b, c.s_q, c.extra_topk, extra_ctx, 17, sorted)
                                              : std::vector<int32_t>();
     std::vector<uint16_t> q(static_cast<size_t>(c.b * c.s_q * c.h_q * fi.d_qk));
     for (size_t k = 0; k < q.size(); ++k) q[k] = num::f32_to_bf16(testing::normal_at(19, k));
