@@ -1,0 +1,91 @@
+// Probe: what a sort pass over sparse decode's index lists would cost with a plain bitonic sort in
+// one CTA's shared memory per list (bench/NOTES.md v59 item 4): rows x k int32 keys sorted as
+// unsigned (negative indices last), timed by CUDA events over the whole grid, median of 50 after 5
+// warm-ups; the result checked against std::sort on the host.
+//   nvcc -O3 -arch=sm_90a -o /tmp/sortprobe bench/probes/sort_bitonic.cu && /tmp/sortprobe
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+// keys: n (a power of two) u32 per row in shared memory; `threads` threads per CTA.
+__global__ void sort_rows(const int32_t* in, int32_t* out, int k, int n) {
+  extern __shared__ uint32_t s[];
+  const int32_t* src = in + static_cast<int64_t>(blockIdx.x) * k;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = i < k ? static_cast<uint32_t>(src[i]) : 0xffffffffu;
+  __syncthreads();
+  for (int size = 2; size <= n; size <<= 1) {
+    for (int stride = size / 2; stride > 0; stride >>= 1) {
+      for (int t = threadIdx.x; t < n / 2; t += blockDim.x) {
+        const int i = 2 * t - (t & (stride - 1)), j = i + stride;
+        const bool up = (i & size) == 0;
+        const uint32_t a = s[i], b = s[j];
+        if ((a > b) == up) {
+          s[i] = b;
+          s[j] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  int32_t* dst = out + static_cast<int64_t>(blockIdx.x) * k;
+  for (int i = threadIdx.x; i < k; i += blockDim.x) dst[i] = static_cast<int32_t>(s[i]);
+}
+
+int main() {
+  struct Shape { const char* name; int rows, k; };
+  const Shape shapes[] = {{"V3.2 b 128 / tensor-parallel (256 x 2048)", 256, 2048},
+                          {"V4 b 128 main (256 x 128)", 256, 128},
+                          {"V4 b 128 extra 512 (256 x 512)", 256, 512},
+                          {"peak b 148 (296 x 16384)", 296, 16384}};
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("%s\n", prop.name);
+  cudaFuncSetAttribute(sort_rows, cudaFuncAttributeMaxDynamicSharedMemorySize, 65536);
+  for (const Shape& sh : shapes) {
+    int n = 1;
+    while (n < sh.k) n <<= 1;
+    std::vector<int32_t> h(static_cast<size_t>(sh.rows) * sh.k);
+    std::mt19937 rng(7);
+    for (auto& v : h) v = static_cast<int32_t>(rng() % (2u * std::max(sh.k, 2048))) - (rng() % 64 == 0 ? 1 << 30 : 0);
+    int32_t *din, *dout;
+    cudaMalloc(&din, h.size() * 4);
+    cudaMalloc(&dout, h.size() * 4);
+    cudaMemcpy(din, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
+    for (int threads : {256, 512, 1024}) {
+      if (threads > n / 2 && threads != 256) continue;
+      std::vector<float> ts;
+      for (int r = 0; r < 55; ++r) {
+        cudaEvent_t a, b;
+        cudaEventCreate(&a);
+        cudaEventCreate(&b);
+        cudaEventRecord(a);
+        sort_rows<<<sh.rows, threads, n * 4>>>(din, dout, sh.k, n);
+        cudaEventRecord(b);
+        cudaEventSynchronize(b);
+        float ms;
+        cudaEventElapsedTime(&ms, a, b);
+        if (r >= 5) ts.push_back(ms * 1000.f);
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+      }
+      std::sort(ts.begin(), ts.end());
+      std::vector<int32_t> got(h.size());
+      cudaMemcpy(got.data(), dout, h.size() * 4, cudaMemcpyDeviceToHost);
+      bool ok = cudaGetLastError() == cudaSuccess;
+      for (int r = 0; r < sh.rows && ok; ++r) {
+        std::vector<uint32_t> want(static_cast<size_t>(sh.k));
+        for (int i = 0; i < sh.k; ++i) want[i] = static_cast<uint32_t>(h[static_cast<size_t>(r) * sh.k + i]);
+        std::sort(want.begin(), want.end());
+        for (int i = 0; i < sh.k; ++i) ok = ok && static_cast<uint32_t>(got[static_cast<size_t>(r) * sh.k + i]) == want[i];
+      }
+      std::printf("%-44s %5d threads %8.1f us %s\n", sh.name, threads, ts[ts.size() / 2], ok ? "ok" : "WRONG");
+    }
+    cudaFree(din);
+    cudaFree(dout);
+  }
+  return 0;
+}
