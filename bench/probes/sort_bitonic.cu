@@ -100,6 +100,42 @@ __global__ void sort_rows_reg(const int32_t* in, int32_t* out, int k) {
 
 __global__ void empty_kernel() {}
 
+// Median event-timed µs of 50 calls of launch() after 5 warm-ups.
+template <class Launch>
+float median_us(Launch launch) {
+  std::vector<float> ts;
+  for (int r = 0; r < 55; ++r) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventRecord(a);
+    launch();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    if (r >= 5) ts.push_back(ms * 1000.f);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+// Whether every row of the device output equals std::sort of the host input's row (as unsigned).
+bool rows_sorted(const std::vector<int32_t>& h, const int32_t* dout, int rows, int k) {
+  std::vector<int32_t> got(h.size());
+  cudaMemcpy(got.data(), dout, h.size() * 4, cudaMemcpyDeviceToHost);
+  bool ok = cudaGetLastError() == cudaSuccess;
+  for (int r = 0; r < rows && ok; ++r) {
+    std::vector<uint32_t> want(static_cast<size_t>(k));
+    for (int i = 0; i < k; ++i) want[i] = static_cast<uint32_t>(h[static_cast<size_t>(r) * k + i]);
+    std::sort(want.begin(), want.end());
+    for (int i = 0; i < k; ++i) ok = ok && static_cast<uint32_t>(got[static_cast<size_t>(r) * k + i]) == want[i];
+  }
+  return ok;
+}
+
 int main() {
   struct Shape { const char* name; int rows, k; };
   const Shape shapes[] = {{"V3.2 b 128 / tensor-parallel (256 x 2048)", 256, 2048},
@@ -110,25 +146,9 @@ int main() {
   cudaGetDeviceProperties(&prop, 0);
   std::printf("%s\n", prop.name);
   cudaFuncSetAttribute(sort_rows, cudaFuncAttributeMaxDynamicSharedMemorySize, 65536);
-  {  // the event-timed floor: an empty launch of 256 CTAs
-    std::vector<float> ts;
-    for (int r = 0; r < 55; ++r) {
-      cudaEvent_t a, b;
-      cudaEventCreate(&a);
-      cudaEventCreate(&b);
-      cudaEventRecord(a);
-      empty_kernel<<<256, 256>>>();
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      float ms;
-      cudaEventElapsedTime(&ms, a, b);
-      if (r >= 5) ts.push_back(ms * 1000.f);
-      cudaEventDestroy(a);
-      cudaEventDestroy(b);
-    }
-    std::sort(ts.begin(), ts.end());
-    std::printf("%-44s %5d threads %8.1f us\n", "empty launch (256 CTAs)", 256, ts[ts.size() / 2]);
-  }
+  // The event-timed floor: an empty launch of 256 CTAs.
+  std::printf("%-44s %5d threads %8.1f us\n", "empty launch (256 CTAs)", 256,
+              median_us([] { empty_kernel<<<256, 256>>>(); }));
   for (const Shape& sh : shapes) {
     int n = 1;
     while (n < sh.k) n <<= 1;
@@ -141,66 +161,19 @@ int main() {
     cudaMemcpy(din, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
     for (int threads : {256, 512, 1024}) {
       if (threads > n / 2 && threads != 256) continue;
-      std::vector<float> ts;
-      for (int r = 0; r < 55; ++r) {
-        cudaEvent_t a, b;
-        cudaEventCreate(&a);
-        cudaEventCreate(&b);
-        cudaEventRecord(a);
-        sort_rows<<<sh.rows, threads, n * 4>>>(din, dout, sh.k, n);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms;
-        cudaEventElapsedTime(&ms, a, b);
-        if (r >= 5) ts.push_back(ms * 1000.f);
-        cudaEventDestroy(a);
-        cudaEventDestroy(b);
-      }
-      std::sort(ts.begin(), ts.end());
-      std::vector<int32_t> got(h.size());
-      cudaMemcpy(got.data(), dout, h.size() * 4, cudaMemcpyDeviceToHost);
-      bool ok = cudaGetLastError() == cudaSuccess;
-      for (int r = 0; r < sh.rows && ok; ++r) {
-        std::vector<uint32_t> want(static_cast<size_t>(sh.k));
-        for (int i = 0; i < sh.k; ++i) want[i] = static_cast<uint32_t>(h[static_cast<size_t>(r) * sh.k + i]);
-        std::sort(want.begin(), want.end());
-        for (int i = 0; i < sh.k; ++i) ok = ok && static_cast<uint32_t>(got[static_cast<size_t>(r) * sh.k + i]) == want[i];
-      }
-      std::printf("%-44s %5d threads %8.1f us %s\n", sh.name, threads, ts[ts.size() / 2], ok ? "ok" : "WRONG");
+      const float us = median_us([&] { sort_rows<<<sh.rows, threads, n * 4>>>(din, dout, sh.k, n); });
+      std::printf("%-44s %5d threads %8.1f us %s\n", sh.name, threads, us,
+                  rows_sorted(h, dout, sh.rows, sh.k) ? "ok" : "WRONG");
     }
-    {  // the register form: n / 8 threads (at most 1024), double-buffered shared memory
-      const int threads = std::max(32, n / 8);
-      if (n <= 2048) {
-        std::vector<float> ts;
-        for (int r = 0; r < 55; ++r) {
-          cudaEvent_t a, b;
-          cudaEventCreate(&a);
-          cudaEventCreate(&b);
-          cudaEventRecord(a);
-          if (n <= 256) sort_rows_reg<256><<<sh.rows, 32>>>(din, dout, sh.k);
-          else if (n == 512) sort_rows_reg<512><<<sh.rows, 64>>>(din, dout, sh.k);
-          else if (n == 1024) sort_rows_reg<1024><<<sh.rows, 128>>>(din, dout, sh.k);
-          else sort_rows_reg<2048><<<sh.rows, 256>>>(din, dout, sh.k);
-          cudaEventRecord(b);
-          cudaEventSynchronize(b);
-          float ms;
-          cudaEventElapsedTime(&ms, a, b);
-          if (r >= 5) ts.push_back(ms * 1000.f);
-          cudaEventDestroy(a);
-          cudaEventDestroy(b);
-        }
-        std::sort(ts.begin(), ts.end());
-        std::vector<int32_t> got(h.size());
-        cudaMemcpy(got.data(), dout, h.size() * 4, cudaMemcpyDeviceToHost);
-        bool ok = cudaGetLastError() == cudaSuccess;
-        for (int r = 0; r < sh.rows && ok; ++r) {
-          std::vector<uint32_t> want(static_cast<size_t>(sh.k));
-          for (int i = 0; i < sh.k; ++i) want[i] = static_cast<uint32_t>(h[static_cast<size_t>(r) * sh.k + i]);
-          std::sort(want.begin(), want.end());
-          for (int i = 0; i < sh.k; ++i) ok = ok && static_cast<uint32_t>(got[static_cast<size_t>(r) * sh.k + i]) == want[i];
-        }
-        std::printf("%-44s %5d threads %8.1f us %s (registers)\n", sh.name, threads, ts[ts.size() / 2], ok ? "ok" : "WRONG");
-      }
+    if (n <= 2048) {  // the register form: n / 8 threads, at least a warp
+      const float us = median_us([&] {
+        if (n <= 256) sort_rows_reg<256><<<sh.rows, 32>>>(din, dout, sh.k);
+        else if (n == 512) sort_rows_reg<512><<<sh.rows, 64>>>(din, dout, sh.k);
+        else if (n == 1024) sort_rows_reg<1024><<<sh.rows, 128>>>(din, dout, sh.k);
+        else sort_rows_reg<2048><<<sh.rows, 256>>>(din, dout, sh.k);
+      });
+      std::printf("%-44s %5d threads %8.1f us %s (registers)\n", sh.name, std::max(32, n / 8), us,
+                  rows_sorted(h, dout, sh.rows, sh.k) ? "ok" : "WRONG");
     }
     cudaFree(din);
     cudaFree(dout);
