@@ -143,12 +143,15 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
       early[b] = k < k_end ? src.raw_index(p.src, k) : -1;
     }
   }
-  auto resolve_early = [&](int b) {
-    if (!resolver) return;
-    const int64_t k = k_begin + b * kBlockTokens + rt;
+  // Thread rt's candidate of block blk from its raw index: located, into the block's slot and mask.
+  auto resolve_index = [&](int64_t blk, int32_t index) {
+    const int64_t k = k_begin + blk * kBlockTokens + rt;
     const uint8_t* scale = nullptr;
-    const uint8_t* data = k < k_end ? src.locate_index(p.src, k, early[b], &scale) : nullptr;
-    resolve_store(b, data, scale);
+    const uint8_t* data = k < k_end ? src.locate_index(p.src, k, index, &scale) : nullptr;
+    resolve_store(blk, data, scale);
+  };
+  auto resolve_early = [&](int b) {
+    if (resolver) resolve_index(b, early[b]);
   };
   // In the loop a block is resolved in two steps: its index copied into sIdx an iteration ahead
   // (resolve_issue: block n + 4's at the start of iteration n, nothing waits for it there), the rest
@@ -178,11 +181,7 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
     // This thread's copy of block blk (no other thread reads its slot); block blk + 1's may still
     // be in flight.
     cuda_common::cp_async_wait_group<1>();
-    const int32_t index = sIdx[(blk & 1) * kBlockTokens + rt];
-    const int64_t k = k_begin + blk * kBlockTokens + rt;
-    const uint8_t* scale = nullptr;
-    const uint8_t* data = k < k_end ? src.locate_index(p.src, k, index, &scale) : nullptr;
-    resolve_store(blk, data, scale);
+    resolve_index(blk, sIdx[(blk & 1) * kBlockTokens + rt]);
   };
 
   // ---- Records: a block's raw bytes in registers, then dequantized into the stage (records.cuh).
