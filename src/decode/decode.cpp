@@ -126,6 +126,7 @@ int plan_ctas_per_sm(DecodePlanKernel kernel, int64_t cta_rows, bool quantized) 
     return kCtasPerSm;
 #ifdef LKV_WITH_CUDA
   if (!decode::sm90::narrow_rows()) return kCtasPerSm;
+  if (decode::sm90::narrow_ws()) return 1;  // its warp-specialised form: one CTA of 512 threads per SM
 #endif
   return decode::sm90::kNarrowCtasPerSm;
 }

@@ -599,6 +599,47 @@ TEST(DenseCuda, PackedQueryTokens) {
   }
 }
 
+// The narrow Hopper kernel's warp-specialised form (decode/sm90/launch.h narrow_ws) on dense
+// v32_fp8 pages with at most 16 rows per CTA: h_q 16 at s_q 1, packed query tokens (their causal
+// limits), h_q 3 (13 padding columns), lengths 0 to past the split size, against the oracle and
+// bitwise across reruns. (Its plans count one CTA per SM, so the splits differ from the two-CTA
+// form's; the decode test compares the two under one plan bitwise.)
+TEST(DenseCuda, Sm90NarrowWarpSpecialised) {
+  REQUIRE_GPU();
+  namespace s9 = latentkv::decode::sm90;
+  if (!s9::usable(0) || !s9::narrow_rows()) GTEST_SKIP() << "the narrow sm_90a kernel";
+  UseKernel use(KernelChoice::kSm90);
+  latentkv::testing::RestoreSwitch<bool> restore(s9::narrow_ws, s9::set_narrow_ws);
+  s9::set_narrow_ws(true);
+  struct Shape { int64_t b, s_q, h_q, max_len; };
+  const Shape shapes[] = {{6, 1, 16, 300}, {6, 2, 8, 200}, {6, 5, 3, 100}, {2, 1, 16, 6000}, {3, 4, 4, 5000}};
+  int n = 0;
+  for (const Shape& sh : shapes)
+    for (bool causal : {true, false}) {
+      DenseWorkloadOptions o;
+      o.b = sh.b;
+      o.s_q = sh.s_q;
+      o.h_q = sh.h_q;
+      o.h_kv = 1;
+      o.d_qk = 576;
+      o.page_size = 53;
+      o.max_len = sh.max_len;
+      if (sh.b == 6) o.lengths = {0, 1, static_cast<int32_t>(sh.s_q), 63, 64, static_cast<int32_t>(sh.max_len)};
+      o.fp8 = true;
+      o.causal = causal;
+      o.seed = 2900 + n++;
+      const std::string label = "v32_fp8 ws b" + std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" +
+                                std::to_string(sh.h_q) + " len " + std::to_string(sh.max_len) +
+                                (causal ? " causal" : "");
+      const DenseResult first = check_dense(o, label);
+      DenseWorkload w = latentkv::testing::make_dense_workload(o);
+      w.poison_outputs();
+      const DenseResult again = run_dense_gpu(w);
+      ASSERT_EQ(again.out, first.out) << label;
+      ASSERT_EQ(0, std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * 4)) << label;
+    }
+}
+
 TEST(DenseCuda, Errors) {
   REQUIRE_GPU();
   // f16 queries with a v32_fp8 cache: refused on CUDA, nothing launched.

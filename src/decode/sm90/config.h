@@ -81,13 +81,15 @@ inline constexpr int kNarrowCtasPerSm = 2;
 // banks.
 inline constexpr int kNarrowOutStride = 516;
 
-template <int kDqk>
+// kStages key stages: 1 for the two-CTA form, 2 for the warp-specialised one (below).
+template <int kDqk, int kStages = 1>
 struct NarrowLayout {
   static constexpr int chunks = kDqk / 64;
   static constexpr int q_chunk = kNarrowRows * 128;               // [16 rows][64 bf16] swizzled
   static constexpr int q_off = 0;                                  // Q [chunks][16][64] bf16
-  static constexpr int k_off = q_off + chunks * q_chunk;          // one key stage [chunks][64][64] bf16
-  static constexpr int p_off = k_off + chunks * kChunkBytes;      // P [16 rows][64 tokens] bf16
+  static constexpr int k_off = q_off + chunks * q_chunk;          // key stages [chunks][64][64] bf16
+  static constexpr int k_stage = chunks * kChunkBytes;
+  static constexpr int p_off = k_off + kStages * k_stage;         // P [16 rows][64 tokens] bf16
   static constexpr int ptr_off = p_off + kNarrowRows * 128;       // [2 blocks] record and scale pointers
   static constexpr int valid_off = ptr_off + 2 * 2 * kBlockTokens * 8;  // u32 [4 blocks][2]: attended
   static constexpr int red_off = valid_off + 32;                  // f32 [4 warps][16]: block maxima, sums
@@ -95,7 +97,8 @@ struct NarrowLayout {
   static constexpr int stat_off = alpha_off + kNarrowRows * 4;    // f32 [2][16]: final base, true maximum
   static constexpr int lim_off = stat_off + 2 * kNarrowRows * 4;  // i64 [16]: packed causal rows' limits
   static constexpr int idx_off = lim_off + kNarrowRows * 8;       // i32 [2][64]: two blocks' indices in flight
-  static constexpr int used = idx_off + 2 * kBlockTokens * 4;
+  static constexpr int bar_off = idx_off + 2 * kBlockTokens * 4;  // u64 full[2], empty[2] (2 stages only)
+  static constexpr int used = bar_off + (kStages > 1 ? 32 : 0);
   static constexpr int total = used + kAlignSlack;
 };
 // Two CTAs per SM must fit the 196 KB shared-memory carveout (200,704 bytes, 1 KB of it reserved per
@@ -105,6 +108,15 @@ struct NarrowLayout {
 inline constexpr int kNarrowSmemLimit = 200704 / kNarrowCtasPerSm - 1024;
 static_assert(NarrowLayout<576>::total <= kNarrowSmemLimit, "two v32_fp8 narrow CTAs must fit the 196 KB carveout");
 static_assert(NarrowLayout<512>::total <= kNarrowSmemLimit, "two v4_fp8 narrow CTAs must fit the 196 KB carveout");
+// The warp-specialised form (LKV_SM90_NARROW_WS=1, launch.h narrow_ws): one CTA per SM of 512
+// threads, two key stages. Warpgroups 2-3 resolve, gather and dequantize block n + 1 into one stage
+// while warpgroups 0-1 run block n's products and softmax on the other, handing stages over by
+// mbarriers, so neither phase waits for the other inside the CTA; in the two-CTA form the four
+// phases of a CTA run in series and only the other CTA's fill the gaps. Same per-role work and
+// registers as the two-CTA form (512 threads at one CTA per SM leave 128 each), the same smem per SM
+// (~170 KB: within the 196 KB carveout, so the L1 keeps its ~60 KB).
+inline constexpr int kNarrowWsThreads = 512;
+static_assert(NarrowLayout<576, 2>::total <= 200704 - 1024, "the warp-specialised v32_fp8 layout must fit the 196 KB carveout");
 // The epilogue stages [16][kNarrowOutStride] fp32 in the key stage.
 static_assert(kNarrowRows * kNarrowOutStride * 4 <= 8 * kChunkBytes, "the narrow epilogue's staging must fit the key stage");
 

@@ -29,6 +29,14 @@ std::atomic<bool>& narrow_flag() {
   return flag;
 }
 
+std::atomic<bool>& narrow_ws_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LKV_SM90_NARROW_WS");
+    return e && std::strcmp(e, "1") == 0;
+  }()};
+  return flag;
+}
+
 }  // namespace
 
 bool warp_specialised() {
@@ -44,6 +52,9 @@ void set_cta_pairs(bool on) { pairs_flag().store(on, std::memory_order_relaxed);
 
 bool narrow_rows() { return narrow_flag().load(std::memory_order_relaxed); }
 void set_narrow_rows(bool on) { narrow_flag().store(on, std::memory_order_relaxed); }
+
+bool narrow_ws() { return narrow_ws_flag().load(std::memory_order_relaxed); }
+void set_narrow_ws(bool on) { narrow_ws_flag().store(on, std::memory_order_relaxed); }
 
 bool usable(int device) {
   // Compute capability 9.0 exactly (sm_90a code runs nowhere else), room for the shared memory, and

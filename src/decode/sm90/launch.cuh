@@ -82,7 +82,11 @@ void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream st
 #if !defined(LKV_SM90_TRACE)
   if constexpr (Source::kStorage != cuda::KeyStorage::kDirect16) {
     if (narrow_rows() && cuda::cta_rows(p.g) <= kNarrowRows) {
-      launch_kernel<false>(narrow_kernel<Source>, q, grid, kThreads, NarrowLayout<Source::kDqk>::total, s);
+      if (narrow_ws())
+        launch_kernel<false>(narrow_kernel<Source, true>, q, grid, kNarrowWsThreads,
+                             NarrowLayout<Source::kDqk, 2>::total, s);
+      else
+        launch_kernel<false>(narrow_kernel<Source, false>, q, grid, kThreads, NarrowLayout<Source::kDqk>::total, s);
       LKV_CUDA_CHECK_LAUNCH();
       return;
     }

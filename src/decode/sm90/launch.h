@@ -35,6 +35,14 @@ void set_cta_pairs(bool on);
 bool narrow_rows();
 void set_narrow_rows(bool on);
 
+// Whether the narrow kernel runs in its warp-specialised form (config.h kNarrowWsThreads: one CTA
+// of 512 threads per SM, two key stages, producer warpgroups) instead of two CTAs of 256 per SM.
+// The same arithmetic in the same order, so the same bytes for the same plan; the planner counts
+// one CTA per SM for it. Off by default; LKV_SM90_NARROW_WS=1 (read once per process) or
+// set_narrow_ws(true) turns it on.
+bool narrow_ws();
+void set_narrow_ws(bool on);
+
 // Phase stamps of the two-warpgroup kernel, for `latentkv bench decode --trace`: compiled in only
 // with the CMake option LKV_SM90_TRACE (off, so the default kernels carry no stamping code). While
 // on (set_trace), every launch of the kernel has thread 0 of each CTA write %globaltimer (ns) at

@@ -36,6 +36,7 @@
 #include "decode/cuda/source.cuh"
 #include "decode/sm90/config.h"
 #include "decode/sm90/kernel.cuh"  // CtaWork, block_attended, exp2_ftz, row_end_of
+#include "decode/sm90/kernel_ws.cuh"  // mbar_arrive
 #include "decode/sm90/ptx.cuh"
 #include "decode/sm90/records.cuh"
 
@@ -43,12 +44,12 @@ namespace latentkv::decode::sm90 {
 
 // Q's rows of the CTA ([chunks][16 rows][64 dims], 128-byte swizzle, K-major: wgmma's B operand)
 // by cp.async in one commit group; rows past the CTA's zeroed (their scores are 0, never written).
-template <int kDqk, bool kPacks>
+template <int kDqk, int kCtaThreads, bool kPacks>
 __device__ __forceinline__ void load_q_narrow(uint8_t* sQ, const cuda::Geometry& g, const CtaWork<kPacks>& w,
                                               int tid) {
   const uint16_t* first = g.q + w.r1 * g.stride_q_r1 + w.pr.r2_0 * g.stride_q_r2;
   constexpr int kUnits = kDqk / 8;  // 16-byte units of a row
-  for (int c = tid; c < kNarrowRows * kUnits; c += kThreads) {
+  for (int c = tid; c < kNarrowRows * kUnits; c += kCtaThreads) {
     const int row = c / kUnits, dim = (c % kUnits) * 8;
     uint8_t* to = sQ + (dim / 64) * NarrowLayout<kDqk>::q_chunk + sw128_offset(row, dim % 64);
     if (row >= w.rows_here) {
@@ -65,8 +66,13 @@ __device__ __forceinline__ void load_q_narrow(uint8_t* sQ, const cuda::Geometry&
 __device__ __forceinline__ int narrow_row(int q2, int j) { return q2 + (j % 2) + 8 * (j / 2); }
 __device__ __forceinline__ int narrow_elem(int j) { return (j % 2) + 4 * (j / 2); }
 
-template <class Source>
-__global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(const KernelParams<typename Source::Args> p) {
+// kWs: the warp-specialised form (config.h kNarrowWsThreads): warpgroups 0-1 run the loop's products
+// and softmax as below, warpgroups 2-3 (the loaders) resolve, gather and dequantize into the other
+// of two key stages; full[s] (256 arrivals: every loader thread, after its stores) and empty[s] (8:
+// lane 0 of every consumer warp, after its value product) hand the stages over.
+template <class Source, bool kWs>
+__global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : kNarrowCtasPerSm)
+    narrow_kernel(const KernelParams<typename Source::Args> p) {
 #if defined(LKV_SM90_WGMMA)
   // Programmatic dependent launch, as in kernel.cuh.
   if (cuda::waits_at_entry(p.g)) cuda_common::pdl_wait();
@@ -82,8 +88,11 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
   // (bench/NOTES.md v40 item 5), as in kernel.cuh (v21). V4 records keep 4 lanes per token, as
   // kernel.cuh does.
   constexpr bool kWide = kStorage == KeyStorage::kV32Fp8;
-  using L = NarrowLayout<kDqk>;
+  using L = NarrowLayout<kDqk, kWs ? 2 : 1>;
   constexpr int kQkSteps = kDqk / 16;
+  constexpr int kCtaThreads = kWs ? kNarrowWsThreads : kThreads;
+  // The first thread of the loaders (gathers and dequantization) and of the resolver warps.
+  constexpr int kLoader0 = kWs ? 256 : 0, kResolver0 = kWs ? 256 : 128;
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -102,6 +111,8 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
   const cuda::Geometry& g = p.g;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;
+  const bool loader = tid >= kLoader0;
+  const int lwarp = warp - kLoader0 / 32;  // this warp among the loaders
   const int q2 = 2 * (lane % 4);  // this thread's rows: narrow_row(q2, 0..3)
   // The launch (launch.cuh) takes this kernel only where cuda::cta_rows(g) <= 16, so heads_per_kv
   // <= 16: one head block per kv head and rows_here <= kNarrowRows, which every [16]-sized array
@@ -125,14 +136,14 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
   // the slot block n + 1's loads read before the last barrier of iteration n - 1. (Two slots rather
   // than kernel.cuh's one slot and a block's pointers kept in registers for an iteration: at 128
   // registers per thread those would spill.)
-  const bool resolver = warp == 4 || warp == 5;
-  const int rt = tid - 128;
+  const bool resolver = warp == kResolver0 / 32 || warp == kResolver0 / 32 + 1;
+  const int rt = tid - kResolver0;
   auto resolve_store = [&](int64_t blk, const uint8_t* data, const uint8_t* scale) {
     const uint8_t** slot = sData + (blk & 1) * 2 * kBlockTokens;
     slot[rt] = data;
     slot[kBlockTokens + rt] = scale;
     const uint32_t bits = __ballot_sync(0xffffffffu, data != nullptr);
-    if (lane == 0) sValid[(blk & 3) * 2 + (warp - 4)] = bits;
+    if (lane == 0) sValid[(blk & 3) * 2 + (warp - kResolver0 / 32)] = bits;
   };
   // The prologue's blocks 0-2: their index loads issued together (kernel.cuh, kEarly).
   int32_t early[3];
@@ -189,8 +200,8 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
   // P = 0 never meets garbage (0 x NaN) in P V.
   using Raw8 = Raw<kStorage, 8>;
   using Raw4 = Raw<kStorage, 4>;
-  const TokenLane wide_a = lanes8(0, warp, lane), wide_b = lanes8(32, warp, lane);
-  const TokenLane narrow_t = lanes4(0, warp, lane);
+  const TokenLane wide_a = lanes8(0, lwarp, lane), wide_b = lanes8(32, lwarp, lane);
+  const TokenLane narrow_t = lanes4(0, lwarp, lane);
   struct Empty {};
   std::conditional_t<kWide, Raw8, Empty> raw_a, raw_b;
   std::conditional_t<kWide, Empty, Raw4> raw;
@@ -203,27 +214,42 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
       load_raw(raw, slot[narrow_t.tok], slot[kBlockTokens + narrow_t.tok], narrow_t.part);
     }
   };
-  auto store_block = [&]() {  // into the stage, then visible to wgmma
+  auto store_block = [&](uint8_t* stage) {  // into a key stage, then visible to wgmma
     if constexpr (kWide) {
-      store_dequantized<kStorage, false, true, false, 8>(raw_a, sK, wide_a.tok, wide_a.part);
-      store_dequantized<kStorage, false, true, false, 8>(raw_b, sK, wide_b.tok, wide_b.part);
+      store_dequantized<kStorage, false, true, false, 8>(raw_a, stage, wide_a.tok, wide_a.part);
+      store_dequantized<kStorage, false, true, false, 8>(raw_b, stage, wide_b.tok, wide_b.part);
     } else {
-      store_dequantized<kStorage>(raw, sK, narrow_t.tok, narrow_t.part);
+      store_dequantized<kStorage>(raw, stage, narrow_t.tok, narrow_t.part);
     }
     fence_proxy_async();
   };
+  // The warp-specialised form's stage hand-over (unused in the two-CTA form).
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::bar_off);
+  uint64_t* empty = full + 2;
 
   // ---- Prologue: Q's copies; block 0 in the stage; block 1's records in registers; block 2
   // resolved (slot 0, once block 0's loads have read it).
-  load_q_narrow<kDqk>(sQ, g, w, tid);
+  load_q_narrow<kDqk, kCtaThreads>(sQ, g, w, tid);
+  if constexpr (kWs) {
+    if (tid == 0) {
+      for (int s = 0; s < 2; ++s) {
+        cuda::mbar_init(&full[s], kNarrowWsThreads - kLoader0);
+        cuda::mbar_init(&empty[s], kLoader0 / 32);
+      }
+      cuda::mbar_init_fence();
+    }
+  }
   resolve_early(0);
   resolve_early(1);
   __syncthreads();
-  load_block(0);
+  if (loader) load_block(0);
   __syncthreads();  // every thread has read block 0's pointers
   resolve_early(2);
-  store_block();
-  if (nb > 1) load_block(1);
+  if (loader) {
+    store_block(sK);
+    if constexpr (kWs) mbar_arrive(&full[0]);
+    if (nb > 1) load_block(1);
+  }
   cuda::cp_async_wait<0>();  // Q's copies
   fence_proxy_async();
   __syncthreads();
@@ -251,13 +277,12 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
   }
   const int t0 = 16 * wq + lane / 4;  // this thread's tokens in S^T: t0 and t0 + 8
 
-  resolve_issue(3);  // (after Q's wait, which would wait for it too)
-  for (int n = 0; n < nb; ++n) {
-    resolve_issue(n + 4);
+  // Block n's products on a key stage: S^T, the softmax, O^T += V^T P^T (warpgroups 0-1).
+  auto products = [&](int n, uint8_t* stage) {
     if (wg == 0) {
       // ---- S^T = K Q^T.
       float s[8];
-      const uint64_t dk = smem_desc(sK, 16, 1024), dq = smem_desc(sQ, 16, 1024);
+      const uint64_t dk = smem_desc(stage, 16, 1024), dq = smem_desc(sQ, 16, 1024);
       wgmma_fence();
 #pragma unroll
       for (int st = 0; st < kQkSteps; ++st) {
@@ -334,7 +359,8 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
     } else {
       named_barrier_sync(1);  // warpgroup 0's block maxima
     }
-    __syncthreads();  // P and the rows' rescale
+    if constexpr (kWs) named_barrier_sync(2);  // the consumers only
+    else __syncthreads();  // P and the rows' rescale
     {
       // ---- O^T = O^T alpha + V^T P^T; warps whose rows all kept their base skip the rescale.
       float a[4];
@@ -348,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
       }
       // A: the stage's chunk of dims 64 c .. read MN-major (one 128-byte row per token; a k16 step
       // is 16 tokens, 2048 bytes; the leading byte offset is unused with M = 64 dims per chunk).
-      const uint64_t dv = smem_desc(sK, kChunkBytes, 1024), dp = smem_desc(sP, 16, 1024);
+      const uint64_t dv = smem_desc(stage, kChunkBytes, 1024), dp = smem_desc(sP, 16, 1024);
       wgmma_fence();
 #pragma unroll
       for (int i = 0; i < 4; ++i)
@@ -358,20 +384,60 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
           wgmma_m64n16k16_ss<1>(o[i], dv + (ov >> 4), dp + (op >> 4), true);
         }
       wgmma_commit();
-      resolve_finish(n + 3);  // warps 4-5, while the product runs
+      if constexpr (!kWs) resolve_finish(n + 3);  // warps 4-5, while the product runs
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < 4; ++i) fence_operands(o[i]);
     }
-    __syncthreads();  // the stage, P and alpha are free
-    if (n + 1 < nb) {
-      store_block();
-      if (n + 2 < nb) load_block(n + 2);
+  };
+  resolve_issue(3);  // (after Q's wait, which would wait for it too)
+  if constexpr (kWs) {
+    if (loader) {
+      // Block j into stage j & 1 once the consumers have released block j - 2 from it; each thread's
+      // full arrival after its own stores (and their proxy fence). A barrier of the 256 loader
+      // threads per block orders the pointer slots as the two-CTA form's __syncthreads do.
+      for (int j = 1; j < nb; ++j) {
+        resolve_issue(j + 3);
+        if (j >= 2) cuda::mbar_wait(&empty[j & 1], ((j - 2) >> 1) & 1);
+        store_block(sK + (j & 1) * L::k_stage);
+        mbar_arrive(&full[j & 1]);
+        if (j + 1 < nb) load_block(j + 1);
+        resolve_finish(j + 2);
+        named_barrier_sync(3);
+      }
+    } else {
+      for (int n = 0; n < nb; ++n) {
+        cuda::mbar_wait(&full[n & 1], (n >> 1) & 1);
+        products(n, sK + (n & 1) * L::k_stage);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[n & 1]);
+      }
     }
-    __syncthreads();  // block n + 1 in the stage
+  } else {
+    for (int n = 0; n < nb; ++n) {
+      resolve_issue(n + 4);
+      products(n, sK);
+      __syncthreads();  // the stage, P and alpha are free
+      if (n + 1 < nb) {
+        store_block(sK);
+        if (n + 2 < nb) load_block(n + 2);
+      }
+      __syncthreads();  // block n + 1 in the stage
+    }
   }
 
-  // ---- The end. Warpgroup 0's rows: sums over the 8 lanes of a row, then the 4 warps; warp 0 (all
+  // ---- The end, by warpgroups 0-1 (kThreads). The warp-specialised form's loaders leave here: every
+  // stage store of theirs came before a full arrival the consumers have waited on, and the
+  // consumers meet at a barrier of their own (compute-sanitizer's racecheck matches barriers by
+  // their count per warp, and the loaders met one per block to the consumers' two).
+  if constexpr (kWs) {
+    if (loader) return;
+  }
+  auto sync_consumers = [] {
+    if constexpr (kWs) named_barrier_sync(1);
+    else __syncthreads();
+  };
+  // Warpgroup 0's rows: sums over the 8 lanes of a row, then the 4 warps; warp 0 (all
   // warps hold the same bases) publishes the bases and true maxima.
   if (wg == 0) {
 #pragma unroll
@@ -388,7 +454,7 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
       }
     }
   }
-  __syncthreads();
+  sync_consumers();
   // Each thread's rows' ends (kernel.cuh row_end_of: lonely rows, lse, the sink's share unsplit),
   // its O^T elements scaled into [16][kNarrowOutStride] fp32 in the (free) key stage, then whole rows
   // out by 16-byte stores (the fragment's own stores would write 2 or 4 bytes per row and dim).
@@ -423,7 +489,7 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_kernel(cons
       if (g.partial_max) g.partial_max[prow] = e.max_logit;
     }
   }
-  __syncthreads();
+  sync_consumers();
   if (unsplit) {
     // 64 units of 8 dims per row, bf16.
     for (int c = tid; c < w.rows_here * 64; c += kThreads) {

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One device call for the narrow kernel's warp-specialised form (LKV_SM90_NARROW_WS=1, bench/NOTES.md
+# v60): its two tests first, then a same-run A/B of three: the base build, the new build's default
+# (two CTAs per SM) and the new build with the warp-specialised form, on the cases the narrow kernel
+# runs and controls; then the decode and dense suites with the form on, and memcheck and racecheck of
+# the adversarial-index tests with it, while time is left.
+# Here: LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/NAME.tar.xz bash scripts/gpu_prebuild.sh latentkv lkv_cuda_tests
+# there (carry both): bash bench/probes/narrow_ws_run.sh ROUNDS BASE_LABEL=ARCHIVE NEW_LABEL=ARCHIVE
+set -u
+source "$(dirname "$0")/call_lib.sh"
+ab_start "${1:-2}" "${2:-main=build-pk/main60.tar.xz}" "${3:-nws=build-pk/nws.tar.xz}" || exit 1
+t0=$(date +%s)
+timeout 150 build-gpu-new/lkv_cuda_tests \
+  --gtest_filter='DecodeCuda.Sm90NarrowRowsAgreeWithWideRows:DenseCuda.Sm90NarrowWarpSpecialised' >"$OUT/tests-ws.log" 2>&1
+summary "the form's tests" $? $(( $(date +%s) - t0 )) "$OUT/tests-ws.log"
+grep -E "^\[  FAILED|Failure" "$OUT/tests-ws.log" | head -20
+# The third label: the new binary with the form on.
+mkdir -p build-ws && printf '#!/bin/sh\nLKV_SM90_NARROW_WS=1 exec %s "$@"\n' "$PWD/build-ab/${new%%=*}/latentkv" >build-ws/latentkv
+chmod +x build-ws/latentkv && echo "${new#*=} with LKV_SM90_NARROW_WS=1" >build-ws/PREBUILT_REV
+LKV_AB_KERNEL=auto LKV_AB_SPECS="decode tp_v32_b128_h16;dense fp8_b128_sk4096_h16_sq1;dense fp8_b128_sk8192_h16_sq1;decode tp_v32_b128_h32;decode v32_b128_h128" \
+  bash bench/probes/bins_ab.sh "$rounds" "$base" "$new" "ws=$PWD/build-ws"
+if [ "$(left)" -gt 120 ]; then
+  t0=$(date +%s)
+  LKV_SM90_NARROW_WS=1 timeout $(( $(left) - 100 )) build-gpu-new/lkv_cuda_tests --gtest_filter='DecodeCuda.*:DenseCuda.*' >"$OUT/tests-suites-ws.log" 2>&1
+  summary "decode + dense suites (form on)" $? $(( $(date +%s) - t0 )) "$OUT/tests-suites-ws.log"
+  grep -E "^\[  FAILED|Failure" "$OUT/tests-suites-ws.log" | head -20
+fi
+for tool in memcheck racecheck; do
+  [ "$(left)" -gt 50 ] || break
+  t0=$(date +%s)
+  LKV_SM90_NARROW_WS=1 LKV_TEST_KERNELS=sm90 timeout $(( $(left) > 110 ? 80 : $(left) - 30 )) compute-sanitizer --tool "$tool" build-gpu-new/lkv_cuda_tests \
+    --gtest_filter='DecodeCuda.CornerCases:DenseCuda.CornerCasesAndDeterminism' >"$OUT/$tool-ws.log" 2>&1
+  summary "$tool (form on)" $? $(( $(date +%s) - t0 )) "$OUT/$tool-ws.log"
+done
+(cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
+echo "left $(left) s"
