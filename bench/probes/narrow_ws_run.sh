@@ -19,6 +19,10 @@ mkdir -p build-ws && printf '#!/bin/sh\nLKV_SM90_NARROW_WS=1 exec %s "$@"\n' "$P
 chmod +x build-ws/latentkv && echo "${new#*=} with LKV_SM90_NARROW_WS=1" >build-ws/PREBUILT_REV
 LKV_AB_KERNEL=auto LKV_AB_SPECS="decode tp_v32_b128_h16;dense fp8_b128_sk4096_h16_sq1;dense fp8_b128_sk8192_h16_sq1;decode tp_v32_b128_h32;decode v32_b128_h128" \
   bash bench/probes/bins_ab.sh "$rounds" "$base" "$new" "ws=$PWD/build-ws"
+# The same with each index list sorted by slot (LKV_BENCH_SORTED_INDICES=1: fewer DRAM bytes, so a
+# GPU whose HBM limits the random gather shows what the SM side of each form costs).
+OUT=$OUT/sorted LKV_AB_ENV=LKV_BENCH_SORTED_INDICES=1 LKV_AB_KERNEL=auto \
+  LKV_AB_SPECS="decode tp_v32_b128_h16;decode tp_v32_b128_h32" bash bench/probes/bins_ab.sh "$rounds" "$base" "$new" "ws=$PWD/build-ws"
 if [ "$(left)" -gt 120 ]; then
   t0=$(date +%s)
   LKV_SM90_NARROW_WS=1 timeout $(( $(left) - 100 )) build-gpu-new/lkv_cuda_tests --gtest_filter='DecodeCuda.*:DenseCuda.*' >"$OUT/tests-suites-ws.log" 2>&1
