@@ -23,6 +23,25 @@ LKV_AB_KERNEL=auto LKV_AB_SPECS="decode tp_v32_b128_h16;dense fp8_b128_sk4096_h1
 # GPU whose HBM limits the random gather shows what the SM side of each form costs).
 OUT=$OUT/sorted LKV_AB_ENV=LKV_BENCH_SORTED_INDICES=1 LKV_AB_KERNEL=auto \
   LKV_AB_SPECS="decode tp_v32_b128_h16;decode tp_v32_b128_h32" bash bench/probes/bins_ab.sh "$rounds" "$base" "$new" "ws=$PWD/build-ws"
+# Where each form's time goes (LKV_WS_PROFILE=1): ncu's throughput sections of the first narrow
+# launch of each case, two-CTA form and warp-specialised form, the lines that matter printed.
+profile() {  # NAME WS OP FILTER
+  local t0; t0=$(date +%s)
+  LKV_SM90_NARROW_WS=$2 timeout 100 ncu --clock-control none -k 'regex:narrow_kernel' -c 1 --section SpeedOfLight \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section LaunchStats --section Occupancy build-gpu-new/latentkv bench "$3" --device cuda --kernel auto \
+    --filter "$4" --reps 1 >"$OUT/details-$1.log" 2>&1
+  echo "profile $1 rc=$? $(( $(date +%s) - t0 )) s"
+  grep -E "Duration|Block Size|Registers Per|Issue Slots Busy|Issued Ipc|Memory Throughput|DRAM Throughput|L1/TEX Hit|Mem Pipes Busy|Shared Memory|Warp Cycles Per Issued|Eligible Warps|Achieved Occupancy|Max Bandwidth|L1/TEX Cache Throughput|Compute \(SM\) Throughput" \
+    "$OUT/details-$1.log" | head -24
+}
+if [ "${LKV_WS_PROFILE:-0}" = 1 ]; then
+  for form in 0 1; do
+    [ "$(left)" -gt 200 ] || break
+    profile "tp-ws$form" $form decode tp_v32_b128_h16
+    profile "dense-ws$form" $form dense fp8_b128_sk4096_h16_sq1
+  done
+fi
 if [ "$(left)" -gt 120 ]; then
   t0=$(date +%s)
   LKV_SM90_NARROW_WS=1 timeout $(( $(left) - 100 )) build-gpu-new/lkv_cuda_tests --gtest_filter='DecodeCuda.*:DenseCuda.*' >"$OUT/tests-suites-ws.log" 2>&1
