@@ -5,7 +5,8 @@
 # runs and controls; then the decode and dense suites with the form on, and memcheck and racecheck of
 # the adversarial-index tests with it, while time is left.
 # Here: LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/NAME.tar.xz bash scripts/gpu_prebuild.sh latentkv lkv_cuda_tests
-# there (carry both): bash bench/probes/narrow_ws_run.sh ROUNDS BASE_LABEL=ARCHIVE NEW_LABEL=ARCHIVE
+# there (carry them): bash bench/probes/narrow_ws_run.sh ROUNDS BASE_LABEL=ARCHIVE NEW_LABEL=ARCHIVE [LABEL=ARCHIVE...]
+# (the further archives: variants of the form, e.g. narrow_ws_prefetch.patch applied, run with it on)
 set -u
 source "$(dirname "$0")/call_lib.sh"
 ab_start "${1:-2}" "${2:-main=build-pk/main60.tar.xz}" "${3:-nws=build-pk/nws.tar.xz}" || exit 1
@@ -17,12 +18,21 @@ grep -E "^\[  FAILED|Failure" "$OUT/tests-ws.log" | head -20
 # The third label: the new binary with the form on.
 mkdir -p build-ws && printf '#!/bin/sh\nLKV_SM90_NARROW_WS=1 exec %s "$@"\n' "$PWD/build-ab/${new%%=*}/latentkv" >build-ws/latentkv
 chmod +x build-ws/latentkv && echo "${new#*=} with LKV_SM90_NARROW_WS=1" >build-ws/PREBUILT_REV
+# Further labels (arguments 4 on, LABEL=ARCHIVE): variants' binaries, run with the form on.
+wsl=("ws=$PWD/build-ws")
+for pair in "${@:4}"; do
+  l=${pair%%=*}
+  mkdir -p "build-v-$l" && tar xJf "${pair#*=}" -C "build-v-$l" latentkv PREBUILT_REV || exit 1
+  mkdir -p "build-w-$l" && printf '#!/bin/sh\nLKV_SM90_NARROW_WS=1 exec %s "$@"\n' "$PWD/build-v-$l/latentkv" >"build-w-$l/latentkv"
+  chmod +x "build-w-$l/latentkv" && echo "$(cat "build-v-$l/PREBUILT_REV") with LKV_SM90_NARROW_WS=1" >"build-w-$l/PREBUILT_REV"
+  wsl+=("$l=$PWD/build-w-$l")
+done
 LKV_AB_KERNEL=auto LKV_AB_SPECS="decode tp_v32_b128_h16;dense fp8_b128_sk4096_h16_sq1;dense fp8_b128_sk8192_h16_sq1;decode tp_v32_b128_h32;decode v32_b128_h128" \
-  bash bench/probes/bins_ab.sh "$rounds" "$base" "$new" "ws=$PWD/build-ws"
+  bash bench/probes/bins_ab.sh "$rounds" "$base" "$new" "${wsl[@]}"
 # The same with each index list sorted by slot (LKV_BENCH_SORTED_INDICES=1: fewer DRAM bytes, so a
 # GPU whose HBM limits the random gather shows what the SM side of each form costs).
 OUT=$OUT/sorted LKV_AB_ENV=LKV_BENCH_SORTED_INDICES=1 LKV_AB_KERNEL=auto \
-  LKV_AB_SPECS="decode tp_v32_b128_h16;decode tp_v32_b128_h32" bash bench/probes/bins_ab.sh "$rounds" "$base" "$new" "ws=$PWD/build-ws"
+  LKV_AB_SPECS="decode tp_v32_b128_h16;decode tp_v32_b128_h32" bash bench/probes/bins_ab.sh "$rounds" "$base" "$new" "${wsl[@]}"
 # Where each form's time goes (LKV_WS_PROFILE=1): ncu's throughput sections of the first narrow
 # launch of each case, two-CTA form and warp-specialised form, the lines that matter printed.
 profile() {  # NAME WS OP FILTER
