@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device call for the narrow kernel's warp-specialised form (LKV_SM90_NARROW_WS=1, bench/NOTES.md
-# v60): its two tests first, then a same-run A/B of three: the base build, the new build's default
-# (two CTAs per SM) and the new build with the warp-specialised form, on the cases the narrow kernel
-# runs and controls; then the decode and dense suites with the form on, and memcheck and racecheck of
-# the adversarial-index tests with it, while time is left.
+# v60), in order while time is left: its two tests; a same-run A/B of the base build, the new
+# build's default (two CTAs per SM), the new build with the form on and any variants with it on, on
+# the cases the narrow kernel runs and controls, then on the tensor-parallel cases with sorted
+# index lists; memcheck and racecheck of the adversarial-index tests with the form on; ncu's
+# throughput sections of both forms (LKV_WS_PROFILE=1); the decode and dense suites with it on.
 # Here: LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/NAME.tar.xz bash scripts/gpu_prebuild.sh latentkv lkv_cuda_tests
 # there (carry them): bash bench/probes/narrow_ws_run.sh ROUNDS BASE_LABEL=ARCHIVE NEW_LABEL=ARCHIVE [LABEL=ARCHIVE...]
 # (the further archives: variants of the form, e.g. narrow_ws_prefetch.patch applied, run with it on)
@@ -33,6 +34,13 @@ LKV_AB_KERNEL=auto LKV_AB_SPECS="decode tp_v32_b128_h16;dense fp8_b128_sk4096_h1
 # GPU whose HBM limits the random gather shows what the SM side of each form costs).
 OUT=$OUT/sorted LKV_AB_ENV=LKV_BENCH_SORTED_INDICES=1 LKV_AB_KERNEL=auto \
   LKV_AB_SPECS="decode tp_v32_b128_h16;decode tp_v32_b128_h32" bash bench/probes/bins_ab.sh "$rounds" "$base" "$new" "${wsl[@]}"
+for tool in memcheck racecheck; do
+  [ "$(left)" -gt 50 ] || break
+  t0=$(date +%s)
+  LKV_SM90_NARROW_WS=1 LKV_TEST_KERNELS=sm90 timeout $(( $(left) > 110 ? 80 : $(left) - 30 )) compute-sanitizer --tool "$tool" build-gpu-new/lkv_cuda_tests \
+    --gtest_filter='DecodeCuda.CornerCases:DenseCuda.CornerCasesAndDeterminism' >"$OUT/$tool-ws.log" 2>&1
+  summary "$tool (form on)" $? $(( $(date +%s) - t0 )) "$OUT/$tool-ws.log"
+done
 # Where each form's time goes (LKV_WS_PROFILE=1): ncu's throughput sections of the first narrow
 # launch of each case, two-CTA form and warp-specialised form, the lines that matter printed.
 profile() {  # NAME WS OP FILTER
@@ -46,8 +54,8 @@ profile() {  # NAME WS OP FILTER
     "$OUT/details-$1.log" | head -24
 }
 if [ "${LKV_WS_PROFILE:-0}" = 1 ]; then
-  for form in 0 1; do
-    [ "$(left)" -gt 200 ] || break
+  for form in 1 0; do
+    [ "$(left)" -gt 90 ] || break
     profile "tp-ws$form" $form decode tp_v32_b128_h16
     profile "dense-ws$form" $form dense fp8_b128_sk4096_h16_sq1
   done
@@ -58,12 +66,5 @@ if [ "$(left)" -gt 120 ]; then
   summary "decode + dense suites (form on)" $? $(( $(date +%s) - t0 )) "$OUT/tests-suites-ws.log"
   grep -E "^\[  FAILED|Failure" "$OUT/tests-suites-ws.log" | head -20
 fi
-for tool in memcheck racecheck; do
-  [ "$(left)" -gt 50 ] || break
-  t0=$(date +%s)
-  LKV_SM90_NARROW_WS=1 LKV_TEST_KERNELS=sm90 timeout $(( $(left) > 110 ? 80 : $(left) - 30 )) compute-sanitizer --tool "$tool" build-gpu-new/lkv_cuda_tests \
-    --gtest_filter='DecodeCuda.CornerCases:DenseCuda.CornerCasesAndDeterminism' >"$OUT/$tool-ws.log" 2>&1
-  summary "$tool (form on)" $? $(( $(date +%s) - t0 )) "$OUT/$tool-ws.log"
-done
 (cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
 echo "left $(left) s"
