@@ -114,9 +114,9 @@ static_assert(NarrowLayout<512>::total <= kNarrowSmemLimit, "two v4_fp8 narrow C
 // by mbarriers; in the two-CTA form a CTA's phases run in series and only the other CTA fills the
 // gaps. The same per-role work and registers as the two-CTA form (512 threads at one CTA per SM
 // leave 128 each), about the same shared memory per SM (172 KB for v32_fp8: within the 196 KB
-// carveout, so the L1 keeps its share). On an H100: dense v32_fp8 pages h_q 16 0.949-0.963x the
-// two-CTA form's time, the tensor-parallel h_q 16 case level (bench/NOTES.md v60); not yet run on
-// an H200, hence off.
+// carveout, so the L1 keeps its share). On an H100: dense v32_fp8 pages h_q 16 0.954-0.977x the
+// two-CTA form's time, the tensor-parallel h_q 16 case level or slower (bench/NOTES.md v60); not yet
+// run on an H200, hence off.
 inline constexpr int kNarrowWsThreads = 512;
 static_assert(NarrowLayout<576, 2>::total <= 200704 - 1024, "the warp-specialised v32_fp8 layout must fit the 196 KB carveout");
 static_assert(NarrowLayout<512, 2>::total <= 200704 - 1024, "the warp-specialised v4_fp8 layout must fit the 196 KB carveout");
