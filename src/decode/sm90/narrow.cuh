@@ -12,7 +12,9 @@
 //                                        key stage read MN-major, B = P [16][64] in shared memory
 // so Q is 18 KB, O^T is 32 fp32 per thread and the layout (config.h NarrowLayout, ~95 KB) lets two
 // CTAs share an SM. A CTA has one key stage: its own dequantization does not overlap its products,
-// the other CTA's do.
+// the other CTA's do. (The opt-in warp-specialised form, kWs below, gives the refill two warpgroups
+// of its own and a second stage in one CTA per SM: 0.95-0.98x on dense pages on an H100, level on
+// the tensor-parallel case; both forms are held by the L1/TEX path, bench/NOTES.md v60.)
 //
 // Grid and work as kernel.cuh (CtaWork: one row group, one split; head_blocks_per_kv is 1 here).
 // 256 threads; iteration n (the stage holds block n, dequantized; registers hold block n + 1's raw
@@ -67,9 +69,9 @@ __device__ __forceinline__ int narrow_row(int q2, int j) { return q2 + (j % 2) +
 __device__ __forceinline__ int narrow_elem(int j) { return (j % 2) + 4 * (j / 2); }
 
 // kWs: the warp-specialised form (config.h kNarrowWsThreads): warpgroups 0-1 run the loop's products
-// and softmax as below, warpgroups 2-3 (the loaders) resolve, gather and dequantize into the other
-// of two key stages; full[s] (256 arrivals: every loader thread, after its stores) and empty[s] (8:
-// lane 0 of every consumer warp, after its value product) hand the stages over.
+// and softmax as below, warpgroups 2-3 (the loaders; warps 8-9 resolve) gather and dequantize into
+// the other of two key stages; full[s] (256 arrivals: every loader thread, after its stores) and
+// empty[s] (8: lane 0 of every consumer warp, after its value product) hand the stages over.
 template <class Source, bool kWs>
 __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : kNarrowCtasPerSm)
     narrow_kernel(const KernelParams<typename Source::Args> p) {
