@@ -16,16 +16,19 @@ timeout 150 build-gpu-new/lkv_cuda_tests \
   --gtest_filter='DecodeCuda.Sm90NarrowRowsAgreeWithWideRows:DenseCuda.Sm90NarrowWarpSpecialised' >"$OUT/tests-ws.log" 2>&1
 summary "the form's tests" $? $(( $(date +%s) - t0 )) "$OUT/tests-ws.log"
 grep -E "^\[  FAILED|Failure" "$OUT/tests-ws.log" | head -20
-# The third label: the new binary with the form on.
-mkdir -p build-ws && printf '#!/bin/sh\nLKV_SM90_NARROW_WS=1 exec %s "$@"\n' "$PWD/build-ab/${new%%=*}/latentkv" >build-ws/latentkv
-chmod +x build-ws/latentkv && echo "${new#*=} with LKV_SM90_NARROW_WS=1" >build-ws/PREBUILT_REV
-# Further labels (arguments 4 on, LABEL=ARCHIVE): variants' binaries, run with the form on.
+# with_form DIR BINARY DESCRIPTION: DIR/latentkv runs BINARY with the form on (a label for bins_ab.sh).
+with_form() {
+  mkdir -p "$1" && printf '#!/bin/sh\nLKV_SM90_NARROW_WS=1 exec %s "$@"\n' "$2" >"$1/latentkv"
+  chmod +x "$1/latentkv" && echo "$3 with LKV_SM90_NARROW_WS=1" >"$1/PREBUILT_REV"
+}
+# The third label: the new binary with the form on; further labels (arguments 4 on, LABEL=ARCHIVE):
+# variants' binaries, run with the form on.
+with_form build-ws "$PWD/build-ab/${new%%=*}/latentkv" "${new#*=}"
 wsl=("ws=$PWD/build-ws")
 for pair in "${@:4}"; do
   l=${pair%%=*}
   mkdir -p "build-v-$l" && tar xJf "${pair#*=}" -C "build-v-$l" latentkv PREBUILT_REV || exit 1
-  mkdir -p "build-w-$l" && printf '#!/bin/sh\nLKV_SM90_NARROW_WS=1 exec %s "$@"\n' "$PWD/build-v-$l/latentkv" >"build-w-$l/latentkv"
-  chmod +x "build-w-$l/latentkv" && echo "$(cat "build-v-$l/PREBUILT_REV") with LKV_SM90_NARROW_WS=1" >"build-w-$l/PREBUILT_REV"
+  with_form "build-w-$l" "$PWD/build-v-$l/latentkv" "$(cat "build-v-$l/PREBUILT_REV")"
   wsl+=("$l=$PWD/build-w-$l")
 done
 LKV_AB_KERNEL=auto LKV_AB_SPECS="decode tp_v32_b128_h16;dense fp8_b128_sk4096_h16_sq1;dense fp8_b128_sk8192_h16_sq1;decode tp_v32_b128_h32;decode v32_b128_h128" \

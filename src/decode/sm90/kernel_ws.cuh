@@ -55,13 +55,10 @@ static_assert(WsLayout<576>::stat_off == WsLayout<576>::alpha_off + kHeads * 4 &
               "the row stats must follow the alpha array (publish_row_stats, row_end)");
 static_assert(WsLayout<576>::total <= 227 * 1024, "v32 layout must fit an H100/H200 CTA");
 
-// mbarrier init and wait: the portable kernel's (decode/cuda/kernel.cuh).
+// mbarrier init, arrival and wait: the portable kernel's (decode/cuda/kernel.cuh).
+using cuda::mbar_arrive;
 using cuda::mbar_init;
 using cuda::mbar_wait;
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(cuda::smem_addr(bar))
-               : "memory");
-}
 __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }

@@ -38,7 +38,6 @@
 #include "decode/cuda/source.cuh"
 #include "decode/sm90/config.h"
 #include "decode/sm90/kernel.cuh"  // CtaWork, block_attended, exp2_ftz, row_end_of
-#include "decode/sm90/kernel_ws.cuh"  // mbar_arrive
 #include "decode/sm90/ptx.cuh"
 #include "decode/sm90/records.cuh"
 
@@ -249,7 +248,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
   resolve_early(2);
   if (loader) {
     store_block(sK);
-    if constexpr (kWs) mbar_arrive(&full[0]);
+    if constexpr (kWs) cuda::mbar_arrive(&full[0]);
     if (nb > 1) load_block(1);
   }
   cuda::cp_async_wait<0>();  // Q's copies
@@ -402,7 +401,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
         resolve_issue(j + 3);
         if (j >= 2) cuda::mbar_wait(&empty[j & 1], ((j - 2) >> 1) & 1);
         store_block(sK + (j & 1) * L::k_stage);
-        mbar_arrive(&full[j & 1]);
+        cuda::mbar_arrive(&full[j & 1]);
         if (j + 1 < nb) load_block(j + 1);
         resolve_finish(j + 2);
         named_barrier_sync(3);
@@ -412,7 +411,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
         cuda::mbar_wait(&full[n & 1], (n >> 1) & 1);
         products(n, sK + (n & 1) * L::k_stage);
         __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[n & 1]);
+        if (lane == 0) cuda::mbar_arrive(&empty[n & 1]);
       }
     }
   } else {
