@@ -19,6 +19,10 @@
 //   rs-ceiling: as ss, but the score product takes fixed registers as A (no gathers, no conversion)
 //           and the stage holds NoPE dims only: the most that dropping the stage reads can give.
 //           Its output is not the attention (no check).
+// Ceilings of the ss form, one phase taken out each (not checked; their outputs are not the
+// attention): no-scores (S^T = 0, no wgmma), no-values (the value product's wgmma skipped),
+// no-convert (the stage gets the raw bytes, no dequantization), no-gather (every block reads block
+// 0's records again: L1/L2 hits instead of DRAM gathers).
 //   rs-roles: warpgroup 0 gathers its own fragments' bytes (22 x 16-byte loads a block, L2 hits:
 //           the same records were gathered for the stage a block before), converts them and runs
 //           S^T with A from registers, in 9 groups of 4 k-steps, two groups in flight; warpgroup 1
@@ -71,10 +75,12 @@ constexpr int64_t kCacheTokens = 1 << 20;
 #ifndef NRS_DBG
 #define NRS_DBG 0
 #endif
-enum Form { kSs = 0, kCeiling = 1, kRoles = 2 };
+enum Form { kSs = 0, kCeiling = 1, kRoles = 2, kNoScores = 3, kNoValues = 4, kNoConvert = 5, kNoGather = 6 };
+// Whether a form's score product takes A from registers (its stage then holds NoPE dims only).
+__host__ __device__ constexpr bool rs_form(int f) { return f == kCeiling || f == kRoles; }
 constexpr int kQBytes = 9 * kRows * 128;  // [9 chunks][16 rows][64 bf16]
 template <int F>
-constexpr int kStageBytes = (F == kSs ? 9 : 8) * kTok * 128;  // [chunks][64 tokens][64 bf16]
+constexpr int kStageBytes = (rs_form(F) ? 8 : 9) * kTok * 128;  // [chunks][64 tokens][64 bf16]
 constexpr int kPBytes = kRows * 128;                           // [16 rows][64 tokens] bf16
 constexpr int kScaleBytes = 2 * kTok * 16;                     // rs-roles: [2 blocks][64 tokens][4 fp32]
 template <int F>
@@ -119,7 +125,7 @@ template <int F>
 __global__ void __launch_bounds__(kThreads, 2)
 probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const uint16_t* __restrict__ q,
       float* __restrict__ out, float scale_log2) {
-  constexpr bool kRs = F != kSs;
+  constexpr bool kRs = rs_form(F);
   constexpr int kStageChunks = kRs ? 8 : 9;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -159,7 +165,7 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
   auto load = [&](int blk) {
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      const uint8_t* rec = record(blk, tok0 + 32 * k);
+      const uint8_t* rec = record(F == kNoGather ? 0 : blk, tok0 + 32 * k);  // no-gather: block 0's again
 #pragma unroll
       for (int j = 0; j < 4; ++j) nope[k][j] = ld16(rec + 128 * j + 16 * l8);
       scales[k] = ld16(rec + 512);
@@ -172,8 +178,8 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
       const int t = tok0 + 32 * k;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        uint4 lo, hi;
-        dequant16_fast(nope[k][j], fast_multiplier(word(scales[k], j)), lo, hi);
+        uint4 lo = nope[k][j], hi = make_uint4(lo.w, lo.z, lo.y, lo.x);  // no-convert: the bytes as they are
+        if constexpr (F != kNoConvert) dequant16_fast(nope[k][j], fast_multiplier(word(scales[k], j)), lo, hi);
         uint8_t* chunk = sK + (2 * j + l8 / 4) * kTok * 128;
         *reinterpret_cast<uint4*>(chunk + sw128_offset(t, 16 * (l8 % 4))) = lo;
         *reinterpret_cast<uint4*>(chunk + sw128_offset(t, 16 * (l8 % 4) + 8)) = hi;
@@ -238,7 +244,10 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
 
   // ---- S^T for block n into s (warpgroup 0).
   auto scores = [&](int n, float (&s)[8]) {
-    if constexpr (F == kSs) {
+    if constexpr (F == kNoScores) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s[e] = 0.0f;
+    } else if constexpr (!rs_form(F)) {
       const uint64_t dk = smem_desc(sK, 16, 1024);
       wgmma_fence();
 #pragma unroll
@@ -354,6 +363,7 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[i][e] *= a[(e % 2) + 2 * (e / 4)];
+    if constexpr (F == kNoValues) return;
     const uint64_t dv = smem_desc(sK, kStageChunks * kTok * 128 /* unused */, 1024);
     const uint64_t dp = smem_desc(sP, 16, 1024);
     wgmma_fence();
@@ -527,10 +537,12 @@ int main() {
   CK(cudaMemcpy(d_q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMemset(d_flush, 0, flush_n * 4));
   using Kernel = void (*)(const uint8_t*, const int32_t*, const uint16_t*, float*, float);
-  constexpr int kForms = 3;
-  const Kernel kernels[kForms] = {probe<kSs>, probe<kCeiling>, probe<kRoles>};
-  const int smems[kForms] = {kSmem<kSs>, kSmem<kCeiling>, kSmem<kRoles>};
-  const char* names[kForms] = {"ss", "rs-ceiling", "rs-roles"};
+  constexpr int kForms = 7;
+  const Kernel kernels[kForms] = {probe<kSs>,       probe<kCeiling>,   probe<kRoles>,    probe<kNoScores>,
+                                  probe<kNoValues>, probe<kNoConvert>, probe<kNoGather>};
+  const int smems[kForms] = {kSmem<kSs>,       kSmem<kCeiling>,   kSmem<kRoles>,    kSmem<kNoScores>,
+                             kSmem<kNoValues>, kSmem<kNoConvert>, kSmem<kNoGather>};
+  const char* names[kForms] = {"ss", "rs-ceiling", "rs-roles", "ss no-scores", "ss no-values", "ss no-convert", "ss no-gather"};
   for (int v = 0; v < kForms; ++v) {
     CK(cudaFuncSetAttribute(kernels[v], cudaFuncAttributeMaxDynamicSharedMemorySize, smems[v]));
     cudaFuncAttributes fa;
@@ -624,7 +636,7 @@ int main() {
       for (int v = 0; v < kForms; ++v) {
         char label[64];
         std::snprintf(label, sizeof label, "%s, %s", m, names[v]);
-        if (round == 0 && v != kCeiling) check(kernels[v], smems[v], label);
+        if (round == 0 && (v == kSs || v == kRoles)) check(kernels[v], smems[v], label);
         time_it(kernels[v], smems[v], label);
       }
   }
