@@ -14,7 +14,8 @@
 // CTAs share an SM. A CTA has one key stage: its own dequantization does not overlap its products,
 // the other CTA's do. (The opt-in warp-specialised form, kWs below, gives the refill two warpgroups
 // of its own and a second stage in one CTA per SM: 0.95-0.98x on dense pages on an H100, level on
-// the tensor-parallel case; both forms are held by the L1/TEX path, bench/NOTES.md v60.)
+// the tensor-parallel case, bench/NOTES.md v60. ncu puts the L1/TEX path busiest in both, yet
+// taking the score product's operand reads off it saved at most 5-9% in a probe, v61.)
 //
 // Grid and work as kernel.cuh (CtaWork: one row group, one split; head_blocks_per_kv is 1 here).
 // 256 threads; iteration n (the stage holds block n, dequantized; registers hold block n + 1's raw
