@@ -22,7 +22,10 @@
 // Ceilings of the ss form, one phase taken out each (not checked; their outputs are not the
 // attention): no-scores (S^T = 0, no wgmma), no-values (the value product's wgmma skipped),
 // no-convert (the stage gets the raw bytes, no dequantization), no-gather (every block reads block
-// 0's records again: L1/L2 hits instead of DRAM gathers).
+// 0's records again: L1/L2 hits instead of DRAM gathers). And checked variants of the ss form's
+// wgmma order: S^T in 2 or 4 independent accumulator chains (36 dependent m64n16k16 into one
+// accumulator may run at the wgmma's latency, not its rate), the value product k-step by k-step
+// across its four M tiles, and both.
 //   rs-roles: warpgroup 0 gathers its own fragments' bytes (22 x 16-byte loads a block, L2 hits:
 //           the same records were gathered for the stage a block before), converts them and runs
 //           S^T with A from registers, in 9 groups of 4 k-steps, two groups in flight; warpgroup 1
@@ -75,7 +78,15 @@ constexpr int64_t kCacheTokens = 1 << 20;
 #ifndef NRS_DBG
 #define NRS_DBG 0
 #endif
-enum Form { kSs = 0, kCeiling = 1, kRoles = 2, kNoScores = 3, kNoValues = 4, kNoConvert = 5, kNoGather = 6 };
+enum Form {
+  kSs = 0, kCeiling = 1, kRoles = 2, kNoScores = 3, kNoValues = 4, kNoConvert = 5, kNoGather = 6,
+  kTwoAcc = 7, kFourAcc = 8, kValSteps = 9, kTwoAccValSteps = 10
+};
+// The ss form's S^T in 1, 2 or 4 independent accumulator chains (k-step st into chain st % chains,
+// summed at the end), and whether the value product issues its 16 wgmma k-step by k-step across
+// the four M tiles (independent accumulators back to back) instead of tile by tile.
+__host__ __device__ constexpr int score_chains(int f) { return f == kTwoAcc || f == kTwoAccValSteps ? 2 : f == kFourAcc ? 4 : 1; }
+__host__ __device__ constexpr bool value_steps(int f) { return f == kValSteps || f == kTwoAccValSteps; }
 // Whether a form's score product takes A from registers (its stage then holds NoPE dims only).
 __host__ __device__ constexpr bool rs_form(int f) { return f == kCeiling || f == kRoles; }
 constexpr int kQBytes = 9 * kRows * 128;  // [9 chunks][16 rows][64 bf16]
@@ -249,14 +260,28 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
       for (int e = 0; e < 8; ++e) s[e] = 0.0f;
     } else if constexpr (!rs_form(F)) {
       const uint64_t dk = smem_desc(sK, 16, 1024);
+      constexpr int kChains = score_chains(F);
+      float acc[kChains][8];
       wgmma_fence();
 #pragma unroll
       for (int st = 0; st < kDqk / 16; ++st) {
         const uint32_t ok = (st / 4) * kTok * 128 + (st % 4) * 32;
-        mma_ss<0>(s, dk + (ok >> 4), dq + qoff(st), st > 0);
+        if constexpr (kChains == 1) mma_ss<0>(s, dk + (ok >> 4), dq + qoff(st), st > 0);
+        else mma_ss<0>(acc[st % kChains], dk + (ok >> 4), dq + qoff(st), st >= kChains);
       }
       wgmma_commit();
       wgmma_wait<0>();
+      if constexpr (kChains > 1) {
+#pragma unroll
+        for (int c = 0; c < kChains; ++c) fence_regs(acc[c]);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          float v = acc[0][e];
+#pragma unroll
+          for (int c = 1; c < kChains; ++c) v += acc[c][e];
+          s[e] = v;
+        }
+      }
     } else if constexpr (F == kCeiling || NRS_DBG) {
       const uint32_t v = 0x3c003c00u + static_cast<uint32_t>(n & 7);
       wgmma_fence();
@@ -367,13 +392,23 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
     const uint64_t dv = smem_desc(sK, kStageChunks * kTok * 128 /* unused */, 1024);
     const uint64_t dp = smem_desc(sP, 16, 1024);
     wgmma_fence();
+    if constexpr (value_steps(F)) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int chunk = 4 * wg + i;
+      for (int st = 0; st < kTok / 16; ++st)
 #pragma unroll
-      for (int st = 0; st < kTok / 16; ++st) {
-        const uint32_t ov = chunk * kTok * 128 + st * 2048, op = st * 32;
-        mma_ss<1>(o[i], dv + (ov >> 4), dp + (op >> 4), true);
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t ov = (4 * wg + i) * kTok * 128 + st * 2048, op = st * 32;
+          mma_ss<1>(o[i], dv + (ov >> 4), dp + (op >> 4), true);
+        }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int chunk = 4 * wg + i;
+#pragma unroll
+        for (int st = 0; st < kTok / 16; ++st) {
+          const uint32_t ov = chunk * kTok * 128 + st * 2048, op = st * 32;
+          mma_ss<1>(o[i], dv + (ov >> 4), dp + (op >> 4), true);
+        }
       }
     }
     wgmma_commit();
@@ -537,12 +572,16 @@ int main() {
   CK(cudaMemcpy(d_q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMemset(d_flush, 0, flush_n * 4));
   using Kernel = void (*)(const uint8_t*, const int32_t*, const uint16_t*, float*, float);
-  constexpr int kForms = 7;
-  const Kernel kernels[kForms] = {probe<kSs>,       probe<kCeiling>,   probe<kRoles>,    probe<kNoScores>,
-                                  probe<kNoValues>, probe<kNoConvert>, probe<kNoGather>};
-  const int smems[kForms] = {kSmem<kSs>,       kSmem<kCeiling>,   kSmem<kRoles>,    kSmem<kNoScores>,
-                             kSmem<kNoValues>, kSmem<kNoConvert>, kSmem<kNoGather>};
-  const char* names[kForms] = {"ss", "rs-ceiling", "rs-roles", "ss no-scores", "ss no-values", "ss no-convert", "ss no-gather"};
+  constexpr int kForms = 11;
+  const Kernel kernels[kForms] = {probe<kSs>,       probe<kCeiling>,   probe<kRoles>,   probe<kNoScores>,
+                                  probe<kNoValues>, probe<kNoConvert>, probe<kNoGather>, probe<kTwoAcc>,
+                                  probe<kFourAcc>,  probe<kValSteps>,  probe<kTwoAccValSteps>};
+  const int smems[kForms] = {kSmem<kSs>,       kSmem<kCeiling>,   kSmem<kRoles>,   kSmem<kNoScores>,
+                             kSmem<kNoValues>, kSmem<kNoConvert>, kSmem<kNoGather>, kSmem<kTwoAcc>,
+                             kSmem<kFourAcc>,  kSmem<kValSteps>,  kSmem<kTwoAccValSteps>};
+  const char* names[kForms] = {"ss", "rs-ceiling", "rs-roles", "ss no-scores", "ss no-values", "ss no-convert",
+                               "ss no-gather", "ss 2 score chains", "ss 4 score chains", "ss values by k-step",
+                               "ss 2 chains + values by step"};
   for (int v = 0; v < kForms; ++v) {
     CK(cudaFuncSetAttribute(kernels[v], cudaFuncAttributeMaxDynamicSharedMemorySize, smems[v]));
     cudaFuncAttributes fa;
@@ -636,7 +675,7 @@ int main() {
       for (int v = 0; v < kForms; ++v) {
         char label[64];
         std::snprintf(label, sizeof label, "%s, %s", m, names[v]);
-        if (round == 0 && (v == kSs || v == kRoles)) check(kernels[v], smems[v], label);
+        if (round == 0 && (v == kSs || v == kRoles || v >= kTwoAcc)) check(kernels[v], smems[v], label);
         time_it(kernels[v], smems[v], label);
       }
   }
