@@ -25,7 +25,9 @@
 // 0's records again: L1/L2 hits instead of DRAM gathers). And checked variants of the ss form's
 // wgmma order: S^T in 2 or 4 independent accumulator chains (36 dependent m64n16k16 into one
 // accumulator may run at the wgmma's latency, not its rate), the value product k-step by k-step
-// across its four M tiles, and both.
+// across its four M tiles, and both. Pairs of ceilings: no-products (scores and values out: the
+// refill alone), no-gather-convert (the refill's gathers and conversion out: the products and the
+// stage's stores alone), no-scores-gather and no-values-gather (one phase off each side).
 //   rs-roles: warpgroup 0 gathers its own fragments' bytes (22 x 16-byte loads a block, L2 hits:
 //           the same records were gathered for the stage a block before), converts them and runs
 //           S^T with A from registers, in 9 groups of 4 k-steps, two groups in flight; warpgroup 1
@@ -80,8 +82,17 @@ constexpr int64_t kCacheTokens = 1 << 20;
 #endif
 enum Form {
   kSs = 0, kCeiling = 1, kRoles = 2, kNoScores = 3, kNoValues = 4, kNoConvert = 5, kNoGather = 6,
-  kTwoAcc = 7, kFourAcc = 8, kValSteps = 9, kTwoAccValSteps = 10
+  kTwoAcc = 7, kFourAcc = 8, kValSteps = 9, kTwoAccValSteps = 10,
+  kNoProducts = 11, kNoRefill = 12, kNoScoresGather = 13, kNoValuesGather = 14
 };
+// Which phases a ceiling form takes out: the products (S^T and the value product: what is left is
+// the refill), the refill's gathers and conversion (what is left is the products), or one of each.
+__host__ __device__ constexpr bool drops_scores(int f) { return f == kNoScores || f == kNoProducts || f == kNoScoresGather; }
+__host__ __device__ constexpr bool drops_values(int f) { return f == kNoValues || f == kNoProducts || f == kNoValuesGather; }
+__host__ __device__ constexpr bool drops_convert(int f) { return f == kNoConvert || f == kNoRefill; }
+__host__ __device__ constexpr bool drops_gather(int f) {
+  return f == kNoGather || f == kNoRefill || f == kNoScoresGather || f == kNoValuesGather;
+}
 // The ss form's S^T in 1, 2 or 4 independent accumulator chains (k-step st into chain st % chains,
 // summed at the end), and whether the value product issues its 16 wgmma k-step by k-step across
 // the four M tiles (independent accumulators back to back) instead of tile by tile.
@@ -176,7 +187,7 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
   auto load = [&](int blk) {
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      const uint8_t* rec = record(F == kNoGather ? 0 : blk, tok0 + 32 * k);  // no-gather: block 0's again
+      const uint8_t* rec = record(drops_gather(F) ? 0 : blk, tok0 + 32 * k);  // no-gather: block 0's again
 #pragma unroll
       for (int j = 0; j < 4; ++j) nope[k][j] = ld16(rec + 128 * j + 16 * l8);
       scales[k] = ld16(rec + 512);
@@ -190,7 +201,7 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         uint4 lo = nope[k][j], hi = make_uint4(lo.w, lo.z, lo.y, lo.x);  // no-convert: the bytes as they are
-        if constexpr (F != kNoConvert) dequant16_fast(nope[k][j], fast_multiplier(word(scales[k], j)), lo, hi);
+        if constexpr (!drops_convert(F)) dequant16_fast(nope[k][j], fast_multiplier(word(scales[k], j)), lo, hi);
         uint8_t* chunk = sK + (2 * j + l8 / 4) * kTok * 128;
         *reinterpret_cast<uint4*>(chunk + sw128_offset(t, 16 * (l8 % 4))) = lo;
         *reinterpret_cast<uint4*>(chunk + sw128_offset(t, 16 * (l8 % 4) + 8)) = hi;
@@ -255,7 +266,7 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
 
   // ---- S^T for block n into s (warpgroup 0).
   auto scores = [&](int n, float (&s)[8]) {
-    if constexpr (F == kNoScores) {
+    if constexpr (drops_scores(F)) {
 #pragma unroll
       for (int e = 0; e < 8; ++e) s[e] = 0.0f;
     } else if constexpr (!rs_form(F)) {
@@ -388,7 +399,7 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[i][e] *= a[(e % 2) + 2 * (e / 4)];
-    if constexpr (F == kNoValues) return;
+    if constexpr (drops_values(F)) return;
     const uint64_t dv = smem_desc(sK, kStageChunks * kTok * 128 /* unused */, 1024);
     const uint64_t dp = smem_desc(sP, 16, 1024);
     wgmma_fence();
@@ -572,16 +583,19 @@ int main() {
   CK(cudaMemcpy(d_q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMemset(d_flush, 0, flush_n * 4));
   using Kernel = void (*)(const uint8_t*, const int32_t*, const uint16_t*, float*, float);
-  constexpr int kForms = 11;
-  const Kernel kernels[kForms] = {probe<kSs>,       probe<kCeiling>,   probe<kRoles>,   probe<kNoScores>,
-                                  probe<kNoValues>, probe<kNoConvert>, probe<kNoGather>, probe<kTwoAcc>,
-                                  probe<kFourAcc>,  probe<kValSteps>,  probe<kTwoAccValSteps>};
-  const int smems[kForms] = {kSmem<kSs>,       kSmem<kCeiling>,   kSmem<kRoles>,   kSmem<kNoScores>,
-                             kSmem<kNoValues>, kSmem<kNoConvert>, kSmem<kNoGather>, kSmem<kTwoAcc>,
-                             kSmem<kFourAcc>,  kSmem<kValSteps>,  kSmem<kTwoAccValSteps>};
+  constexpr int kForms = 15;
+  const Kernel kernels[kForms] = {probe<kSs>,       probe<kCeiling>,   probe<kRoles>,      probe<kNoScores>,
+                                  probe<kNoValues>, probe<kNoConvert>, probe<kNoGather>,    probe<kTwoAcc>,
+                                  probe<kFourAcc>,  probe<kValSteps>,  probe<kTwoAccValSteps>, probe<kNoProducts>,
+                                  probe<kNoRefill>, probe<kNoScoresGather>, probe<kNoValuesGather>};
+  const int smems[kForms] = {kSmem<kSs>,       kSmem<kCeiling>,   kSmem<kRoles>,      kSmem<kNoScores>,
+                             kSmem<kNoValues>, kSmem<kNoConvert>, kSmem<kNoGather>,    kSmem<kTwoAcc>,
+                             kSmem<kFourAcc>,  kSmem<kValSteps>,  kSmem<kTwoAccValSteps>, kSmem<kNoProducts>,
+                             kSmem<kNoRefill>, kSmem<kNoScoresGather>, kSmem<kNoValuesGather>};
   const char* names[kForms] = {"ss", "rs-ceiling", "rs-roles", "ss no-scores", "ss no-values", "ss no-convert",
                                "ss no-gather", "ss 2 score chains", "ss 4 score chains", "ss values by k-step",
-                               "ss 2 chains + values by step"};
+                               "ss 2 chains + values by step", "ss no-products", "ss no-gather-convert",
+                               "ss no-scores-gather", "ss no-values-gather"};
   for (int v = 0; v < kForms; ++v) {
     CK(cudaFuncSetAttribute(kernels[v], cudaFuncAttributeMaxDynamicSharedMemorySize, smems[v]));
     cudaFuncAttributes fa;
@@ -675,7 +689,7 @@ int main() {
       for (int v = 0; v < kForms; ++v) {
         char label[64];
         std::snprintf(label, sizeof label, "%s, %s", m, names[v]);
-        if (round == 0 && (v == kSs || v == kRoles || v >= kTwoAcc)) check(kernels[v], smems[v], label);
+        if (round == 0 && (v == kSs || v == kRoles || (v >= kTwoAcc && v <= kTwoAccValSteps))) check(kernels[v], smems[v], label);
         time_it(kernels[v], smems[v], label);
       }
   }
