@@ -27,7 +27,9 @@
 // accumulator may run at the wgmma's latency, not its rate), the value product k-step by k-step
 // across its four M tiles, and both. Pairs of ceilings: no-products (scores and values out: the
 // refill alone), no-gather-convert (the refill's gathers and conversion out: the products and the
-// stage's stores alone), no-scores-gather and no-values-gather (one phase off each side).
+// stage's stores alone), no-scores-gather and no-values-gather (one phase off each side); and
+// no-store (the stage's stores replaced by one 4-byte store a thread of every word folded) and
+// no-softmax (P = S^T x 2^-10: no maxima, shuffles, barrier or exponents).
 //   rs-roles: warpgroup 0 gathers its own fragments' bytes (22 x 16-byte loads a block, L2 hits:
 //           the same records were gathered for the stage a block before), converts them and runs
 //           S^T with A from registers, in 9 groups of 4 k-steps, two groups in flight; warpgroup 1
@@ -83,7 +85,7 @@ constexpr int64_t kCacheTokens = 1 << 20;
 enum Form {
   kSs = 0, kCeiling = 1, kRoles = 2, kNoScores = 3, kNoValues = 4, kNoConvert = 5, kNoGather = 6,
   kTwoAcc = 7, kFourAcc = 8, kValSteps = 9, kTwoAccValSteps = 10,
-  kNoProducts = 11, kNoRefill = 12, kNoScoresGather = 13, kNoValuesGather = 14
+  kNoProducts = 11, kNoRefill = 12, kNoScoresGather = 13, kNoValuesGather = 14, kNoStore = 15, kNoSoftmax = 16
 };
 // Which phases a ceiling form takes out: the products (S^T and the value product: what is left is
 // the refill), the refill's gathers and conversion (what is left is the products), or one of each.
@@ -195,6 +197,7 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
     }
   };
   auto store = [&]() {
+    uint32_t folded = 0;  // no-store: every converted word folded into one, stored once
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int t = tok0 + 32 * k;
@@ -203,11 +206,17 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
         uint4 lo = nope[k][j], hi = make_uint4(lo.w, lo.z, lo.y, lo.x);  // no-convert: the bytes as they are
         if constexpr (!drops_convert(F)) dequant16_fast(nope[k][j], fast_multiplier(word(scales[k], j)), lo, hi);
         uint8_t* chunk = sK + (2 * j + l8 / 4) * kTok * 128;
-        *reinterpret_cast<uint4*>(chunk + sw128_offset(t, 16 * (l8 % 4))) = lo;
-        *reinterpret_cast<uint4*>(chunk + sw128_offset(t, 16 * (l8 % 4) + 8)) = hi;
+        if constexpr (F == kNoStore) {
+          folded ^= lo.x ^ lo.y ^ lo.z ^ lo.w ^ hi.x ^ hi.y ^ hi.z ^ hi.w;
+        } else {
+          *reinterpret_cast<uint4*>(chunk + sw128_offset(t, 16 * (l8 % 4))) = lo;
+          *reinterpret_cast<uint4*>(chunk + sw128_offset(t, 16 * (l8 % 4) + 8)) = hi;
+        }
       }
-      if constexpr (!kRs) *reinterpret_cast<uint4*>(sK + 8 * kTok * 128 + sw128_offset(t, 8 * l8)) = rope[k];
+      if constexpr (F == kNoStore) folded ^= rope[k].x ^ rope[k].w;
+      else if constexpr (!kRs) *reinterpret_cast<uint4*>(sK + 8 * kTok * 128 + sw128_offset(t, 8 * l8)) = rope[k];
     }
+    if constexpr (F == kNoStore) reinterpret_cast<uint32_t*>(sK)[threadIdx.x] = folded;
   };
   // ---- rs-roles: warpgroup 1 alone gathers the stage's NoPE bytes: warp w1 = warp - 4, lane l8
   // of token 16 w1 + 4 k + lane / 8 (k = 0..3) holds bytes 128 j + 16 l8 (j = 0..3); the scales go
@@ -357,6 +366,18 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
   };
   // ---- Block maxima, the online softmax, P and alpha to shared memory (warpgroup 0).
   auto softmax = [&](float (&s)[8]) {
+    if constexpr (F == kNoSoftmax) {  // P = S^T x 2^-10 as stored, no maxima, exponents or rescale
+      const int tok = 16 * wq + lane / 4;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = q2 + (j % 2) + 8 * (j / 2), e = (j % 2) + 4 * (j / 2);
+        row_sum[j] += s[e] + s[e + 2];
+        if (warp == 0 && lane < 4) sAlpha[r] = 1.0f;
+        *reinterpret_cast<__nv_bfloat16*>(sP + sw128_offset(r, tok)) = __float2bfloat16_rn(s[e] * 0x1p-10f);
+        *reinterpret_cast<__nv_bfloat16*>(sP + sw128_offset(r, tok + 8)) = __float2bfloat16_rn(s[e + 2] * 0x1p-10f);
+      }
+      fence_proxy_async();
+    } else {
     float bm[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -389,6 +410,7 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
       *reinterpret_cast<__nv_bfloat16*>(sP + sw128_offset(r, tok + 8)) = __float2bfloat16_rn(p1);
     }
     fence_proxy_async();
+    }
   };
   // ---- O^T = O^T alpha + V^T P^T (both warpgroups, 256 dims each).
   auto values = [&]() {
@@ -583,19 +605,21 @@ int main() {
   CK(cudaMemcpy(d_q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMemset(d_flush, 0, flush_n * 4));
   using Kernel = void (*)(const uint8_t*, const int32_t*, const uint16_t*, float*, float);
-  constexpr int kForms = 15;
+  constexpr int kForms = 17;
   const Kernel kernels[kForms] = {probe<kSs>,       probe<kCeiling>,   probe<kRoles>,      probe<kNoScores>,
                                   probe<kNoValues>, probe<kNoConvert>, probe<kNoGather>,    probe<kTwoAcc>,
                                   probe<kFourAcc>,  probe<kValSteps>,  probe<kTwoAccValSteps>, probe<kNoProducts>,
-                                  probe<kNoRefill>, probe<kNoScoresGather>, probe<kNoValuesGather>};
+                                  probe<kNoRefill>, probe<kNoScoresGather>, probe<kNoValuesGather>, probe<kNoStore>,
+                                  probe<kNoSoftmax>};
   const int smems[kForms] = {kSmem<kSs>,       kSmem<kCeiling>,   kSmem<kRoles>,      kSmem<kNoScores>,
                              kSmem<kNoValues>, kSmem<kNoConvert>, kSmem<kNoGather>,    kSmem<kTwoAcc>,
                              kSmem<kFourAcc>,  kSmem<kValSteps>,  kSmem<kTwoAccValSteps>, kSmem<kNoProducts>,
-                             kSmem<kNoRefill>, kSmem<kNoScoresGather>, kSmem<kNoValuesGather>};
+                             kSmem<kNoRefill>, kSmem<kNoScoresGather>, kSmem<kNoValuesGather>, kSmem<kNoStore>,
+                             kSmem<kNoSoftmax>};
   const char* names[kForms] = {"ss", "rs-ceiling", "rs-roles", "ss no-scores", "ss no-values", "ss no-convert",
                                "ss no-gather", "ss 2 score chains", "ss 4 score chains", "ss values by k-step",
                                "ss 2 chains + values by step", "ss no-products", "ss no-gather-convert",
-                               "ss no-scores-gather", "ss no-values-gather"};
+                               "ss no-scores-gather", "ss no-values-gather", "ss no-store", "ss no-softmax"};
   for (int v = 0; v < kForms; ++v) {
     CK(cudaFuncSetAttribute(kernels[v], cudaFuncAttributeMaxDynamicSharedMemorySize, smems[v]));
     cudaFuncAttributes fa;
