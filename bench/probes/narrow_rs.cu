@@ -36,25 +36,22 @@
 //           alone holds block n + 1's NoPE bytes (16 x 16 bytes a thread; the scales by cp.async into
 //           shared memory) and dequantizes them into the stage while warpgroup 0 computes block n +
 //           1's scores, which no longer read the stage.
-// Workload as tokens_as_m.cu: 256 CTAs x 16 rows x 2048 candidates of v32_fp8-style records from a
-// 1M-token cache (688 MB), random then consecutive; L2 flushed before each call; no L2 prefetch
-// (the library's narrow kernel dropped it in v59). Each checked form against a host computation.
+// Workload (v32_probe_host.h, as v40's tokens_as_m.cu): 256 CTAs x 16 rows x 2048 candidates of
+// v32_fp8-style records from a 1M-token cache (688 MB), random then consecutive; L2 flushed before
+// each call; no L2 prefetch (the library's narrow kernel dropped it in v59). Each checked form
+// against a host computation.
 //
 // Build and run on the device (from the repository root):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Xptxas=-v -o /tmp/nrs bench/probes/narrow_rs.cu && /tmp/nrs
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <random>
-#include <vector>
 
 #include "cuda_common/async_copy.cuh"
 #include "decode/cuda/kernel.cuh"  // dequant16_fast, fast_multiplier
 #include "decode/sm90/ptx.cuh"
+#include "v32_probe_host.h"  // the workload, the check, the timing
 
 using latentkv::decode::cuda::dequant16_fast;
 using latentkv::decode::cuda::e4m3x2_scaled_bits;
@@ -67,18 +64,6 @@ using latentkv::decode::sm90::wgmma_commit;
 using latentkv::decode::sm90::wgmma_fence;
 using latentkv::decode::sm90::wgmma_wait;
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
-
-constexpr int kRows = 16, kTok = 64, kDqk = 576, kDv = 512, kRec = 656, kThreads = 256;
-constexpr int kTopk = 2048, kCtas = 256;
-constexpr int64_t kCacheTokens = 1 << 20;
 #ifndef NRS_DBG
 #define NRS_DBG 0
 #endif
@@ -541,72 +526,10 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
     }
 }
 
-// Host helpers.
-static float bf16_to_f(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-static uint16_t f_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-static float e4m3_to_f(uint8_t b) {
-  const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
-  float v = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.0f + m / 8.0f, e - 7);
-  return s ? -v : v;
-}
-
 int main() {
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int> byte(0, 255);
-  // Records: finite e4m3 payloads (no 0x7f / 0xff), power-of-two scales, bf16 RoPE.
-  std::vector<uint8_t> cache(static_cast<size_t>(kCacheTokens) * kRec);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (int64_t k = 0; k < kCacheTokens; ++k) {
-    uint8_t* r = cache.data() + k * kRec;
-    for (int i = 0; i < 512; ++i) {
-      uint8_t b = static_cast<uint8_t>(byte(rng) & 0xf7);  // exponent field <= 14: finite, |v| <= 240
-      r[i] = b;
-    }
-    for (int g = 0; g < 4; ++g) {
-      const float s = std::ldexp(1.0f, -6 + (static_cast<int>(k + g) % 3));
-      std::memcpy(r + 512 + 4 * g, &s, 4);
-    }
-    for (int i = 0; i < 64; ++i) {
-      const uint16_t h = f_to_bf16(nd(rng));
-      std::memcpy(r + 528 + 2 * i, &h, 2);
-    }
-  }
-  std::uniform_int_distribution<int> tok(0, static_cast<int>(kCacheTokens - 1));
-  std::vector<int32_t> idx(static_cast<size_t>(kCtas) * kTopk);
-  for (auto& v : idx) v = tok(rng);
-  std::vector<uint16_t> q(static_cast<size_t>(kCtas) * kRows * kDqk);
-  for (auto& v : q) v = f_to_bf16(nd(rng) * 0.5f);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(kDqk));
-  const float scale_log2 = scale * 1.4426950408889634f;
-
-  uint8_t* d_cache;
-  int32_t* d_idx;
-  uint16_t* d_q;
-  float* d_out;
-  float* d_flush;
-  const size_t flush_n = 64u << 20;  // 256 MB of floats
-  CK(cudaMalloc(&d_cache, cache.size()));
-  CK(cudaMalloc(&d_idx, idx.size() * 4));
-  CK(cudaMalloc(&d_q, q.size() * 2));
-  CK(cudaMalloc(&d_out, static_cast<size_t>(kCtas) * kRows * kDv * 4));
-  CK(cudaMalloc(&d_flush, flush_n * 4));
-  CK(cudaMemcpy(d_cache, cache.data(), cache.size(), cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(d_idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(d_q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemset(d_flush, 0, flush_n * 4));
-  using Kernel = void (*)(const uint8_t*, const int32_t*, const uint16_t*, float*, float);
+  ProbeWorkload w;
   constexpr int kForms = 17;
-  const Kernel kernels[kForms] = {probe<kSs>,       probe<kCeiling>,   probe<kRoles>,      probe<kNoScores>,
+  const ProbeKernel kernels[kForms] = {probe<kSs>,       probe<kCeiling>,   probe<kRoles>,      probe<kNoScores>,
                                   probe<kNoValues>, probe<kNoConvert>, probe<kNoGather>,    probe<kTwoAcc>,
                                   probe<kFourAcc>,  probe<kValSteps>,  probe<kTwoAccValSteps>, probe<kNoProducts>,
                                   probe<kNoRefill>, probe<kNoScoresGather>, probe<kNoValuesGather>, probe<kNoStore>,
@@ -627,94 +550,16 @@ int main() {
     std::printf("narrow_rs probe (%s): %d CTAs x %d rows x %d candidates, smem %d B, %d registers, %d local bytes\n",
                 names[v], kCtas, kRows, kTopk, smems[v], fa.numRegs, static_cast<int>(fa.localSizeBytes));
   }
-  std::vector<float> out(static_cast<size_t>(kCtas) * kRows * kDv);
-  // A few CTAs against the host.
-  auto check = [&](Kernel kern, int smem, const char* label) {
-    kern<<<kCtas, kThreads, smem>>>(d_cache, d_idx, d_q, d_out, scale_log2);
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(out.data(), d_out, out.size() * 4, cudaMemcpyDeviceToHost));
-    double worst = 0;
-    for (int cta : {0, 137, kCtas - 1}) {
-      std::vector<float> keys(static_cast<size_t>(kTopk) * kDqk);
-      for (int k = 0; k < kTopk; ++k) {
-        const uint8_t* r = cache.data() + static_cast<int64_t>(idx[static_cast<size_t>(cta) * kTopk + k]) * kRec;
-        for (int d = 0; d < 512; ++d) {
-          float sc;
-          std::memcpy(&sc, r + 512 + 4 * (d / 128), 4);
-          keys[static_cast<size_t>(k) * kDqk + d] = e4m3_to_f(r[d]) * sc;
-        }
-        for (int d = 0; d < 64; ++d) {
-          uint16_t h;
-          std::memcpy(&h, r + 528 + 2 * d, 2);
-          keys[static_cast<size_t>(k) * kDqk + 512 + d] = bf16_to_f(h);
-        }
-      }
-      for (int row = 0; row < kRows; row += 5) {
-        std::vector<double> sc(kTopk);
-        double mx = -1e300;
-        for (int k = 0; k < kTopk; ++k) {
-          double a = 0;
-          for (int d = 0; d < kDqk; ++d)
-            a += static_cast<double>(bf16_to_f(q[(static_cast<size_t>(cta) * kRows + row) * kDqk + d])) *
-                 keys[static_cast<size_t>(k) * kDqk + d];
-          sc[k] = a * scale;
-          mx = std::max(mx, sc[k]);
-        }
-        double sum = 0;
-        for (auto& v : sc) sum += (v = std::exp(v - mx));
-        double amax = 0, emax = 0;
-        for (int d = 0; d < kDv; ++d) {
-          double ref = 0;
-          for (int k = 0; k < kTopk; ++k) ref += sc[k] * keys[static_cast<size_t>(k) * kDqk + d];
-          ref /= sum;
-          amax = std::max(amax, std::fabs(ref));
-          emax = std::max(emax, std::fabs(ref - out[(static_cast<size_t>(cta) * kRows + row) * kDv + d]));
-        }
-        worst = std::max(worst, emax / amax);
-      }
-    }
-    std::printf("check %-28s max |out - ref| / max |ref| over 3 CTAs x 4 rows = %.3e (%s)\n", label, worst,
-                worst < 2e-2 ? "ok" : "MISMATCH");
-  };
-  // Flushed calls (a 256 MB memset before each), median of 15.
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  auto time_it = [&](Kernel kern, int smem, const char* label) {
-    int per_sm = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads, smem));
-    std::vector<float> ts;
-    for (int rep = 0; rep < 17; ++rep) {
-      CK(cudaMemsetAsync(d_flush, rep, flush_n * 4));
-      CK(cudaEventRecord(e0));
-      kern<<<kCtas, kThreads, smem>>>(d_cache, d_idx, d_q, d_out, scale_log2);
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (rep >= 2) ts.push_back(ms * 1000.f);
-    }
-    std::sort(ts.begin(), ts.end());
-    const double us = ts[ts.size() / 2];
-    const double bytes = static_cast<double>(kCtas) * kTopk * kRec;
-    std::printf("%-28s %d CTA(s) per SM: %.1f us median (min %.1f), %.0f GB/s of records\n", label, per_sm, us,
-                ts.front(), bytes / (us * 1e-6) / 1e9);
-  };
-  // Random candidates (sparse decode), then each CTA's 2048 candidates in one run of consecutive
-  // records (dense pages: a request's cache split in two, as dense decode's plan splits b 128).
+  // Random candidates (sparse decode), then consecutive records (dense pages).
   for (int mode = 0; mode < 2; ++mode) {
-    if (mode == 1) {
-      for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i % kCacheTokens);
-      CK(cudaMemcpy(d_idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
-    }
+    if (mode == 1) w.consecutive();
     const char* m = mode == 0 ? "random" : "consecutive";
     for (int round = 0; round < 2; ++round)
       for (int v = 0; v < kForms; ++v) {
         char label[64];
         std::snprintf(label, sizeof label, "%s, %s", m, names[v]);
-        if (round == 0 && (v == kSs || v == kRoles || (v >= kTwoAcc && v <= kTwoAccValSteps))) check(kernels[v], smems[v], label);
-        time_it(kernels[v], smems[v], label);
+        if (round == 0 && (v == kSs || v == kRoles || (v >= kTwoAcc && v <= kTwoAccValSteps))) w.check(kernels[v], smems[v], label);
+        w.time_it(kernels[v], smems[v], label);
       }
   }
   return 0;
