@@ -42,7 +42,9 @@
 // against a host computation.
 //
 // Build and run on the device (from the repository root):
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Xptxas=-v -o /tmp/nrs bench/probes/narrow_rs.cu && /tmp/nrs
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Xptxas=-v \
+//     -o /tmp/nrs bench/probes/narrow_rs.cu && /tmp/nrs
+// (bench/probes/narrow_rs_run.sh does this in one device call)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -55,8 +57,8 @@
 
 using latentkv::decode::cuda::dequant16_fast;
 using latentkv::decode::cuda::e4m3x2_scaled_bits;
-using latentkv::decode::cuda::mul_bf16x2;
 using latentkv::decode::cuda::fast_multiplier;
+using latentkv::decode::cuda::mul_bf16x2;
 using latentkv::decode::sm90::fence_proxy_async;
 using latentkv::decode::sm90::smem_desc;
 using latentkv::decode::sm90::sw128_offset;
@@ -64,18 +66,33 @@ using latentkv::decode::sm90::wgmma_commit;
 using latentkv::decode::sm90::wgmma_fence;
 using latentkv::decode::sm90::wgmma_wait;
 
-#ifndef NRS_DBG
-#define NRS_DBG 0
-#endif
 enum Form {
-  kSs = 0, kCeiling = 1, kRoles = 2, kNoScores = 3, kNoValues = 4, kNoConvert = 5, kNoGather = 6,
-  kTwoAcc = 7, kFourAcc = 8, kValSteps = 9, kTwoAccValSteps = 10,
-  kNoProducts = 11, kNoRefill = 12, kNoScoresGather = 13, kNoValuesGather = 14, kNoStore = 15, kNoSoftmax = 16
+  kSs = 0,
+  kCeiling = 1,
+  kRoles = 2,
+  kNoScores = 3,
+  kNoValues = 4,
+  kNoConvert = 5,
+  kNoGather = 6,
+  kTwoAcc = 7,
+  kFourAcc = 8,
+  kValSteps = 9,
+  kTwoAccValSteps = 10,
+  kNoProducts = 11,
+  kNoRefill = 12,
+  kNoScoresGather = 13,
+  kNoValuesGather = 14,
+  kNoStore = 15,
+  kNoSoftmax = 16
 };
 // Which phases a ceiling form takes out: the products (S^T and the value product: what is left is
 // the refill), the refill's gathers and conversion (what is left is the products), or one of each.
-__host__ __device__ constexpr bool drops_scores(int f) { return f == kNoScores || f == kNoProducts || f == kNoScoresGather; }
-__host__ __device__ constexpr bool drops_values(int f) { return f == kNoValues || f == kNoProducts || f == kNoValuesGather; }
+__host__ __device__ constexpr bool drops_scores(int f) {
+  return f == kNoScores || f == kNoProducts || f == kNoScoresGather;
+}
+__host__ __device__ constexpr bool drops_values(int f) {
+  return f == kNoValues || f == kNoProducts || f == kNoValuesGather;
+}
 __host__ __device__ constexpr bool drops_convert(int f) { return f == kNoConvert || f == kNoRefill; }
 __host__ __device__ constexpr bool drops_gather(int f) {
   return f == kNoGather || f == kNoRefill || f == kNoScoresGather || f == kNoValuesGather;
@@ -83,15 +100,17 @@ __host__ __device__ constexpr bool drops_gather(int f) {
 // The ss form's S^T in 1, 2 or 4 independent accumulator chains (k-step st into chain st % chains,
 // summed at the end), and whether the value product issues its 16 wgmma k-step by k-step across
 // the four M tiles (independent accumulators back to back) instead of tile by tile.
-__host__ __device__ constexpr int score_chains(int f) { return f == kTwoAcc || f == kTwoAccValSteps ? 2 : f == kFourAcc ? 4 : 1; }
+__host__ __device__ constexpr int score_chains(int f) {
+  return f == kTwoAcc || f == kTwoAccValSteps ? 2 : f == kFourAcc ? 4 : 1;
+}
 __host__ __device__ constexpr bool value_steps(int f) { return f == kValSteps || f == kTwoAccValSteps; }
 // Whether a form's score product takes A from registers (its stage then holds NoPE dims only).
 __host__ __device__ constexpr bool rs_form(int f) { return f == kCeiling || f == kRoles; }
 constexpr int kQBytes = 9 * kRows * 128;  // [9 chunks][16 rows][64 bf16]
 template <int F>
 constexpr int kStageBytes = (rs_form(F) ? 8 : 9) * kTok * 128;  // [chunks][64 tokens][64 bf16]
-constexpr int kPBytes = kRows * 128;                           // [16 rows][64 tokens] bf16
-constexpr int kScaleBytes = 2 * kTok * 16;                     // rs-roles: [2 blocks][64 tokens][4 fp32]
+constexpr int kPBytes = kRows * 128;                            // [16 rows][64 tokens] bf16
+constexpr int kScaleBytes = 2 * kTok * 16;                      // rs-roles: [2 blocks][64 tokens][4 fp32]
 template <int F>
 constexpr int kSmem = kQBytes + kStageBytes<F> + kPBytes + 6 * kRows * 4 + (F == kRoles ? kScaleBytes : 0) + 1024;
 
@@ -101,11 +120,12 @@ __device__ __forceinline__ void mma_ss(float (&d)[8], uint64_t da, uint64_t db, 
   latentkv::decode::sm90::wgmma_m64n16k16_ss<kTa>(d, da, db, acc);
 }
 // The same with A from registers: each warp's 16 rows as an mma.sync m16n8k16 A fragment.
-__device__ __forceinline__ void mma_rs(float (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                       uint64_t db, bool acc) {
+__device__ __forceinline__ void mma_rs(float (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t db,
+                                       bool acc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, "
+      "p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(static_cast<int>(acc)));
 }
@@ -132,8 +152,8 @@ __host__ __device__ constexpr int physical_dim(int L) {
 // 8 (e / 4) + 2 (lane % 4) + e % 2.
 template <int F>
 __global__ void __launch_bounds__(kThreads, 2)
-probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const uint16_t* __restrict__ q,
-      float* __restrict__ out, float scale_log2) {
+    probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const uint16_t* __restrict__ q,
+          float* __restrict__ out, float scale_log2) {
   constexpr bool kRs = rs_form(F);
   constexpr int kStageChunks = kRs ? 8 : 9;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -198,8 +218,10 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
           *reinterpret_cast<uint4*>(chunk + sw128_offset(t, 16 * (l8 % 4) + 8)) = hi;
         }
       }
-      if constexpr (F == kNoStore) folded ^= rope[k].x ^ rope[k].w;
-      else if constexpr (!kRs) *reinterpret_cast<uint4*>(sK + 8 * kTok * 128 + sw128_offset(t, 8 * l8)) = rope[k];
+      if constexpr (F == kNoStore)
+        folded ^= rope[k].x ^ rope[k].w;
+      else if constexpr (!kRs)
+        *reinterpret_cast<uint4*>(sK + 8 * kTok * 128 + sw128_offset(t, 8 * l8)) = rope[k];
     }
     if constexpr (F == kNoStore) reinterpret_cast<uint32_t*>(sK)[threadIdx.x] = folded;
   };
@@ -259,7 +281,7 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
   auto qoff = [](int st) { return static_cast<uint32_t>(((st / 4) * kRows * 128 + (st % 4) * 32) >> 4); };
 
   // ---- S^T for block n into s (warpgroup 0).
-  auto scores = [&](int n, float (&s)[8]) {
+  auto scores = [&](int n, float(&s)[8]) {
     if constexpr (drops_scores(F)) {
 #pragma unroll
       for (int e = 0; e < 8; ++e) s[e] = 0.0f;
@@ -271,8 +293,10 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
 #pragma unroll
       for (int st = 0; st < kDqk / 16; ++st) {
         const uint32_t ok = (st / 4) * kTok * 128 + (st % 4) * 32;
-        if constexpr (kChains == 1) mma_ss<0>(s, dk + (ok >> 4), dq + qoff(st), st > 0);
-        else mma_ss<0>(acc[st % kChains], dk + (ok >> 4), dq + qoff(st), st >= kChains);
+        if constexpr (kChains == 1)
+          mma_ss<0>(s, dk + (ok >> 4), dq + qoff(st), st > 0);
+        else
+          mma_ss<0>(acc[st % kChains], dk + (ok >> 4), dq + qoff(st), st >= kChains);
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -287,7 +311,7 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
           s[e] = v;
         }
       }
-    } else if constexpr (F == kCeiling || NRS_DBG) {
+    } else if constexpr (F == kCeiling) {
       const uint32_t v = 0x3c003c00u + static_cast<uint32_t>(n & 7);
       wgmma_fence();
 #pragma unroll
@@ -350,7 +374,7 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
     fence_regs(s);
   };
   // ---- Block maxima, the online softmax, P and alpha to shared memory (warpgroup 0).
-  auto softmax = [&](float (&s)[8]) {
+  auto softmax = [&](float(&s)[8]) {
     if constexpr (F == kNoSoftmax) {  // P = S^T x 2^-10 as stored, no maxima, exponents or rescale
       const int tok = 16 * wq + lane / 4;
 #pragma unroll
@@ -363,38 +387,38 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
       }
       fence_proxy_async();
     } else {
-    float bm[4];
+      float bm[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int e = (j % 2) + 4 * (j / 2);
-      bm[j] = fmaxf(s[e], s[e + 2]);
-    }
+      for (int j = 0; j < 4; ++j) {
+        const int e = (j % 2) + 4 * (j / 2);
+        bm[j] = fmaxf(s[e], s[e + 2]);
+      }
 #pragma unroll
-    for (int d = 4; d <= 16; d *= 2)
+      for (int d = 4; d <= 16; d *= 2)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) bm[j] = fmaxf(bm[j], __shfl_xor_sync(0xffffffffu, bm[j], d));
-    if (lane < 4) {
+        for (int j = 0; j < 4; ++j) bm[j] = fmaxf(bm[j], __shfl_xor_sync(0xffffffffu, bm[j], d));
+      if (lane < 4) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) sRed[wq * kRows + q2 + (j % 2) + 8 * (j / 2)] = bm[j];
-    }
-    bar_wg0();
+        for (int j = 0; j < 4; ++j) sRed[wq * kRows + q2 + (j % 2) + 8 * (j / 2)] = bm[j];
+      }
+      bar_wg0();
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = q2 + (j % 2) + 8 * (j / 2);
-      const float m = fmaxf(fmaxf(sRed[r], sRed[kRows + r]), fmaxf(sRed[2 * kRows + r], sRed[3 * kRows + r]));
-      const float nm = fmaxf(row_max[j], m * scale_log2);
-      const float alpha = row_max[j] == -INFINITY ? 0.0f : exp2f(row_max[j] - nm);
-      row_max[j] = nm;
-      row_sum[j] *= alpha;
-      if (warp == 0 && lane < 4) sAlpha[r] = alpha;
-      const int e = (j % 2) + 4 * (j / 2);
-      const float p0 = exp2f(s[e] * scale_log2 - nm), p1 = exp2f(s[e + 2] * scale_log2 - nm);
-      row_sum[j] += p0 + p1;
-      const int tok = 16 * wq + lane / 4;
-      *reinterpret_cast<__nv_bfloat16*>(sP + sw128_offset(r, tok)) = __float2bfloat16_rn(p0);
-      *reinterpret_cast<__nv_bfloat16*>(sP + sw128_offset(r, tok + 8)) = __float2bfloat16_rn(p1);
-    }
-    fence_proxy_async();
+      for (int j = 0; j < 4; ++j) {
+        const int r = q2 + (j % 2) + 8 * (j / 2);
+        const float m = fmaxf(fmaxf(sRed[r], sRed[kRows + r]), fmaxf(sRed[2 * kRows + r], sRed[3 * kRows + r]));
+        const float nm = fmaxf(row_max[j], m * scale_log2);
+        const float alpha = row_max[j] == -INFINITY ? 0.0f : exp2f(row_max[j] - nm);
+        row_max[j] = nm;
+        row_sum[j] *= alpha;
+        if (warp == 0 && lane < 4) sAlpha[r] = alpha;
+        const int e = (j % 2) + 4 * (j / 2);
+        const float p0 = exp2f(s[e] * scale_log2 - nm), p1 = exp2f(s[e + 2] * scale_log2 - nm);
+        row_sum[j] += p0 + p1;
+        const int tok = 16 * wq + lane / 4;
+        *reinterpret_cast<__nv_bfloat16*>(sP + sw128_offset(r, tok)) = __float2bfloat16_rn(p0);
+        *reinterpret_cast<__nv_bfloat16*>(sP + sw128_offset(r, tok + 8)) = __float2bfloat16_rn(p1);
+      }
+      fence_proxy_async();
     }
   };
   // ---- O^T = O^T alpha + V^T P^T (both warpgroups, 256 dims each).
@@ -476,7 +500,7 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
       }
     }
     fence_proxy_async();  // Q's stores, before wgmma reads them
-    __syncthreads();  // Q and block 0
+    __syncthreads();      // Q and block 0
     for (int n = 0; n < kBlocks; ++n) {
       if (wg == 0) {
         float s[8];
@@ -529,20 +553,34 @@ probe(const uint8_t* __restrict__ cache, const int32_t* __restrict__ idx, const 
 int main() {
   ProbeWorkload w;
   constexpr int kForms = 17;
-  const ProbeKernel kernels[kForms] = {probe<kSs>,       probe<kCeiling>,   probe<kRoles>,      probe<kNoScores>,
-                                  probe<kNoValues>, probe<kNoConvert>, probe<kNoGather>,    probe<kTwoAcc>,
-                                  probe<kFourAcc>,  probe<kValSteps>,  probe<kTwoAccValSteps>, probe<kNoProducts>,
-                                  probe<kNoRefill>, probe<kNoScoresGather>, probe<kNoValuesGather>, probe<kNoStore>,
-                                  probe<kNoSoftmax>};
-  const int smems[kForms] = {kSmem<kSs>,       kSmem<kCeiling>,   kSmem<kRoles>,      kSmem<kNoScores>,
-                             kSmem<kNoValues>, kSmem<kNoConvert>, kSmem<kNoGather>,    kSmem<kTwoAcc>,
-                             kSmem<kFourAcc>,  kSmem<kValSteps>,  kSmem<kTwoAccValSteps>, kSmem<kNoProducts>,
+  const ProbeKernel kernels[kForms] = {probe<kSs>,       probe<kCeiling>,        probe<kRoles>,
+                                       probe<kNoScores>, probe<kNoValues>,       probe<kNoConvert>,
+                                       probe<kNoGather>, probe<kTwoAcc>,         probe<kFourAcc>,
+                                       probe<kValSteps>, probe<kTwoAccValSteps>, probe<kNoProducts>,
+                                       probe<kNoRefill>, probe<kNoScoresGather>, probe<kNoValuesGather>,
+                                       probe<kNoStore>,  probe<kNoSoftmax>};
+  const int smems[kForms] = {kSmem<kSs>,       kSmem<kCeiling>,        kSmem<kRoles>,          kSmem<kNoScores>,
+                             kSmem<kNoValues>, kSmem<kNoConvert>,      kSmem<kNoGather>,       kSmem<kTwoAcc>,
+                             kSmem<kFourAcc>,  kSmem<kValSteps>,       kSmem<kTwoAccValSteps>, kSmem<kNoProducts>,
                              kSmem<kNoRefill>, kSmem<kNoScoresGather>, kSmem<kNoValuesGather>, kSmem<kNoStore>,
                              kSmem<kNoSoftmax>};
-  const char* names[kForms] = {"ss", "rs-ceiling", "rs-roles", "ss no-scores", "ss no-values", "ss no-convert",
-                               "ss no-gather", "ss 2 score chains", "ss 4 score chains", "ss values by k-step",
-                               "ss 2 chains + values by step", "ss no-products", "ss no-gather-convert",
-                               "ss no-scores-gather", "ss no-values-gather", "ss no-store", "ss no-softmax"};
+  const char* names[kForms] = {"ss",
+                               "rs-ceiling",
+                               "rs-roles",
+                               "ss no-scores",
+                               "ss no-values",
+                               "ss no-convert",
+                               "ss no-gather",
+                               "ss 2 score chains",
+                               "ss 4 score chains",
+                               "ss values by k-step",
+                               "ss 2 chains + values by step",
+                               "ss no-products",
+                               "ss no-gather-convert",
+                               "ss no-scores-gather",
+                               "ss no-values-gather",
+                               "ss no-store",
+                               "ss no-softmax"};
   for (int v = 0; v < kForms; ++v) {
     CK(cudaFuncSetAttribute(kernels[v], cudaFuncAttributeMaxDynamicSharedMemorySize, smems[v]));
     cudaFuncAttributes fa;
@@ -558,7 +596,8 @@ int main() {
       for (int v = 0; v < kForms; ++v) {
         char label[64];
         std::snprintf(label, sizeof label, "%s, %s", m, names[v]);
-        if (round == 0 && (v == kSs || v == kRoles || (v >= kTwoAcc && v <= kTwoAccValSteps))) w.check(kernels[v], smems[v], label);
+        if (round == 0 && (v == kSs || v == kRoles || (v >= kTwoAcc && v <= kTwoAccValSteps)))
+          w.check(kernels[v], smems[v], label);
         w.time_it(kernels[v], smems[v], label);
       }
   }

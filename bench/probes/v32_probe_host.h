@@ -17,13 +17,13 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
       std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
+      std::exit(1);                                                                        \
+    }                                                                                      \
   } while (0)
 
 constexpr int kRows = 16, kTok = 64, kDqk = 576, kDv = 512, kRec = 656, kThreads = 256;
@@ -108,9 +108,7 @@ struct ProbeWorkload {
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i % kCacheTokens);
     CK(cudaMemcpy(d_idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
   }
-  void launch(ProbeKernel kern, int smem) {
-    kern<<<kCtas, kThreads, smem>>>(d_cache, d_idx, d_q, d_out, scale_log2);
-  }
+  void launch(ProbeKernel kern, int smem) { kern<<<kCtas, kThreads, smem>>>(d_cache, d_idx, d_q, d_out, scale_log2); }
   // One call, then rows 0, 5, 10, 15 of CTAs 0, 137 and the last against a float64 computation
   // from the same bytes: max |out - ref| / max |ref|.
   void check(ProbeKernel kern, int smem, const char* label) {
