@@ -12,7 +12,8 @@ echo "$gpu" | tee "$OUT/narrow_rs.txt"
 nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Xptxas=-v \
   -o /tmp/nrs bench/probes/narrow_rs.cu >/tmp/narrow_rs-build.log 2>&1 || { tail -20 /tmp/narrow_rs-build.log; exit 1; }
 grep -E "spill|Used" /tmp/narrow_rs-build.log | tee -a "$OUT/narrow_rs.txt"
-timeout 240 /tmp/nrs 2>&1 | tee -a "$OUT/narrow_rs.txt"
+timeout 240 /tmp/nrs >>"$OUT/narrow_rs.txt" 2>&1
+python3 "$(dirname "$0")/narrow_rs_table.py" "$OUT/narrow_rs.txt" | tee -a "$OUT/narrow_rs.txt"
 echo "probe done, left $(left) s"
 case "$gpu" in
   *H200*) [ -n "${1:-}" ] && LKV_SECONDS=$(left) bash "$(dirname "$0")/h200_benches.sh" "$1" ;;
