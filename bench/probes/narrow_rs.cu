@@ -83,7 +83,8 @@ enum Form {
   kNoScoresGather = 13,
   kNoValuesGather = 14,
   kNoStore = 15,
-  kNoSoftmax = 16
+  kNoSoftmax = 16,
+  kCeilingNoGather = 17
 };
 // Which phases a ceiling form takes out: the products (S^T and the value product: what is left is
 // the refill), the refill's gathers and conversion (what is left is the products), or one of each.
@@ -95,7 +96,7 @@ __host__ __device__ constexpr bool drops_values(int f) {
 }
 __host__ __device__ constexpr bool drops_convert(int f) { return f == kNoConvert || f == kNoRefill; }
 __host__ __device__ constexpr bool drops_gather(int f) {
-  return f == kNoGather || f == kNoRefill || f == kNoScoresGather || f == kNoValuesGather;
+  return f == kNoGather || f == kNoRefill || f == kNoScoresGather || f == kNoValuesGather || f == kCeilingNoGather;
 }
 // The ss form's S^T in 1, 2 or 4 independent accumulator chains (k-step st into chain st % chains,
 // summed at the end), and whether the value product issues its 16 wgmma k-step by k-step across
@@ -105,7 +106,7 @@ __host__ __device__ constexpr int score_chains(int f) {
 }
 __host__ __device__ constexpr bool value_steps(int f) { return f == kValSteps || f == kTwoAccValSteps; }
 // Whether a form's score product takes A from registers (its stage then holds NoPE dims only).
-__host__ __device__ constexpr bool rs_form(int f) { return f == kCeiling || f == kRoles; }
+__host__ __device__ constexpr bool rs_form(int f) { return f == kCeiling || f == kRoles || f == kCeilingNoGather; }
 constexpr int kQBytes = 9 * kRows * 128;  // [9 chunks][16 rows][64 bf16]
 template <int F>
 constexpr int kStageBytes = (rs_form(F) ? 8 : 9) * kTok * 128;  // [chunks][64 tokens][64 bf16]
@@ -311,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           s[e] = v;
         }
       }
-    } else if constexpr (F == kCeiling) {
+    } else if constexpr (F == kCeiling || F == kCeilingNoGather) {
       const uint32_t v = 0x3c003c00u + static_cast<uint32_t>(n & 7);
       wgmma_fence();
 #pragma unroll
@@ -552,18 +553,18 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 int main() {
   ProbeWorkload w;
-  constexpr int kForms = 17;
+  constexpr int kForms = 18;
   const ProbeKernel kernels[kForms] = {probe<kSs>,       probe<kCeiling>,        probe<kRoles>,
                                        probe<kNoScores>, probe<kNoValues>,       probe<kNoConvert>,
                                        probe<kNoGather>, probe<kTwoAcc>,         probe<kFourAcc>,
                                        probe<kValSteps>, probe<kTwoAccValSteps>, probe<kNoProducts>,
                                        probe<kNoRefill>, probe<kNoScoresGather>, probe<kNoValuesGather>,
-                                       probe<kNoStore>,  probe<kNoSoftmax>};
+                                       probe<kNoStore>,  probe<kNoSoftmax>, probe<kCeilingNoGather>};
   const int smems[kForms] = {kSmem<kSs>,       kSmem<kCeiling>,        kSmem<kRoles>,          kSmem<kNoScores>,
                              kSmem<kNoValues>, kSmem<kNoConvert>,      kSmem<kNoGather>,       kSmem<kTwoAcc>,
                              kSmem<kFourAcc>,  kSmem<kValSteps>,       kSmem<kTwoAccValSteps>, kSmem<kNoProducts>,
                              kSmem<kNoRefill>, kSmem<kNoScoresGather>, kSmem<kNoValuesGather>, kSmem<kNoStore>,
-                             kSmem<kNoSoftmax>};
+                             kSmem<kNoSoftmax>, kSmem<kCeilingNoGather>};
   const char* names[kForms] = {"ss",
                                "rs-ceiling",
                                "rs-roles",
@@ -580,7 +581,7 @@ int main() {
                                "ss no-scores-gather",
                                "ss no-values-gather",
                                "ss no-store",
-                               "ss no-softmax"};
+                               "ss no-softmax", "rs-ceiling no-gather"};
   for (int v = 0; v < kForms; ++v) {
     CK(cudaFuncSetAttribute(kernels[v], cudaFuncAttributeMaxDynamicSharedMemorySize, smems[v]));
     cudaFuncAttributes fa;
