@@ -13,29 +13,30 @@
 // one 64-byte run of the token) and RoPE unit c + 4 ((s - 32) / 2) for s >= 32; Q's shared copy is
 // permuted the same way once per CTA.
 // Forms (two CTAs of 256 threads per SM, one key stage each, as the library's two-CTA form):
-//   ss:     the library's order: all 256 threads gather block n + 1 and dequantize it into the stage
-//           after the value product; warpgroup 0 computes S^T = K Q^T from the stage (36 x wgmma
-//           m64n16k16, A and B in shared memory).
-//   rs-ceiling: as ss, but the score product takes fixed registers as A (no gathers, no conversion)
-//           and the stage holds NoPE dims only: the most that dropping the stage reads can give.
-//           Its output is not the attention (no check).
-// Ceilings of the ss form, one phase taken out each (not checked; their outputs are not the
-// attention): no-scores (S^T = 0, no wgmma), no-values (the value product's wgmma skipped),
-// no-convert (the stage gets the raw bytes, no dequantization), no-gather (every block reads block
-// 0's records again: L1/L2 hits instead of DRAM gathers). And checked variants of the ss form's
-// wgmma order: S^T in 2 or 4 independent accumulator chains (36 dependent m64n16k16 into one
-// accumulator may run at the wgmma's latency, not its rate), the value product k-step by k-step
-// across its four M tiles, and both. Pairs of ceilings: no-products (scores and values out: the
-// refill alone), no-gather-convert (the refill's gathers and conversion out: the products and the
-// stage's stores alone), no-scores-gather and no-values-gather (one phase off each side); and
-// no-store (the stage's stores replaced by one 4-byte store a thread of every word folded) and
-// no-softmax (P = S^T x 2^-10: no maxima, shuffles, barrier or exponents).
-//   rs-roles: warpgroup 0 gathers its own fragments' bytes (22 x 16-byte loads a block, L2 hits:
-//           the same records were gathered for the stage a block before), converts them and runs
-//           S^T with A from registers, in 9 groups of 4 k-steps, two groups in flight; warpgroup 1
-//           alone holds block n + 1's NoPE bytes (16 x 16 bytes a thread; the scales by cp.async into
-//           shared memory) and dequantizes them into the stage while warpgroup 0 computes block n +
-//           1's scores, which no longer read the stage.
+//   ss:         the library's order: all 256 threads gather block n + 1 and dequantize it into the
+//               stage after the value product; warpgroup 0 computes S^T = K Q^T from the stage (36 x
+//               wgmma m64n16k16, A and B in shared memory).
+//   rs-roles:   warpgroup 0 gathers its own fragments' bytes (22 x 16-byte loads a block, L2 hits:
+//               the same records were gathered for the stage a block before), converts them and
+//               runs S^T with A from registers, in 18 groups of 2 k-steps, two groups in flight;
+//               warpgroup 1 alone holds block n + 1's NoPE bytes (half of them across the value
+//               product; the scales by cp.async into shared memory) and dequantizes them into the
+//               stage while warpgroup 0 computes block n + 1's scores, which no longer read it.
+//   checked variants of ss's wgmma order: S^T in 2 or 4 independent accumulator chains (36
+//               dependent m64n16k16 into one accumulator might run at the wgmma's latency, not its
+//               rate); the value product k-step by k-step across its four M tiles; both.
+// Ceilings (not checked: their output is not the attention):
+//   rs-ceiling: as ss, but S^T takes fixed registers as A (no gathers, no conversion) and the stage
+//               holds NoPE dims only: the most that dropping the stage reads can give; and the
+//               same with no-gather's records (rs-ceiling no-gather).
+//   one phase out of ss: no-scores (S^T = 0, no wgmma), no-values (the value product's wgmma
+//               skipped), no-convert (the stage gets the raw bytes), no-gather (every block reads
+//               block 0's records again: L1/L2 hits instead of DRAM gathers), no-store (one 4-byte
+//               store a thread of every converted word folded, instead of the stage's stores),
+//               no-softmax (P = S^T x 2^-10: no maxima, shuffles, barrier or exponents).
+//   pairs:      no-products (scores and values out: the refill alone), no-gather-convert (the
+//               products and the stage's stores alone), no-scores-gather and no-values-gather (one
+//               phase off each side).
 // Workload (v32_probe_host.h, as v40's tokens_as_m.cu): 256 CTAs x 16 rows x 2048 candidates of
 // v32_fp8-style records from a 1M-token cache (688 MB), random then consecutive; L2 flushed before
 // each call; no L2 prefetch (the library's narrow kernel dropped it in v59). Each checked form
