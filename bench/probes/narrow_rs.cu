@@ -54,6 +54,7 @@
 #include "cuda_common/async_copy.cuh"
 #include "decode/cuda/kernel.cuh"  // dequant16_fast, fast_multiplier
 #include "decode/sm90/ptx.cuh"
+#include "decode/sm90/records.cuh"  // load_record16: the kernels' 16-byte record loads
 #include "v32_probe_host.h"  // the workload, the check, the timing
 
 using latentkv::decode::cuda::dequant16_fast;
@@ -61,6 +62,7 @@ using latentkv::decode::cuda::e4m3x2_scaled_bits;
 using latentkv::decode::cuda::fast_multiplier;
 using latentkv::decode::cuda::mul_bf16x2;
 using latentkv::decode::sm90::fence_proxy_async;
+using latentkv::decode::sm90::load_record16;
 using latentkv::decode::sm90::smem_desc;
 using latentkv::decode::sm90::sw128_offset;
 using latentkv::decode::sm90::wgmma_commit;
@@ -138,7 +140,6 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 }
 __device__ __forceinline__ void bar_wg0() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 __device__ __forceinline__ void bar_wg1() { asm volatile("bar.sync 2, 128;\n" ::: "memory"); }
-__device__ __forceinline__ uint4 ld16(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 __device__ __forceinline__ float word(const uint4 v, int i) {
   return __uint_as_float(i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w);
 }
@@ -198,9 +199,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int k = 0; k < 2; ++k) {
       const uint8_t* rec = record(drops_gather(F) ? 0 : blk, tok0 + 32 * k);  // no-gather: block 0's again
 #pragma unroll
-      for (int j = 0; j < 4; ++j) nope[k][j] = ld16(rec + 128 * j + 16 * l8);
-      scales[k] = ld16(rec + 512);
-      if constexpr (!kRs) rope[k] = ld16(rec + 528 + 16 * l8);
+      for (int j = 0; j < 4; ++j) nope[k][j] = load_record16(rec + 128 * j + 16 * l8);
+      scales[k] = load_record16(rec + 512);
+      if constexpr (!kRs) rope[k] = load_record16(rec + 528 + 16 * l8);
     }
   };
   auto store = [&]() {
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int k = kFrom; k < kTo; ++k) {
       const uint8_t* rec = record(blk, 16 * w1 + 4 * k + lane / 8);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) raw1[k][j] = ld16(rec + 128 * j + 16 * l8);
+      for (int j = 0; j < 4; ++j) raw1[k][j] = load_record16(rec + 128 * j + 16 * l8);
     }
   };
   auto scales1 = [&](int blk) {
@@ -329,25 +330,25 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int g = lane / 4, c = lane % 4;
       const uint8_t* ra = record(n, 16 * wq + g);
       const uint8_t* rb = record(n, 16 * wq + g + 8);
-      uint4 pa = ld16(ra + 16 * c), pb = ld16(rb + 16 * c), ea = make_uint4(0, 0, 0, 0), eb = ea;
+      uint4 pa = load_record16(ra + 16 * c), pb = load_record16(rb + 16 * c), ea = make_uint4(0, 0, 0, 0), eb = ea;
       float sa = __ldg(reinterpret_cast<const float*>(ra + 512)), sb = __ldg(reinterpret_cast<const float*>(rb + 512));
 #pragma unroll
       for (int q = 0; q < 9; ++q) {
         const uint4 ca = pa, cb = pb;
         const uint32_t fa = fast_multiplier(sa), fb = fast_multiplier(sb);
         if (q + 1 < 8) {  // the next piece, one ahead
-          pa = ld16(ra + 64 * (q + 1) + 16 * c);
-          pb = ld16(rb + 64 * (q + 1) + 16 * c);
+          pa = load_record16(ra + 64 * (q + 1) + 16 * c);
+          pb = load_record16(rb + 64 * (q + 1) + 16 * c);
           if ((q + 1) % 2 == 0) {
             sa = __ldg(reinterpret_cast<const float*>(ra + 512 + 2 * (q + 1)));
             sb = __ldg(reinterpret_cast<const float*>(rb + 512 + 2 * (q + 1)));
           }
         } else if (q + 1 == 8) {
-          pa = ld16(ra + 528 + 16 * c);
-          pb = ld16(rb + 528 + 16 * c);
+          pa = load_record16(ra + 528 + 16 * c);
+          pb = load_record16(rb + 528 + 16 * c);
         } else {  // (q = 8) RoPE unit c + 4, used by the second group of this piece
-          ea = ld16(ra + 528 + 64 + 16 * c);
-          eb = ld16(rb + 528 + 64 + 16 * c);
+          ea = load_record16(ra + 528 + 64 + 16 * c);
+          eb = load_record16(rb + 528 + 64 + 16 * c);
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
