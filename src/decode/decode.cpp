@@ -118,15 +118,19 @@ DecodePlanKernel resolve_plan_kernel(DecodePlanKernel kernel) {
 
 }  // namespace
 
-int plan_ctas_per_sm(DecodePlanKernel kernel, int64_t cta_rows, bool quantized) {
+int plan_ctas_per_sm(DecodePlanKernel kernel, int64_t cta_rows, bool quantized, bool dense_pages) {
   // The narrow Hopper kernel (decode/sm90/narrow.cuh) holds two CTAs per SM: CTAs of at most 16
-  // rows over quantized keys, while its switch (LKV_SM90_NARROW, decode/sm90/launch.h) is on. A
-  // build without CUDA plans as with the switch at its default.
+  // rows over quantized keys, while its switch (LKV_SM90_NARROW, decode/sm90/launch.h) is on; one
+  // in its warp-specialised form (narrow_ws: by default for dense pages). A build without CUDA
+  // plans as with both switches at their defaults.
   if (resolve_plan_kernel(kernel) != DecodePlanKernel::kSm90 || !quantized || cta_rows > decode::sm90::kNarrowRows)
     return kCtasPerSm;
 #ifdef LKV_WITH_CUDA
   if (!decode::sm90::narrow_rows()) return kCtasPerSm;
-  if (decode::sm90::narrow_ws()) return 1;  // its warp-specialised form: one CTA of 512 threads per SM
+  if (decode::sm90::narrow_ws(dense_pages)) return 1;  // its warp-specialised form: one CTA of 512 threads per SM
+#else
+  // A build without CUDA plans as a CUDA build would under the switch's default (kAuto).
+  if (dense_pages) return 1;
 #endif
   return decode::sm90::kNarrowCtasPerSm;
 }
@@ -135,7 +139,7 @@ DecodePlan plan_decode(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_
                        int num_sms, DecodePlanKernel kernel) {
   // Sparse decode: one kv head, a CTA per query token and 64-head block, quantized records.
   return plan_decode_slots(b, s_q, h_q, topk, extra_topk, num_sms, kernel,
-                           plan_ctas_per_sm(kernel, std::min<int64_t>(h_q, kHeadsPerCta), true));
+                           plan_ctas_per_sm(kernel, std::min<int64_t>(h_q, kHeadsPerCta), true, false));
 }
 
 DecodePlan plan_decode_slots(int64_t b, int64_t s_q, int64_t h_q, int64_t topk, int64_t extra_topk,

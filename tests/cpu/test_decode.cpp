@@ -1015,12 +1015,18 @@ TEST(DecodePlan, HopperKernelSplitsLess) {
 TEST(DecodePlan, NarrowHopperCtasTwoPerSm) {
   // h_q <= 16 runs the narrow Hopper kernel (decode/sm90/narrow.cuh), two CTAs per SM, so the waves
   // hold 264 CTAs on 132 SMs: b 128 / s_q 2 (256 items) stays unsplit in one wave, b 64 (128
-  // items, half a wave) splits in two; the portable model, one CTA per SM, splits neither.
+  // items, half a wave) splits in two; the portable model, one CTA per SM, splits neither. Dense
+  // decode's pages take the narrow kernel's warp-specialised form by default (decode/sm90/launch.h
+  // narrow_ws): one CTA of 512 threads per SM.
   constexpr DecodePlanKernel kSm90 = DecodePlanKernel::kSm90;
-  EXPECT_EQ(plan_ctas_per_sm(kSm90, 16, true), 2);
-  EXPECT_EQ(plan_ctas_per_sm(kSm90, 17, true), 1);
-  EXPECT_EQ(plan_ctas_per_sm(kSm90, 16, false), 1) << "16-bit keys run the 64-row kernel";
-  EXPECT_EQ(plan_ctas_per_sm(kPortablePlan, 16, true), 1);
+  EXPECT_EQ(plan_ctas_per_sm(kSm90, 16, true, false), 2);
+  EXPECT_EQ(plan_ctas_per_sm(kSm90, 16, true, true), 1) << "dense pages: the warp-specialised form";
+  EXPECT_EQ(plan_ctas_per_sm(kSm90, 17, true, false), 1);
+  EXPECT_EQ(plan_ctas_per_sm(kSm90, 17, true, true), 1);
+  EXPECT_EQ(plan_ctas_per_sm(kSm90, 16, false, false), 1) << "16-bit keys run the 64-row kernel";
+  EXPECT_EQ(plan_ctas_per_sm(kSm90, 16, false, true), 1) << "16-bit keys run the 64-row kernel";
+  EXPECT_EQ(plan_ctas_per_sm(kPortablePlan, 16, true, false), 1);
+  EXPECT_EQ(plan_ctas_per_sm(kPortablePlan, 16, true, true), 1);
   EXPECT_EQ(plan_decode(128, 2, 16, 2048, 0, 132, kSm90).num_splits, 1);
   EXPECT_EQ(plan_decode(64, 2, 16, 2048, 0, 132, kSm90).num_splits, 2);
   EXPECT_EQ(plan_decode(64, 2, 16, 2048, 0, 132, kPortablePlan).num_splits, 1);

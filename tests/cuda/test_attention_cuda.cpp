@@ -599,18 +599,18 @@ TEST(DenseCuda, PackedQueryTokens) {
   }
 }
 
-// The narrow Hopper kernel's warp-specialised form (decode/sm90/launch.h narrow_ws) on dense
-// v32_fp8 pages with at most 16 rows per CTA: h_q 16 at s_q 1, packed query tokens (their causal
-// limits), h_q 3 (13 padding columns), lengths 0 to past the split size, against the oracle and
-// bitwise across reruns. (Its plans count one CTA per SM, so the splits differ from the two-CTA
-// form's; the decode test compares the two under one plan bitwise.)
-TEST(DenseCuda, Sm90NarrowWarpSpecialised) {
+// The narrow Hopper kernel on dense v32_fp8 pages with at most 16 rows per CTA, in both forms
+// (decode/sm90/launch.h narrow_form): h_q 16 at s_q 1, packed query tokens (their causal limits),
+// h_q 3 (13 padding columns), lengths 0 to past the split size, against the oracle and bitwise
+// across reruns. The default (kAuto) gives these launches the warp-specialised form, bitwise equal
+// to forcing it (the same plan: one CTA per SM). (The two forms' plans differ, so they are not
+// compared with each other here; the decode test compares them under one plan bitwise.)
+TEST(DenseCuda, Sm90NarrowBothForms) {
   REQUIRE_GPU();
   namespace s9 = latentkv::decode::sm90;
   if (!s9::usable(0) || !s9::narrow_rows()) GTEST_SKIP() << "the narrow sm_90a kernel";
   UseKernel use(KernelChoice::kSm90);
-  latentkv::testing::RestoreSwitch<bool> restore(s9::narrow_ws, s9::set_narrow_ws);
-  s9::set_narrow_ws(true);
+  latentkv::testing::RestoreSwitch<s9::NarrowForm> restore(s9::narrow_form, s9::set_narrow_form);
   struct Shape { int64_t b, s_q, h_q, max_len; };
   const Shape shapes[] = {{6, 1, 16, 300}, {6, 2, 8, 200}, {6, 5, 3, 100}, {2, 1, 16, 6000}, {3, 4, 4, 5000}};
   int n = 0;
@@ -628,15 +628,28 @@ TEST(DenseCuda, Sm90NarrowWarpSpecialised) {
       o.fp8 = true;
       o.causal = causal;
       o.seed = 2900 + n++;
-      const std::string label = "v32_fp8 ws b" + std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" +
+      const std::string shape = "v32_fp8 b" + std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" +
                                 std::to_string(sh.h_q) + " len " + std::to_string(sh.max_len) +
                                 (causal ? " causal" : "");
-      const DenseResult first = check_dense(o, label);
+      DenseResult ws;
+      for (s9::NarrowForm form : {s9::NarrowForm::kWarpSpecialised, s9::NarrowForm::kTwoCtas}) {
+        s9::set_narrow_form(form);
+        const bool is_ws = form == s9::NarrowForm::kWarpSpecialised;
+        const std::string label = shape + (is_ws ? ", warp-specialised" : ", two CTAs");
+        const DenseResult first = check_dense(o, label);
+        DenseWorkload w = latentkv::testing::make_dense_workload(o);
+        w.poison_outputs();
+        const DenseResult again = run_dense_gpu(w);
+        ASSERT_EQ(again.out, first.out) << label;
+        ASSERT_EQ(0, std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * 4)) << label;
+        if (is_ws) ws = first;
+      }
+      s9::set_narrow_form(s9::NarrowForm::kAuto);
       DenseWorkload w = latentkv::testing::make_dense_workload(o);
       w.poison_outputs();
-      const DenseResult again = run_dense_gpu(w);
-      ASSERT_EQ(again.out, first.out) << label;
-      ASSERT_EQ(0, std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * 4)) << label;
+      const DenseResult by_default = run_dense_gpu(w);
+      ASSERT_EQ(by_default.out, ws.out) << shape << ": the default against the warp-specialised form";
+      ASSERT_EQ(0, std::memcmp(by_default.lse.data(), ws.lse.data(), ws.lse.size() * 4)) << shape;
     }
 }
 

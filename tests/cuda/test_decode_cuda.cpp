@@ -979,7 +979,7 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
 // one-launch and two-launch split plans (partials and the combine). Both kernels within the
 // oracle's tolerance with the same lonely-row masks and no NaN, each other within bf16 rounding,
 // and the narrow kernel bitwise the same across three runs. The narrow kernel's warp-specialised
-// form (set_narrow_ws) within the oracle's tolerance under the planner (which gives it other
+// form (set_narrow_form) within the oracle's tolerance under the planner (which gives it other
 // splits), and bitwise equal to the two-CTA form under the same given plan: the same arithmetic in
 // the same order.
 TEST(DecodeCuda, Sm90NarrowRowsAgreeWithWideRows) {
@@ -988,8 +988,8 @@ TEST(DecodeCuda, Sm90NarrowRowsAgreeWithWideRows) {
   if (!s9::usable(0)) GTEST_SKIP() << "no sm_90a device";
   UseKernel use(KernelChoice::kSm90);
   latentkv::testing::RestoreSwitch<bool> restore(s9::narrow_rows, s9::set_narrow_rows);
-  latentkv::testing::RestoreSwitch<bool> restore_ws(s9::narrow_ws, s9::set_narrow_ws);
-  s9::set_narrow_ws(false);
+  latentkv::testing::RestoreSwitch<s9::NarrowForm> restore_ws(s9::narrow_form, s9::set_narrow_form);
+  s9::set_narrow_form(s9::NarrowForm::kTwoCtas);
   int n = 0;
   for (const auto& [f, ef] : kVariantFormats)
     for (int64_t h_q : {1, 5, 16})
@@ -1015,9 +1015,9 @@ TEST(DecodeCuda, Sm90NarrowRowsAgreeWithWideRows) {
           EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label << ": narrow against 64-row";
           EXPECT_EQ(d.mask_mismatch, 0) << label << ": narrow against 64-row";
           for (int run = 0; run < 2; ++run) expect_same(got[1], rerun_gpu(w, plan), label + ": narrow rerun");
-          s9::set_narrow_ws(true);
+          s9::set_narrow_form(s9::NarrowForm::kWarpSpecialised);
           const GpuResult ws = rerun_gpu(w, plan);
-          s9::set_narrow_ws(false);
+          s9::set_narrow_form(s9::NarrowForm::kTwoCtas);
           if (plan == nullptr) expect_near_oracle(w, ws, ref, "narrow ws", label);
           else expect_same(got[1], ws, label + ": narrow ws against two CTAs");
         }

@@ -131,7 +131,7 @@ struct Bench {
 #ifdef LKV_WITH_CUDA
     if (cuda)
       return plan_decode_slots(rows, s_q, head_rows, candidates, 0, bench_cuda::sm_count(0), DecodePlanKernel::kAuto,
-                               plan_ctas_per_sm(DecodePlanKernel::kAuto, head_rows, false));
+                               plan_ctas_per_sm(DecodePlanKernel::kAuto, head_rows, false, false));
 #endif
     (void)rows, (void)s_q, (void)head_rows, (void)candidates;
     return DecodePlan{};

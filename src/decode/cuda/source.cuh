@@ -31,6 +31,7 @@ struct SparseSource {
                                          : F == CacheFormat::v4_fp8  ? KeyStorage::kV4Fp8
                                                                      : KeyStorage::kV41Fp8;
   static constexpr bool kPacksRows = false;  // one query token per CTA (Geometry::pack 1)
+  static constexpr bool kDensePages = false;  // a gathered list (decode/sm90/launch.h narrow_ws)
   static constexpr bool kSplitDqk = kSplit;
 
   int64_t i, j, main_count, extra_count, total;

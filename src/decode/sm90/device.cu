@@ -29,10 +29,12 @@ std::atomic<bool>& narrow_flag() {
   return flag;
 }
 
-std::atomic<bool>& narrow_ws_flag() {
-  static std::atomic<bool> flag{[] {
+std::atomic<NarrowForm>& narrow_form_flag() {
+  static std::atomic<NarrowForm> flag{[] {
     const char* e = std::getenv("LKV_SM90_NARROW_WS");
-    return e && std::strcmp(e, "1") == 0;
+    if (e && std::strcmp(e, "1") == 0) return NarrowForm::kWarpSpecialised;
+    if (e && std::strcmp(e, "0") == 0) return NarrowForm::kTwoCtas;
+    return NarrowForm::kAuto;
   }()};
   return flag;
 }
@@ -53,8 +55,12 @@ void set_cta_pairs(bool on) { pairs_flag().store(on, std::memory_order_relaxed);
 bool narrow_rows() { return narrow_flag().load(std::memory_order_relaxed); }
 void set_narrow_rows(bool on) { narrow_flag().store(on, std::memory_order_relaxed); }
 
-bool narrow_ws() { return narrow_ws_flag().load(std::memory_order_relaxed); }
-void set_narrow_ws(bool on) { narrow_ws_flag().store(on, std::memory_order_relaxed); }
+NarrowForm narrow_form() { return narrow_form_flag().load(std::memory_order_relaxed); }
+void set_narrow_form(NarrowForm form) { narrow_form_flag().store(form, std::memory_order_relaxed); }
+bool narrow_ws(bool dense_pages) {
+  const NarrowForm f = narrow_form();
+  return f == NarrowForm::kWarpSpecialised || (f == NarrowForm::kAuto && dense_pages);
+}
 
 bool usable(int device) {
   // Compute capability 9.0 exactly (sm_90a code runs nowhere else), room for the shared memory, and

@@ -82,7 +82,7 @@ void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream st
 #if !defined(LKV_SM90_TRACE)
   if constexpr (Source::kStorage != cuda::KeyStorage::kDirect16) {
     if (narrow_rows() && cuda::cta_rows(p.g) <= kNarrowRows) {
-      if (narrow_ws())
+      if (narrow_ws(Source::kDensePages))
         launch_kernel<false>(narrow_kernel<Source, true>, q, grid, kNarrowWsThreads,
                              NarrowLayout<Source::kDqk, 2>::total, s);
       else

@@ -35,13 +35,20 @@ void set_cta_pairs(bool on);
 bool narrow_rows();
 void set_narrow_rows(bool on);
 
-// Whether the narrow kernel runs in its warp-specialised form (config.h kNarrowWsThreads: one CTA
-// of 512 threads per SM, two key stages, producer warpgroups) instead of two CTAs of 256 per SM.
+// Which form the narrow kernel runs in: two CTAs of 256 threads per SM, or its warp-specialised form
+// (config.h kNarrowWsThreads: one CTA of 512 threads per SM, two key stages, producer warpgroups).
 // The same arithmetic in the same order, so the same bytes for the same plan; the planner counts
-// one CTA per SM for it. Off by default; LKV_SM90_NARROW_WS=1 (read once per process) or
-// set_narrow_ws(true) turns it on.
-bool narrow_ws();
-void set_narrow_ws(bool on);
+// one CTA per SM for the warp-specialised form. kAuto (the default) takes the warp-specialised form
+// for dense decode's pages, whose keys are consecutive tokens, and two CTAs for sparse lists: on an
+// H100 the form took 0.95-0.96x the time on dense v32_fp8 pages in three runs and was level or
+// slower on the tensor-parallel sparse case (bench/NOTES.md v60, v62). LKV_SM90_NARROW_WS=1 / 0
+// (read once per process) or set_narrow_form force one form for every launch.
+enum class NarrowForm { kAuto, kTwoCtas, kWarpSpecialised };
+NarrowForm narrow_form();
+void set_narrow_form(NarrowForm form);
+// Whether a narrow launch runs warp-specialised under narrow_form(): dense_pages for dense decode's
+// Source (its candidates are consecutive tokens of a request's pages), false for gathered lists.
+bool narrow_ws(bool dense_pages);
 
 // Phase stamps of the two-warpgroup kernel, for `latentkv bench decode --trace`: compiled in only
 // with the CMake option LKV_SM90_TRACE (off, so the default kernels carry no stamping code). While

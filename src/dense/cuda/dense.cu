@@ -52,7 +52,7 @@ SplitPlan plan_splits(const Params& p, int num_sms) {
   const int64_t cta_rows = std::min<int64_t>(p.h_q / p.h_kv, kHeadsPerCta) * pack;
   const DecodePlan d = plan_decode_slots(p.b, (p.s_q + pack - 1) / pack, p.h_kv * head_blocks_per_kv(p) * kHeadsPerCta,
                                          p.max_pages * p.page_size, 0, num_sms, kernel,
-                                         plan_ctas_per_sm(kernel, cta_rows, p.fp8));
+                                         plan_ctas_per_sm(kernel, cta_rows, p.fp8, true));
   return {d.num_splits, d.keys_per_split, d.unsplit_b};
 }
 

@@ -32,6 +32,7 @@ struct DenseSource {
   static constexpr bool kF16 = kHalf;
   static constexpr decode::cuda::KeyStorage kStorage = kStore;
   static constexpr bool kPacksRows = kPacks;
+  static constexpr bool kDensePages = true;  // consecutive tokens of each request's pages (sm90 narrow_ws)
   static constexpr bool kSplitDqk = kSplit;
   static_assert(kStore == decode::cuda::KeyStorage::kDirect16 ||
                     (kStore == decode::cuda::KeyStorage::kV32Fp8 && kDim == 576 && !kHalf),

@@ -16,7 +16,7 @@ SplitPlan plan_splits(const Params& p, int num_sms) {
   // rows x head blocks leave SMs idle. bf16 keys run one CTA per SM whatever its rows (the narrow
   // Hopper kernel, two per SM, takes quantized keys only).
   const DecodePlan d = plan_decode_slots(p.s_q, 1, p.h_q, p.topk, 0, num_sms, DecodePlanKernel::kAuto,
-                                         plan_ctas_per_sm(DecodePlanKernel::kAuto, p.h_q, false));
+                                         plan_ctas_per_sm(DecodePlanKernel::kAuto, p.h_q, false, false));
   return {d.num_splits, d.keys_per_split, d.unsplit_b};
 }
 

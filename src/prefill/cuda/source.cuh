@@ -29,6 +29,7 @@ struct PrefillSource {
   static constexpr bool kF16 = false;
   static constexpr decode::cuda::KeyStorage kStorage = decode::cuda::KeyStorage::kDirect16;
   static constexpr bool kPacksRows = false;  // one query token per CTA (Geometry::pack 1)
+  static constexpr bool kDensePages = false;  // a gathered list (decode/sm90/launch.h narrow_ws)
   static constexpr bool kSplitDqk = false;   // kernel.cuh, score_tokens_half
 
   int64_t t, count, seg_begin, seg_len;
