@@ -85,10 +85,7 @@ struct Bench {
                                         : o.kernel == "compact" ? KernelChoice::kCompact
                                                                 : KernelChoice::kPortable);
       // f16 cases run the portable kernel under the sm90 choice (compact where it is chosen or forced).
-      res.notes["kernel"] = std::string(decode::cuda::kernel_for_device(0)) + " (bf16 cases)";
-      if (decode::sm90::warp_specialised())
-        res.notes["kernel"] += " (warp-specialised variant, LKV_SM90_WS=1)";
-      if (decode::sm90::cta_pairs()) res.notes["kernel"] += " (CTA pairs where the keys are dequantized, LKV_SM90_PAIR=1)";
+      res.notes["kernel"] = std::string(decode::cuda::kernel_for_device(0)) + " (bf16 cases)" + decode::sm90::switch_notes();
     }
 #else
     LKV_CHECK(device != "cuda", "--device cuda: latentkv was built without CUDA");

@@ -382,10 +382,7 @@ int cmd_bench_decode(const Args& args) {
       decode::cuda::set_kernel_choice(kernel == "sm90"      ? KernelChoice::kSm90
                                         : kernel == "compact" ? KernelChoice::kCompact
                                                               : KernelChoice::kPortable);
-    res.notes["kernel"] = decode::cuda::kernel_for_device(0);
-    if (decode::sm90::warp_specialised())
-      res.notes["kernel"] += " (warp-specialised variant, LKV_SM90_WS=1)";
-    if (decode::sm90::cta_pairs()) res.notes["kernel"] += " (CTA pairs where the keys are dequantized, LKV_SM90_PAIR=1)";
+    res.notes["kernel"] = decode::cuda::kernel_for_device(0) + decode::sm90::switch_notes();
     res.ceilings["hbm_read_GBps"] = hbm;
     res.ceilings["bf16_dense_TFLOPS_datasheet"] = kDatasheetTFLOPS;
   }

@@ -108,15 +108,15 @@ struct NarrowLayout {
 inline constexpr int kNarrowSmemLimit = 200704 / kNarrowCtasPerSm - 1024;
 static_assert(NarrowLayout<576>::total <= kNarrowSmemLimit, "two v32_fp8 narrow CTAs must fit the 196 KB carveout");
 static_assert(NarrowLayout<512>::total <= kNarrowSmemLimit, "two v4_fp8 narrow CTAs must fit the 196 KB carveout");
-// The warp-specialised form (opt-in, LKV_SM90_NARROW_WS=1, launch.h narrow_ws): one CTA per SM of
-// 512 threads, two key stages. Warpgroups 2-3 resolve, gather and dequantize block n + 1 into one
-// stage while warpgroups 0-1 run block n's products and softmax on the other, handing stages over
-// by mbarriers; in the two-CTA form a CTA's phases run in series and only the other CTA fills the
-// gaps. The same per-role work and registers as the two-CTA form (512 threads at one CTA per SM
-// leave 128 each), about the same shared memory per SM (172 KB for v32_fp8: within the 196 KB
-// carveout, so the L1 keeps its share). On an H100: dense v32_fp8 pages h_q 16 0.954-0.977x the
-// two-CTA form's time, the tensor-parallel h_q 16 case level or slower (bench/NOTES.md v60); not yet
-// run on an H200, hence off.
+// The warp-specialised form (launch.h narrow_form: by default for dense decode's pages): one CTA
+// per SM of 512 threads, two key stages. Warpgroups 2-3 resolve, gather and dequantize block n + 1
+// into one stage while warpgroups 0-1 run block n's products and softmax on the other, handing
+// stages over by mbarriers; in the two-CTA form a CTA's phases run in series and only the other
+// CTA fills the gaps. The same per-role work and registers as the two-CTA form (512 threads at one
+// CTA per SM leave 128 each), about the same shared memory per SM (172 KB for v32_fp8: within the
+// 196 KB carveout, so the L1 keeps its share). On an H100: dense v32_fp8 pages h_q 16 0.95-0.98x
+// the two-CTA form's time in three runs, the tensor-parallel h_q 16 case level or slower
+// (bench/NOTES.md v60, v62).
 inline constexpr int kNarrowWsThreads = 512;
 static_assert(NarrowLayout<576, 2>::total <= 200704 - 1024, "the warp-specialised v32_fp8 layout must fit the 196 KB carveout");
 static_assert(NarrowLayout<512, 2>::total <= 200704 - 1024, "the warp-specialised v4_fp8 layout must fit the 196 KB carveout");

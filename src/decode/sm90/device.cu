@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "cuda_common/cuda_check.h"
 #include "cuda_common/device_cache.h"
@@ -60,6 +61,17 @@ void set_narrow_form(NarrowForm form) { narrow_form_flag().store(form, std::memo
 bool narrow_ws(bool dense_pages) {
   const NarrowForm f = narrow_form();
   return f == NarrowForm::kWarpSpecialised || (f == NarrowForm::kAuto && dense_pages);
+}
+
+std::string switch_notes() {
+  std::string n;
+  if (warp_specialised()) n += " (warp-specialised variant, LKV_SM90_WS=1)";
+  if (cta_pairs()) n += " (CTA pairs where the keys are dequantized, LKV_SM90_PAIR=1)";
+  if (!narrow_rows()) n += " (no narrow kernel, LKV_SM90_NARROW=0)";
+  if (narrow_form() == NarrowForm::kWarpSpecialised)
+    n += " (narrow kernel warp-specialised for every launch, LKV_SM90_NARROW_WS=1)";
+  if (narrow_form() == NarrowForm::kTwoCtas) n += " (narrow kernel in two CTAs for every launch, LKV_SM90_NARROW_WS=0)";
+  return n;
 }
 
 bool usable(int device) {

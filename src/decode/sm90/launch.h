@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace latentkv::decode::sm90 {
@@ -49,6 +50,10 @@ void set_narrow_form(NarrowForm form);
 // Whether a narrow launch runs warp-specialised under narrow_form(): dense_pages for dense decode's
 // Source (its candidates are consecutive tokens of a request's pages), false for gathered lists.
 bool narrow_ws(bool dense_pages);
+
+// The switches above that are set away from their defaults, as one note for benchmark records
+// (" (warp-specialised variant, LKV_SM90_WS=1)" and the like; empty at the defaults).
+std::string switch_notes();
 
 // Phase stamps of the two-warpgroup kernel, for `latentkv bench decode --trace`: compiled in only
 // with the CMake option LKV_SM90_TRACE (off, so the default kernels carry no stamping code). While
