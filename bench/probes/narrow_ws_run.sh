@@ -13,7 +13,7 @@ source "$(dirname "$0")/call_lib.sh"
 ab_start "${1:-2}" "${2:-main=build-pk/main60.tar.xz}" "${3:-nws=build-pk/nws.tar.xz}" || exit 1
 t0=$(date +%s)
 timeout 150 build-gpu-new/lkv_cuda_tests \
-  --gtest_filter='DecodeCuda.Sm90NarrowRowsAgreeWithWideRows:DenseCuda.Sm90NarrowWarpSpecialised' >"$OUT/tests-ws.log" 2>&1
+  --gtest_filter='DecodeCuda.Sm90NarrowRowsAgreeWithWideRows:DenseCuda.Sm90NarrowBothForms' >"$OUT/tests-ws.log" 2>&1
 summary "the form's tests" $? $(( $(date +%s) - t0 )) "$OUT/tests-ws.log"
 grep -E "^\[  FAILED|Failure" "$OUT/tests-ws.log" | head -20
 # with_form DIR BINARY DESCRIPTION: DIR/latentkv runs BINARY with the form on (a label for bins_ab.sh).

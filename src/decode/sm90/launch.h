@@ -41,7 +41,7 @@ void set_narrow_rows(bool on);
 // The same arithmetic in the same order, so the same bytes for the same plan; the planner counts
 // one CTA per SM for the warp-specialised form. kAuto (the default) takes the warp-specialised form
 // for dense decode's pages, whose keys are consecutive tokens, and two CTAs for sparse lists: on an
-// H100 the form took 0.95-0.96x the time on dense v32_fp8 pages in three runs and was level or
+// H100 the form took 0.95-0.98x the time on dense v32_fp8 pages in three runs and was level or
 // slower on the tensor-parallel sparse case (bench/NOTES.md v60, v62). LKV_SM90_NARROW_WS=1 / 0
 // (read once per process) or set_narrow_form force one form for every launch.
 enum class NarrowForm { kAuto, kTwoCtas, kWarpSpecialised };
