@@ -9,6 +9,7 @@
 #include "decode/cpu/decode_cpu.h"
 #include "decode/cuda/config.h"  // tile constants only; no CUDA headers
 #include "decode/sm90/config.h"  // the narrow kernel's rows and CTAs per SM; no CUDA headers
+#include "decode/sm90/launch.h"  // narrow_rows, narrow_ws_under; declarations only
 #include "decode/params.h"
 #include "decode/plan.h"
 #include "latentkv/decode.h"
@@ -17,7 +18,6 @@
 #include "cuda_common/cuda_check.h"
 #include "cuda_common/device_cache.h"
 #include "decode/cuda/launch.h"
-#include "decode/sm90/launch.h"  // narrow_rows
 #endif
 
 namespace latentkv {
@@ -130,7 +130,7 @@ int plan_ctas_per_sm(DecodePlanKernel kernel, int64_t cta_rows, bool quantized, 
   if (decode::sm90::narrow_ws(dense_pages)) return 1;  // its warp-specialised form: one CTA of 512 threads per SM
 #else
   // A build without CUDA plans as a CUDA build would under the switch's default (kAuto).
-  if (dense_pages) return 1;
+  if (decode::sm90::narrow_ws_under(decode::sm90::NarrowForm::kAuto, dense_pages)) return 1;
 #endif
   return decode::sm90::kNarrowCtasPerSm;
 }

@@ -58,10 +58,7 @@ void set_narrow_rows(bool on) { narrow_flag().store(on, std::memory_order_relaxe
 
 NarrowForm narrow_form() { return narrow_form_flag().load(std::memory_order_relaxed); }
 void set_narrow_form(NarrowForm form) { narrow_form_flag().store(form, std::memory_order_relaxed); }
-bool narrow_ws(bool dense_pages) {
-  const NarrowForm f = narrow_form();
-  return f == NarrowForm::kWarpSpecialised || (f == NarrowForm::kAuto && dense_pages);
-}
+bool narrow_ws(bool dense_pages) { return narrow_ws_under(narrow_form(), dense_pages); }
 
 std::string switch_notes() {
   std::string n;

@@ -47,8 +47,12 @@ void set_narrow_rows(bool on);
 enum class NarrowForm { kAuto, kTwoCtas, kWarpSpecialised };
 NarrowForm narrow_form();
 void set_narrow_form(NarrowForm form);
-// Whether a narrow launch runs warp-specialised under narrow_form(): dense_pages for dense decode's
-// Source (its candidates are consecutive tokens of a request's pages), false for gathered lists.
+// Whether a narrow launch runs warp-specialised under `form` (narrow_ws: under narrow_form()):
+// dense_pages for dense decode's Source (its candidates are consecutive tokens of a request's
+// pages), false for gathered lists. The rule itself is here so that a build without CUDA plans by it.
+constexpr bool narrow_ws_under(NarrowForm form, bool dense_pages) {
+  return form == NarrowForm::kWarpSpecialised || (form == NarrowForm::kAuto && dense_pages);
+}
 bool narrow_ws(bool dense_pages);
 
 // The switches above that are set away from their defaults, as one note for benchmark records
