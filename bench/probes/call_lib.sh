@@ -10,6 +10,12 @@ call_start=$(date +%s)
 left() { echo $(( ${LKV_SECONDS:-570} - ($(date +%s) - call_start) )); }
 # unpack ARCHIVE DIR: a scripts/gpu_prebuild.sh archive into DIR, then says what it was built from.
 unpack() { mkdir -p "$2" && tar xJf "$1" -C "$2" && echo "$2: $(cat "$2/PREBUILT_REV")"; }
+# with_env DIR BINARY VAR=VALUE DESCRIPTION: DIR/latentkv runs BINARY with VAR=VALUE set, DIR/PREBUILT_REV
+# says so (a label for bins_ab.sh that runs one build under a switch).
+with_env() {
+  mkdir -p "$1" && printf '#!/bin/sh\n%s exec %s "$@"\n' "$3" "$2" >"$1/latentkv" && chmod +x "$1/latentkv" &&
+    echo "$4 with $3" >"$1/PREBUILT_REV"
+}
 # summary LABEL RC SECONDS LOG: one line with the GoogleTest verdict and any sanitizer summary.
 summary() {
   echo "$1 rc=$2 $3 s: $(grep -E '^\[  (PASSED|FAILED)' "$4" | tr '\n' ' ') $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$4" | tr '\n' ' ')"

@@ -21,9 +21,7 @@ echo "$gpu"
 h200=0; case "$gpu" in *H200*) h200=1 ;; esac
 unpack "${1:?base archive}" build-base || exit 1
 unpack "${2:?new archive}" build-gpu-new || exit 1
-mkdir -p build-two
-printf '#!/bin/sh\nLKV_SM90_NARROW_WS=0 exec %s "$@"\n' "$PWD/build-gpu-new/latentkv" >build-two/latentkv
-chmod +x build-two/latentkv && echo "$(cat build-gpu-new/PREBUILT_REV) with LKV_SM90_NARROW_WS=0" >build-two/PREBUILT_REV
+with_env build-two "$PWD/build-gpu-new/latentkv" LKV_SM90_NARROW_WS=0 "$(cat build-gpu-new/PREBUILT_REV)"
 OUT=$OUT/ab LKV_AB_KERNEL=auto \
   LKV_AB_SPECS="dense fp8_b128_sk4096_h16_sq1;dense fp8_b128_sk8192_h16_sq1;decode tp_v32_b128_h16;decode tp_v32_b128_h32" \
   bash bench/probes/bins_ab.sh 2 "base=$PWD/build-base" "new=$PWD/build-gpu-new" "two=$PWD/build-two"

@@ -17,10 +17,7 @@ timeout 150 build-gpu-new/lkv_cuda_tests \
 summary "the form's tests" $? $(( $(date +%s) - t0 )) "$OUT/tests-ws.log"
 grep -E "^\[  FAILED|Failure" "$OUT/tests-ws.log" | head -20
 # with_form DIR BINARY DESCRIPTION: DIR/latentkv runs BINARY with the form on (a label for bins_ab.sh).
-with_form() {
-  mkdir -p "$1" && printf '#!/bin/sh\nLKV_SM90_NARROW_WS=1 exec %s "$@"\n' "$2" >"$1/latentkv"
-  chmod +x "$1/latentkv" && echo "$3 with LKV_SM90_NARROW_WS=1" >"$1/PREBUILT_REV"
-}
+with_form() { with_env "$1" "$2" LKV_SM90_NARROW_WS=1 "$3"; }
 # The third label: the new binary with the form on; further labels (arguments 4 on, LABEL=ARCHIVE):
 # variants' binaries, run with the form on.
 with_form build-ws "$PWD/build-ab/${new%%=*}/latentkv" "${new#*=}"
