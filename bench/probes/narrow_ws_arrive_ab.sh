@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # One device call: what every consumer thread arriving on the narrow warp-specialised form's empty
-# barrier costs (bench/probes/narrow_ws_empty_all.patch; racecheck reports nothing with it where
-# lane 0's arrival after __syncwarp drew three reports, bench/NOTES.md v64). Same-run A/B, ROUNDS
-# rounds (default 3): main and the variant with their default forms on dense v32_fp8 pages h_q 16
-# (the warp-specialised form is their default), and both with the form forced on the
-# tensor-parallel h_q 16 sparse case.
-# there (carry both): bash bench/probes/narrow_ws_arrive_ab.sh build-pk/MAIN.tar.xz build-pk/VARIANT.tar.xz [ROUNDS]
+# barrier costs against lane 0 of each warp arriving after a __syncwarp (bench/NOTES.md v64: the
+# binaries of main before and after 50cd8ab). Same-run A/B, ROUNDS rounds (default 3): both builds'
+# default forms on dense v32_fp8 pages h_q 16 (the warp-specialised form is their default), and
+# both with the form forced on the tensor-parallel h_q 16 sparse case.
+# there (carry both): bash bench/probes/narrow_ws_arrive_ab.sh build-pk/BASE.tar.xz build-pk/NEW.tar.xz [ROUNDS]
 set -u
 source "$(dirname "$0")/call_lib.sh"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

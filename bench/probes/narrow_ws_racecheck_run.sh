@@ -6,10 +6,8 @@
 # left: that test, then DecodeCuda.CornerCases with the form forced (LKV_SM90_NARROW_WS=1), each with
 # the test's output line-buffered (stdbuf), so that a report lands beside the case that made it
 # (redirected, stdout is block-buffered and the reports fell mid-line of an unrelated case).
-# A second archive is meant for a variant, e.g. bench/probes/narrow_ws_empty_all.patch applied (every
-# consumer thread arrives on the empty barrier, instead of lane 0 after the warp's reads; pack it
-# from a worktree with the patch applied): if its runs are clean where the first archive's are not,
-# racecheck did not credit the one-thread arrival.
+# Further archives run the same (bench/NOTES.md v64 compared main before and after its consumers all
+# arrived on the empty barrier: 3 reports before, 0 after).
 # Here: LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/NAME.tar.xz bash scripts/gpu_prebuild.sh latentkv lkv_cuda_tests
 # there (carry them): bash bench/probes/narrow_ws_racecheck_run.sh build-pk/MAIN.tar.xz [build-pk/VARIANT.tar.xz]
 set -u
