@@ -9,8 +9,8 @@ set -u
 source "$(dirname "$0")/call_lib.sh"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-unpack "${1:?main archive}" build-main || exit 1
-unpack "${2:?variant archive}" build-all || exit 1
+unpack "${1:?base archive}" build-main || exit 1
+unpack "${2:?new archive}" build-all || exit 1
 with_env build-main-ws "$PWD/build-main/latentkv" LKV_SM90_NARROW_WS=1 "$(cat build-main/PREBUILT_REV)"
 with_env build-all-ws "$PWD/build-all/latentkv" LKV_SM90_NARROW_WS=1 "$(cat build-all/PREBUILT_REV)"
 OUT=$OUT/ab LKV_AB_KERNEL=auto \

@@ -9,7 +9,7 @@
 # Further archives run the same (bench/NOTES.md v64 compared main before and after its consumers all
 # arrived on the empty barrier: 3 reports before, 0 after).
 # Here: LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/NAME.tar.xz bash scripts/gpu_prebuild.sh latentkv lkv_cuda_tests
-# there (carry them): bash bench/probes/narrow_ws_racecheck_run.sh build-pk/MAIN.tar.xz [build-pk/VARIANT.tar.xz]
+# there (carry them): bash bench/probes/narrow_ws_racecheck_run.sh build-pk/NAME.tar.xz [build-pk/OTHER.tar.xz ...]
 set -u
 source "$(dirname "$0")/call_lib.sh"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
