@@ -140,7 +140,7 @@ namespace {
 std::vector<int32_t> random_indices(int64_t b, int64_t s_q, int64_t topk, int64_t ctx,
                                     uint64_t seed, bool sorted, double overlap = 0) {
   std::vector<int32_t> idx(static_cast<size_t>(b * s_q * topk));
-  // Token 0's candidate k of request i (the formula every token of i draws its own slots with).
+  // Row r's own draw at position k (row r0 = r - r % s_q is its request's token 0).
   const auto draw = [&](int64_t r, int64_t k) {
     return static_cast<int32_t>((r / s_q) * ctx + testing::bits_at(seed, r * topk + k) % ctx);
   };
