@@ -341,13 +341,17 @@ TEST(DecodeCuda, FlashMlaStyleGrid) {
 }
 
 // h_q 70: not a multiple of 64, padded head rows inside the kernel; h_q 16: the sm90 kernel's
-// narrow form (decode/sm90/narrow.cuh), where the head count fits one 16-row CTA.
+// narrow form (decode/sm90/narrow.cuh), where the head count fits one 16-row CTA; h_q 32: its
+// 32-row instance, turned on here (decode/sm90/launch.h narrow_wide_rows).
 TEST(DecodeCuda, CornerCases) {
   REQUIRE_GPU();
+  namespace s9 = latentkv::decode::sm90;
+  latentkv::testing::RestoreSwitch<bool> restore_wide(s9::narrow_wide_rows, s9::set_narrow_wide_rows);
   for (KernelChoice kernel : kernels())
-  for (int64_t h_q : {70, 16})
+  for (int64_t h_q : {70, 16, 32})
   for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
     UseKernel use(kernel);
+    s9::set_narrow_wide_rows(h_q == 32);
     const std::string fmt = std::string(kernel_name(kernel)) + " h_q " + std::to_string(h_q) + " " + format_info(f).name;
     DecodeWorkloadOptions o;
     o.b = 6;
@@ -1020,6 +1024,48 @@ TEST(DecodeCuda, Sm90NarrowRowsAgreeWithWideRows) {
           s9::set_narrow_form(s9::NarrowForm::kTwoCtas);
           if (plan == nullptr) expect_near_oracle(w, ws, ref, "narrow ws", label);
           else expect_same(got[1], ws, label + ": narrow ws against two CTAs");
+        }
+      }
+}
+
+// The narrow kernel's 32-row instance (decode/sm90/launch.h narrow_wide_rows: CTAs of 17-32 rows,
+// warp-specialised, wgmma N = 32) against the 64-row kernel, which runs those CTAs otherwise, and
+// the oracle: every format and extra-cache pairing, h_q 17 (15 padding columns), 24 and 32 at
+// s_q 2, the planner's plan, one launch of 256-candidate splits and a two-launch plan, hostile
+// indices in every other case; the 32-row results bitwise across reruns.
+TEST(DecodeCuda, Sm90Narrow32RowsAgreeWith64RowKernel) {
+  REQUIRE_GPU();
+  namespace s9 = latentkv::decode::sm90;
+  if (!s9::usable(0)) GTEST_SKIP() << "no sm_90a device";
+  UseKernel use(KernelChoice::kSm90);
+  latentkv::testing::RestoreSwitch<bool> restore(s9::narrow_rows, s9::set_narrow_rows);
+  latentkv::testing::RestoreSwitch<bool> restore_wide(s9::narrow_wide_rows, s9::set_narrow_wide_rows);
+  s9::set_narrow_rows(true);
+  int n = 0;
+  for (const auto& [f, ef] : kVariantFormats)
+    for (int64_t h_q : {17, 24, 32})
+      for (int64_t b : {3, 70}) {
+        const bool hostile = n % 2 == 0;
+        DecodeWorkloadOptions o = variant_case(f, b, h_q, b == 3 ? 700 : 300, hostile, 3300 + n++);
+        o.extra_format = ef;
+        DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+        const GpuResult ref = run_oracle(w);
+        DecodePlan split = splits_of_256(o), two = split;
+        two.unsplit_b = 1;
+        for (const DecodePlan* plan : std::initializer_list<const DecodePlan*>{nullptr, &split, &two}) {
+          const std::string label = variant_name(o) + " h_q " + std::to_string(h_q) + " b " +
+                                    std::to_string(b) + (hostile ? " hostile" : "") +
+                                    (plan == nullptr ? ", planner" : plan == &split ? ", split" : ", two launches");
+          GpuResult got[2];
+          for (int wide = 0; wide < 2; ++wide) {
+            s9::set_narrow_wide_rows(wide == 1);
+            got[wide] = rerun_gpu(w, plan);
+            expect_near_oracle(w, got[wide], ref, wide ? "narrow 32-row" : "64-row", label);
+          }
+          const auto d = latentkv::testing::compare_decode(w, got[1].out, got[1].lse, got[0].out, got[0].lse);
+          EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label << ": 32-row against 64-row";
+          EXPECT_EQ(d.mask_mismatch, 0) << label << ": 32-row against 64-row";
+          for (int run = 0; run < 2; ++run) expect_same(got[1], rerun_gpu(w, plan), label + ": 32-row rerun");
         }
       }
 }
