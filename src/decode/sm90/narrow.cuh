@@ -1,5 +1,6 @@
 // decode/sm90/narrow.cuh: the Hopper (sm_90a) attention kernel for CTAs of at most 16 query rows
-// (and, in its warp-specialised form with N = 32, opt-in, of 17-32: kRows below) over quantized keys (v32_fp8 / v4_fp8 / v41_fp8 records, v32_fp8 dense pages), with the tokens as
+// (and, in its warp-specialised form with N = 32, opt-in, of 17-32: kRows below) over quantized
+// keys (v32_fp8 / v4_fp8 / v41_fp8 records, v32_fp8 dense pages), with the tokens as
 // wgmma's M dimension. Same Source policies, parameters, split plan and combine as kernel.cuh, which
 // runs every other case. Design: docs/design/hopper-narrow-rows.md.
 //
@@ -16,6 +17,8 @@
 // of its own and a second stage in one CTA per SM: 0.95-0.98x on dense pages on an H100, level on
 // the tensor-parallel case, bench/NOTES.md v60. ncu puts the L1/TEX path busiest in both, yet
 // taking the score product's operand reads off it saved at most 5-9% in a probe, v61.)
+// The 32-row instance (kRows = 32, warp-specialised only, config.h kNarrowWideRows) is the same
+// with N = 32: m64n32k16 products, Q 36 KB, O^T 64 fp32 a consumer thread.
 //
 // Grid and work as kernel.cuh (CtaWork: one row group, one split; head_blocks_per_kv is 1 here).
 // 256 threads; iteration n (the stage holds block n, dequantized; registers hold block n + 1's raw
@@ -121,7 +124,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;
   const bool loader = tid >= kLoader0;
   const int lwarp = warp - kLoader0 / 32;  // this warp among the loaders
-  const int q2 = 2 * (lane % 4);  // this thread's rows: narrow_row(q2, 0..3)
+  const int q2 = 2 * (lane % 4);  // this thread's rows: narrow_row(q2, 0 .. kJ - 1)
   // The launch (launch.cuh) takes this kernel only where cuda::cta_rows(g) <= kRows, so heads_per_kv
   // <= kRows: one head block per kv head and rows_here <= kRows, which every [kRows]-sized array
   // below and the epilogue's rows rely on.
@@ -306,7 +309,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
       fence_operands(s);
       // ---- Masked block maxima per row: this thread's two tokens, the 8 lanes of its rows, then the
       // 4 warps through shared memory. Scores stay unscaled until the exponent (the scale is
-      // positive), as in kernel.cuh online_softmax. The four rows' shuffle levels go side by side:
+      // positive), as in kernel.cuh online_softmax. The kJ rows' shuffle levels go side by side:
       // each shuffle waits on the maximum before it, and one row after another gave the compiler
       // chains of three round trips (~5% of the stall samples on the maxima, v58).
       const bool att0 = (word >> (t0 % 32)) & 1u, att1 = (word >> (t0 % 32 + 8)) & 1u;
