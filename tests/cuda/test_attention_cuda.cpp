@@ -664,6 +664,10 @@ TEST(DenseCuda, Sm90Narrow32Rows) {
   if (!s9::usable(0) || !s9::narrow_rows()) GTEST_SKIP() << "the narrow sm_90a kernel";
   UseKernel use(KernelChoice::kSm90);
   latentkv::testing::RestoreSwitch<bool> restore(s9::narrow_wide_rows, s9::set_narrow_wide_rows);
+  // Packing on, so that the s_q > 1 shapes make CTAs of 21-32 rows whatever LKV_DENSE_PACK says.
+  latentkv::testing::RestoreSwitch<bool> restore_pack(latentkv::dense::cuda::pack_allowed,
+                                                      latentkv::dense::cuda::set_pack_allowed);
+  latentkv::dense::cuda::set_pack_allowed(true);
   struct Shape { int64_t b, s_q, h_q, max_len; };
   const Shape shapes[] = {{6, 1, 32, 300}, {6, 2, 16, 200}, {6, 3, 7, 100}, {2, 1, 32, 6000}, {3, 4, 8, 5000}};
   int n = 0;

@@ -342,16 +342,19 @@ TEST(DecodeCuda, FlashMlaStyleGrid) {
 
 // h_q 70: not a multiple of 64, padded head rows inside the kernel; h_q 16: the sm90 kernel's
 // narrow form (decode/sm90/narrow.cuh), where the head count fits one 16-row CTA; h_q 32: its
-// 32-row instance, turned on here (decode/sm90/launch.h narrow_wide_rows).
+// 32-row instance, turned on here with the narrow kernel (decode/sm90/launch.h narrow_wide_rows).
 TEST(DecodeCuda, CornerCases) {
   REQUIRE_GPU();
   namespace s9 = latentkv::decode::sm90;
   latentkv::testing::RestoreSwitch<bool> restore_wide(s9::narrow_wide_rows, s9::set_narrow_wide_rows);
+  latentkv::testing::RestoreSwitch<bool> restore_narrow(s9::narrow_rows, s9::set_narrow_rows);
+  const bool narrow_as_set = s9::narrow_rows();
   for (KernelChoice kernel : kernels())
   for (int64_t h_q : {70, 16, 32})
   for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
     UseKernel use(kernel);
     s9::set_narrow_wide_rows(h_q == 32);
+    s9::set_narrow_rows(narrow_as_set || h_q == 32);
     const std::string fmt = std::string(kernel_name(kernel)) + " h_q " + std::to_string(h_q) + " " + format_info(f).name;
     DecodeWorkloadOptions o;
     o.b = 6;
