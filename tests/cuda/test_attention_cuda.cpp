@@ -599,6 +599,33 @@ TEST(DenseCuda, PackedQueryTokens) {
   }
 }
 
+namespace {
+
+// The narrow-kernel dense tests' cases: v32_fp8 pages of 53 tokens, one kv head, b 6 with lengths
+// 0, 1, s_q, 63, 64 and max_len (else every request max_len), causal or not; `shape` names it.
+struct NarrowDenseShape {
+  int64_t b, s_q, h_q, max_len;
+};
+DenseWorkloadOptions narrow_dense_case(const NarrowDenseShape& sh, bool causal, uint64_t seed, std::string* shape) {
+  DenseWorkloadOptions o;
+  o.b = sh.b;
+  o.s_q = sh.s_q;
+  o.h_q = sh.h_q;
+  o.h_kv = 1;
+  o.d_qk = 576;
+  o.page_size = 53;
+  o.max_len = sh.max_len;
+  if (sh.b == 6) o.lengths = {0, 1, static_cast<int32_t>(sh.s_q), 63, 64, static_cast<int32_t>(sh.max_len)};
+  o.fp8 = true;
+  o.causal = causal;
+  o.seed = seed;
+  *shape = "v32_fp8 b" + std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" + std::to_string(sh.h_q) +
+           " len " + std::to_string(sh.max_len) + (causal ? " causal" : "");
+  return o;
+}
+
+}  // namespace
+
 // The narrow Hopper kernel on dense v32_fp8 pages with at most 16 rows per CTA, in both forms
 // (decode/sm90/launch.h narrow_form): h_q 16 at s_q 1, packed query tokens (their causal limits),
 // h_q 3 (13 padding columns), lengths 0 to past the split size, against the oracle and bitwise
@@ -611,26 +638,12 @@ TEST(DenseCuda, Sm90NarrowBothForms) {
   if (!s9::usable(0) || !s9::narrow_rows()) GTEST_SKIP() << "the narrow sm_90a kernel";
   UseKernel use(KernelChoice::kSm90);
   latentkv::testing::RestoreSwitch<s9::NarrowForm> restore(s9::narrow_form, s9::set_narrow_form);
-  struct Shape { int64_t b, s_q, h_q, max_len; };
-  const Shape shapes[] = {{6, 1, 16, 300}, {6, 2, 8, 200}, {6, 5, 3, 100}, {2, 1, 16, 6000}, {3, 4, 4, 5000}};
+  const NarrowDenseShape shapes[] = {{6, 1, 16, 300}, {6, 2, 8, 200}, {6, 5, 3, 100}, {2, 1, 16, 6000}, {3, 4, 4, 5000}};
   int n = 0;
-  for (const Shape& sh : shapes)
+  for (const NarrowDenseShape& sh : shapes)
     for (bool causal : {true, false}) {
-      DenseWorkloadOptions o;
-      o.b = sh.b;
-      o.s_q = sh.s_q;
-      o.h_q = sh.h_q;
-      o.h_kv = 1;
-      o.d_qk = 576;
-      o.page_size = 53;
-      o.max_len = sh.max_len;
-      if (sh.b == 6) o.lengths = {0, 1, static_cast<int32_t>(sh.s_q), 63, 64, static_cast<int32_t>(sh.max_len)};
-      o.fp8 = true;
-      o.causal = causal;
-      o.seed = 2900 + n++;
-      const std::string shape = "v32_fp8 b" + std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" +
-                                std::to_string(sh.h_q) + " len " + std::to_string(sh.max_len) +
-                                (causal ? " causal" : "");
+      std::string shape;
+      const DenseWorkloadOptions o = narrow_dense_case(sh, causal, 2900 + n++, &shape);
       DenseResult ws;
       for (s9::NarrowForm form : {s9::NarrowForm::kWarpSpecialised, s9::NarrowForm::kTwoCtas}) {
         s9::set_narrow_form(form);
@@ -668,26 +681,12 @@ TEST(DenseCuda, Sm90Narrow32Rows) {
   latentkv::testing::RestoreSwitch<bool> restore_pack(latentkv::dense::cuda::pack_allowed,
                                                       latentkv::dense::cuda::set_pack_allowed);
   latentkv::dense::cuda::set_pack_allowed(true);
-  struct Shape { int64_t b, s_q, h_q, max_len; };
-  const Shape shapes[] = {{6, 1, 32, 300}, {6, 2, 16, 200}, {6, 3, 7, 100}, {2, 1, 32, 6000}, {3, 4, 8, 5000}};
+  const NarrowDenseShape shapes[] = {{6, 1, 32, 300}, {6, 2, 16, 200}, {6, 3, 7, 100}, {2, 1, 32, 6000}, {3, 4, 8, 5000}};
   int n = 0;
-  for (const Shape& sh : shapes)
+  for (const NarrowDenseShape& sh : shapes)
     for (bool causal : {true, false}) {
-      DenseWorkloadOptions o;
-      o.b = sh.b;
-      o.s_q = sh.s_q;
-      o.h_q = sh.h_q;
-      o.h_kv = 1;
-      o.d_qk = 576;
-      o.page_size = 53;
-      o.max_len = sh.max_len;
-      if (sh.b == 6) o.lengths = {0, 1, static_cast<int32_t>(sh.s_q), 63, 64, static_cast<int32_t>(sh.max_len)};
-      o.fp8 = true;
-      o.causal = causal;
-      o.seed = 3500 + n++;
-      const std::string shape = "v32_fp8 b" + std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" +
-                                std::to_string(sh.h_q) + " len " + std::to_string(sh.max_len) +
-                                (causal ? " causal" : "");
+      std::string shape;
+      const DenseWorkloadOptions o = narrow_dense_case(sh, causal, 3500 + n++, &shape);
       for (bool wide : {true, false}) {
         s9::set_narrow_wide_rows(wide);
         const std::string label = shape + (wide ? ", 32-row narrow" : ", 64-row");
