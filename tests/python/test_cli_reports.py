@@ -87,3 +87,24 @@ def test_cpu_attention_benches_report_their_roofline(tmp_path, op):
         assert 0 < c["frac_of_roof"] <= 1.0, c
         fracs.append(c["frac_of_roof"])
     assert math.isclose(d["summary"]["min_frac_of_roof"], min(fracs), rel_tol=1e-5)
+
+
+def test_bench_decode_list_overlap(tmp_path):
+    # --list-overlap 1: a request's second query token attends a reordering of the first one's
+    # candidates, so its distinct records are at most half of its candidates; with independent
+    # lists (0) two draws of 2048 from 4096 slots leave ~63% distinct.
+    fractions = {}
+    for f in ("0", "1"):
+        out = tmp_path / f"decode-ov{f}.json"
+        r = subprocess.run([str(CLI), "bench", "decode", "--device", "cpu", "--filter", "v32_b2_", "--reps", "1",
+                            "--list-overlap", f, "--json", str(out)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        d = json.loads(out.read_text())
+        assert "list_overlap" in d["notes"], d["notes"]
+        (case,) = d["cases"]
+        assert case["name"] == f"v32_b2_h128_topk2048_ov{int(f) * 100}", case["name"]
+        fractions[f] = case["unique_fraction"]
+    assert fractions["1"] <= 0.5 < fractions["0"], fractions
+    r = subprocess.run([str(CLI), "bench", "decode", "--device", "cpu", "--list-overlap", "1.5"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "--list-overlap" in r.stderr and "1.5" in r.stderr, r.stderr

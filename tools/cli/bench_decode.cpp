@@ -132,15 +132,35 @@ std::vector<uint8_t> random_cache(CacheFormat f, int64_t num_pages, int64_t P, u
 
 namespace {
 
+// Indices [b, s_q, topk]: request i's query tokens draw slots of its own ctx-token range
+// uniformly. With overlap > 0 (--list-overlap), each candidate of tokens 1.. of a request is,
+// with that probability, one of token 0's candidates, taken in a per-token random order (an
+// indexer's top-k of neighbouring tokens shares most slots but not their order); the others are
+// fresh draws. Every draw is counter-based, so the lists do not depend on the thread count.
 std::vector<int32_t> random_indices(int64_t b, int64_t s_q, int64_t topk, int64_t ctx,
-                                    uint64_t seed, bool sorted) {
+                                    uint64_t seed, bool sorted, double overlap = 0) {
   std::vector<int32_t> idx(static_cast<size_t>(b * s_q * topk));
+  // Token 0's candidate k of request i (the formula every token of i draws its own slots with).
+  const auto draw = [&](int64_t r, int64_t k) {
+    return static_cast<int32_t>((r / s_q) * ctx + testing::bits_at(seed, r * topk + k) % ctx);
+  };
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < b * s_q; ++r) {
-    const int64_t i = r / s_q;
-    for (int64_t k = 0; k < topk; ++k)
-      idx[r * topk + k] = static_cast<int32_t>(i * ctx + testing::bits_at(seed, r * topk + k) % ctx);
-    if (sorted) std::sort(idx.begin() + r * topk, idx.begin() + (r + 1) * topk);
+    int32_t* row = idx.data() + r * topk;
+    for (int64_t k = 0; k < topk; ++k) row[k] = draw(r, k);
+    if (overlap > 0 && r % s_q != 0) {
+      // A Fisher-Yates permutation of token 0's positions, then each kept with probability overlap.
+      std::vector<int64_t> perm(static_cast<size_t>(topk));
+      for (int64_t k = 0; k < topk; ++k) perm[k] = k;
+      for (int64_t k = topk - 1; k > 0; --k)
+        std::swap(perm[k], perm[testing::bits_at(seed + 1, r * topk + k) % static_cast<uint64_t>(k + 1)]);
+      const int64_t r0 = r - r % s_q;
+      for (int64_t k = 0; k < topk; ++k) {
+        const double u = static_cast<double>(testing::bits_at(seed + 2, r * topk + k) >> 11) * 0x1.0p-53;
+        if (u < overlap) row[k] = draw(r0, perm[k]);
+      }
+    }
+    if (sorted) std::sort(row, row + topk);
   }
   return idx;
 }
@@ -325,7 +345,20 @@ int cmd_bench_decode(const Args& args) {
   // serving frameworks do: the per-request lengths path with every candidate attended, so the
   // times compare with the cases without it. Case names get "_len".
   const bool lengths = args.flag("lengths");
+  // --list-overlap F: tokens 1.. of each request share a fraction F of token 0's candidates, in
+  // another order (random_indices), as an indexer's lists for neighbouring tokens do; case names
+  // get "_ov" and the percentage. The bytes count the unique records read, so GB/s falls with F.
+  const std::string overlap_arg = args.get("list-overlap", "");
   args.check_all_used();
+  double overlap = 0;
+  if (!overlap_arg.empty()) {
+    char* stop = nullptr;
+    overlap = std::strtod(overlap_arg.c_str(), &stop);
+    LKV_CHECK(stop && *stop == '\0' && overlap >= 0 && overlap <= 1,
+              "--list-overlap takes a fraction in [0, 1], got '", overlap_arg, "'");
+  }
+  const std::string overlap_tag =
+      overlap_arg.empty() ? "" : "_ov" + std::to_string(static_cast<int>(std::lround(overlap * 100)));
   std::vector<int64_t> forced_splits;
   for (size_t at = 0; at < splits_arg.size();) {
     const size_t end = std::min(splits_arg.find(',', at), splits_arg.size());
@@ -367,6 +400,10 @@ int cmd_bench_decode(const Args& args) {
   res.notes["flops"] = "2 * h_q * attended * (d_qk + d_v), attended = b * s_q * (topk + extra_topk)";
   res.notes["bytes"] = "2*b*s_q*h_q*d_qk + unique_tokens_read * bytes_per_token + 2*b*s_q*h_q*d_v";
   if (lengths) res.notes["lengths"] = "--lengths: topk_length and extra_topk_length equal to each request's topk";
+  if (!overlap_arg.empty())
+    res.notes["list_overlap"] = "--list-overlap " + overlap_arg +
+                                ": each candidate of a request's query tokens 1.. is one of token 0's (in another "
+                                "order) with this probability, else a fresh draw";
   const bool sorted = std::getenv("LKV_BENCH_SORTED_INDICES") != nullptr;
   res.notes["index_order"] = sorted ? "each query token's indices sorted by slot (LKV_BENCH_SORTED_INDICES)"
                                     : "random";
@@ -403,13 +440,13 @@ int cmd_bench_decode(const Args& args) {
     const int64_t ctx = std::max<int64_t>(2 * c.topk, 4096);
     const int64_t num_pages = (c.b * ctx + c.page - 1) / c.page;
     std::vector<uint8_t> kv = random_cache(c.format, num_pages, c.page, 7);
-    std::vector<int32_t> idx = random_indices(c.b, c.s_q, c.topk, ctx, 11, sorted);
+    std::vector<int32_t> idx = random_indices(c.b, c.s_q, c.topk, ctx, 11, sorted, overlap);
     const int64_t extra_ctx = std::max<int64_t>(2 * c.extra_topk, 4096);
     const int64_t extra_pages = c.extra_topk ? (c.b * extra_ctx + c.extra_page - 1) / c.extra_page : 0;
     const FormatInfo& efi = format_info(c.extra_format.value_or(c.format));
     std::vector<uint8_t> ekv = c.extra_topk ? random_cache(efi.format, extra_pages, c.extra_page, 13)
                                             : std::vector<uint8_t>();
-    std::vector<int32_t> eidx = c.extra_topk ? random_indices(c.b, c.s_q, c.extra_topk, extra_ctx, 17, sorted)
+    std::vector<int32_t> eidx = c.extra_topk ? random_indices(c.b, c.s_q, c.extra_topk, extra_ctx, 17, sorted, overlap)
                                              : std::vector<int32_t>();
     std::vector<uint16_t> q(static_cast<size_t>(c.b * c.s_q * c.h_q * fi.d_qk));
     for (size_t k = 0; k < q.size(); ++k) q[k] = num::f32_to_bf16(testing::normal_at(19, k));
@@ -418,8 +455,9 @@ int cmd_bench_decode(const Args& args) {
 
     const double attended = static_cast<double>(c.b * c.s_q * (c.topk + c.extra_topk));
     const double flops = 2.0 * c.h_q * attended * (fi.d_qk + 512);
+    const int64_t unique_main = unique_count(idx, num_pages * c.page);
     const double unique_bytes =
-        static_cast<double>(unique_count(idx, num_pages * c.page)) * fi.bytes_per_token +
+        static_cast<double>(unique_main) * fi.bytes_per_token +
         (c.extra_topk ? static_cast<double>(unique_count(eidx, extra_pages * c.extra_page)) * efi.bytes_per_token : 0.0);
     const double bytes = 2.0 * c.b * c.s_q * c.h_q * fi.d_qk + unique_bytes + 2.0 * c.b * c.s_q * c.h_q * 512;
 
@@ -474,7 +512,8 @@ int cmd_bench_decode(const Args& args) {
     variants.insert(variants.end(), forced_splits.begin(), forced_splits.end());
     for (const int64_t forced : variants) {
       BenchCase bc;
-      bc.name = (forced ? c.name + "_splits" + std::to_string(forced) : c.name) + (lengths ? "_len" : "");
+      bc.name = (forced ? c.name + "_splits" + std::to_string(forced) : c.name) + (lengths ? "_len" : "") +
+                (c.s_q > 1 ? overlap_tag : "");
       DecodePlan plan{};
       if (cuda) {
 #ifdef LKV_WITH_CUDA
@@ -505,6 +544,8 @@ int cmd_bench_decode(const Args& args) {
       if (!cuda) add_cpu_roof(bc, flops, bytes, roof);
       bc.numbers["num_splits"] = static_cast<double>(plan.num_splits);
       bc.numbers["unsplit_b"] = static_cast<double>(plan.unsplit_b);
+      // Distinct main-cache records over the candidates (below 1 by repeats, and by --list-overlap).
+      bc.numbers["unique_fraction"] = static_cast<double>(unique_main) / static_cast<double>(c.b * c.s_q * c.topk);
       std::printf("%-44s %10.1f %9.2f %9.1f %7.1f%% %7lld %8lld\n", bc.name.c_str(), bc.time_us,
                   bc.numbers["TFLOPS"], bc.numbers["GBps"],
                   100.0 * (hbm > 0 ? bc.numbers["frac_of_ceiling"] : bc.numbers["frac_of_roof"]),

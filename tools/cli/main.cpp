@@ -21,7 +21,7 @@ const char* kUsage =
     "  bench compress [--device auto|cpu|cuda] [--format v4_int8|v4_fp8] [--cases contest|quick]\n"
     "                 [--shuffled] [--trace [--trace-dir DIR]] [--trace-stream] [--reps N] [--reference FILE] [--json FILE] [--plot FILE.svg]\n"
     "  bench decode [--device auto|cpu|cuda] [--kernel auto|portable|sm90|compact] [--filter TEXT] [--reps N]\n"
-    "               [--splits N,...] [--trace | --trace-warm | --trace-code] [--code-warm] [--stream] [--lengths] [--json FILE] [--plot FILE.svg]\n"
+    "               [--splits N,...] [--trace | --trace-warm | --trace-code] [--code-warm] [--stream] [--lengths] [--list-overlap F] [--json FILE] [--plot FILE.svg]\n"
     "  bench prefill [--device auto|cpu|cuda] [--kernel auto|portable|sm90|compact] [--filter TEXT] [--reps N]\n"
     "               [--json FILE] [--plot FILE.svg]\n"
     "  bench dense [--device auto|cpu|cuda] [--kernel auto|portable|sm90|compact] [--filter TEXT] [--reps N]\n"
