@@ -40,10 +40,11 @@ void set_narrow_rows(bool on);
 // instance (config.h kNarrowWideRows: wgmma N = 32, one CTA of 512 threads per SM) instead of
 // kernel.cuh, which pays for 64 rows: sparse decode with 17-32 heads per kv head (a tensor-parallel
 // shard of 32 of V3.2's 128 heads) and dense decode of v32_fp8 pages with heads x packed query
-// tokens of 17-32. Needs narrow_rows() as well. Off by default (kNarrowWideRowsByDefault);
-// LKV_SM90_NARROW32=1 / 0 (read once per process) or set_narrow_wide_rows override it. The planner
-// counts one CTA per SM either way.
-inline constexpr bool kNarrowWideRowsByDefault = false;
+// tokens of 17-32. Needs narrow_rows() as well. On by default (kNarrowWideRowsByDefault: on an H100
+// the tensor-parallel h_q 32 case took 0.92x the time of kernel.cuh, dense v32_fp8 pages of 32 rows
+// 0.98-1.01x; bench/NOTES.md v68); LKV_SM90_NARROW32=0 / 1 (read once per process) or
+// set_narrow_wide_rows override it. The planner counts one CTA per SM either way.
+inline constexpr bool kNarrowWideRowsByDefault = true;
 bool narrow_wide_rows();
 void set_narrow_wide_rows(bool on);
 
