@@ -599,6 +599,33 @@ TEST(DenseCuda, PackedQueryTokens) {
   }
 }
 
+namespace {
+
+// The narrow-kernel dense tests' cases: v32_fp8 pages of 53 tokens, one kv head, b 6 with lengths
+// 0, 1, s_q, 63, 64 and max_len (else every request max_len), causal or not; `shape` names it.
+struct NarrowDenseShape {
+  int64_t b, s_q, h_q, max_len;
+};
+DenseWorkloadOptions narrow_dense_case(const NarrowDenseShape& sh, bool causal, uint64_t seed, std::string* shape) {
+  DenseWorkloadOptions o;
+  o.b = sh.b;
+  o.s_q = sh.s_q;
+  o.h_q = sh.h_q;
+  o.h_kv = 1;
+  o.d_qk = 576;
+  o.page_size = 53;
+  o.max_len = sh.max_len;
+  if (sh.b == 6) o.lengths = {0, 1, static_cast<int32_t>(sh.s_q), 63, 64, static_cast<int32_t>(sh.max_len)};
+  o.fp8 = true;
+  o.causal = causal;
+  o.seed = seed;
+  *shape = "v32_fp8 b" + std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" + std::to_string(sh.h_q) +
+           " len " + std::to_string(sh.max_len) + (causal ? " causal" : "");
+  return o;
+}
+
+}  // namespace
+
 // The narrow Hopper kernel on dense v32_fp8 pages with at most 16 rows per CTA, in both forms
 // (decode/sm90/launch.h narrow_form): h_q 16 at s_q 1, packed query tokens (their causal limits),
 // h_q 3 (13 padding columns), lengths 0 to past the split size, against the oracle and bitwise
@@ -611,26 +638,12 @@ TEST(DenseCuda, Sm90NarrowBothForms) {
   if (!s9::usable(0) || !s9::narrow_rows()) GTEST_SKIP() << "the narrow sm_90a kernel";
   UseKernel use(KernelChoice::kSm90);
   latentkv::testing::RestoreSwitch<s9::NarrowForm> restore(s9::narrow_form, s9::set_narrow_form);
-  struct Shape { int64_t b, s_q, h_q, max_len; };
-  const Shape shapes[] = {{6, 1, 16, 300}, {6, 2, 8, 200}, {6, 5, 3, 100}, {2, 1, 16, 6000}, {3, 4, 4, 5000}};
+  const NarrowDenseShape shapes[] = {{6, 1, 16, 300}, {6, 2, 8, 200}, {6, 5, 3, 100}, {2, 1, 16, 6000}, {3, 4, 4, 5000}};
   int n = 0;
-  for (const Shape& sh : shapes)
+  for (const NarrowDenseShape& sh : shapes)
     for (bool causal : {true, false}) {
-      DenseWorkloadOptions o;
-      o.b = sh.b;
-      o.s_q = sh.s_q;
-      o.h_q = sh.h_q;
-      o.h_kv = 1;
-      o.d_qk = 576;
-      o.page_size = 53;
-      o.max_len = sh.max_len;
-      if (sh.b == 6) o.lengths = {0, 1, static_cast<int32_t>(sh.s_q), 63, 64, static_cast<int32_t>(sh.max_len)};
-      o.fp8 = true;
-      o.causal = causal;
-      o.seed = 2900 + n++;
-      const std::string shape = "v32_fp8 b" + std::to_string(sh.b) + " sq" + std::to_string(sh.s_q) + " h" +
-                                std::to_string(sh.h_q) + " len " + std::to_string(sh.max_len) +
-                                (causal ? " causal" : "");
+      std::string shape;
+      const DenseWorkloadOptions o = narrow_dense_case(sh, causal, 2900 + n++, &shape);
       DenseResult ws;
       for (s9::NarrowForm form : {s9::NarrowForm::kWarpSpecialised, s9::NarrowForm::kTwoCtas}) {
         s9::set_narrow_form(form);
@@ -650,6 +663,43 @@ TEST(DenseCuda, Sm90NarrowBothForms) {
       const DenseResult by_default = run_dense_gpu(w);
       ASSERT_EQ(by_default.out, ws.out) << shape << ": the default against the warp-specialised form";
       ASSERT_EQ(0, std::memcmp(by_default.lse.data(), ws.lse.data(), ws.lse.size() * 4)) << shape;
+    }
+}
+
+// The narrow kernel's 32-row instance on dense v32_fp8 pages (decode/sm90/launch.h
+// narrow_wide_rows: CTAs of 17-32 rows), against the oracle and bitwise across reruns, and the
+// 64-row kernel, which runs those CTAs with the switch off, against the oracle on the same cases:
+// h_q 32 at s_q 1, packed query tokens (h_q 16 x 2, 7 x 3: 11 padding columns, 8 x 4), lengths 0
+// to past a split, causal and not.
+TEST(DenseCuda, Sm90Narrow32Rows) {
+  REQUIRE_GPU();
+  namespace s9 = latentkv::decode::sm90;
+  if (!s9::usable(0) || !s9::narrow_rows()) GTEST_SKIP() << "the narrow sm_90a kernel";
+  UseKernel use(KernelChoice::kSm90);
+  latentkv::testing::RestoreSwitch<bool> restore(s9::narrow_wide_rows, s9::set_narrow_wide_rows);
+  // Packing on, so that the s_q > 1 shapes make CTAs of 21-32 rows whatever LKV_DENSE_PACK says.
+  latentkv::testing::RestoreSwitch<bool> restore_pack(latentkv::dense::cuda::pack_allowed,
+                                                      latentkv::dense::cuda::set_pack_allowed);
+  latentkv::dense::cuda::set_pack_allowed(true);
+  const NarrowDenseShape shapes[] = {{6, 1, 32, 300}, {6, 2, 16, 200}, {6, 3, 7, 100}, {2, 1, 32, 6000}, {3, 4, 8, 5000}};
+  int n = 0;
+  for (const NarrowDenseShape& sh : shapes)
+    for (bool causal : {true, false}) {
+      std::string shape;
+      const DenseWorkloadOptions o = narrow_dense_case(sh, causal, 3500 + n++, &shape);
+      for (bool wide : {true, false}) {
+        s9::set_narrow_wide_rows(wide);
+        const std::string label = shape + (wide ? ", 32-row narrow" : ", 64-row");
+        const DenseResult first = check_dense(o, label);
+        if (!wide) continue;
+        DenseWorkload w = latentkv::testing::make_dense_workload(o);
+        for (int run = 0; run < 2; ++run) {
+          w.poison_outputs();
+          const DenseResult again = run_dense_gpu(w);
+          ASSERT_EQ(again.out, first.out) << label;
+          ASSERT_EQ(0, std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * 4)) << label;
+        }
+      }
     }
 }
 

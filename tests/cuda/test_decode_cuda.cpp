@@ -341,13 +341,20 @@ TEST(DecodeCuda, FlashMlaStyleGrid) {
 }
 
 // h_q 70: not a multiple of 64, padded head rows inside the kernel; h_q 16: the sm90 kernel's
-// narrow form (decode/sm90/narrow.cuh), where the head count fits one 16-row CTA.
+// narrow form (decode/sm90/narrow.cuh), where the head count fits one 16-row CTA; h_q 32: its
+// 32-row instance, turned on here with the narrow kernel (decode/sm90/launch.h narrow_wide_rows).
 TEST(DecodeCuda, CornerCases) {
   REQUIRE_GPU();
+  namespace s9 = latentkv::decode::sm90;
+  latentkv::testing::RestoreSwitch<bool> restore_wide(s9::narrow_wide_rows, s9::set_narrow_wide_rows);
+  latentkv::testing::RestoreSwitch<bool> restore_narrow(s9::narrow_rows, s9::set_narrow_rows);
+  const bool narrow_as_set = s9::narrow_rows();
   for (KernelChoice kernel : kernels())
-  for (int64_t h_q : {70, 16})
+  for (int64_t h_q : {70, 16, 32})
   for (CacheFormat f : {CacheFormat::v32_fp8, CacheFormat::v4_fp8, CacheFormat::v41_fp8}) {
     UseKernel use(kernel);
+    s9::set_narrow_wide_rows(h_q == 32);
+    s9::set_narrow_rows(narrow_as_set || h_q == 32);
     const std::string fmt = std::string(kernel_name(kernel)) + " h_q " + std::to_string(h_q) + " " + format_info(f).name;
     DecodeWorkloadOptions o;
     o.b = 6;
@@ -972,6 +979,49 @@ TEST(DecodeCuda, Sm90PairsAgreeBitwiseWithSingleCtas) {
       }
 }
 
+namespace {
+
+// The narrow-kernel tests' common loop: every variant format, each h_q of `h_qs` at s_q 2, b 3 and
+// 70 (hostile indices in every other case; seeds from seed0), under the planner, a one-launch
+// split plan and a two-launch one. `choose(k)` picks the 64-row kernel (k 0) or the variant under
+// test (k 1, named `name`); both are held to the oracle, to each other within bf16 rounding with
+// the same lonely-row masks, and the variant bitwise across two reruns. `also(w, plan, variant's
+// result, ref, label)` adds a test's own checks.
+template <class Choose, class Also>
+void narrow_against_64_row(std::initializer_list<int64_t> h_qs, uint64_t seed0, const std::string& name,
+                           Choose choose, Also also) {
+  int n = 0;
+  for (const auto& [f, ef] : kVariantFormats)
+    for (int64_t h_q : h_qs)
+      for (int64_t b : {3, 70}) {
+        const bool hostile = n % 2 == 0;
+        DecodeWorkloadOptions o = variant_case(f, b, h_q, b == 3 ? 700 : 300, hostile, seed0 + n++);
+        o.extra_format = ef;
+        DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+        const GpuResult ref = run_oracle(w);
+        DecodePlan split = splits_of_256(o), two = split;
+        two.unsplit_b = 1;
+        for (const DecodePlan* plan : std::initializer_list<const DecodePlan*>{nullptr, &split, &two}) {
+          const std::string label = variant_name(o) + " h_q " + std::to_string(h_q) + " b " +
+                                    std::to_string(b) + (hostile ? " hostile" : "") +
+                                    (plan == nullptr ? ", planner" : plan == &split ? ", split" : ", two launches");
+          GpuResult got[2];
+          for (int k = 0; k < 2; ++k) {
+            choose(k);
+            got[k] = rerun_gpu(w, plan);
+            expect_near_oracle(w, got[k], ref, k ? name.c_str() : "64-row", label);
+          }
+          const auto d = latentkv::testing::compare_decode(w, got[1].out, got[1].lse, got[0].out, got[0].lse);
+          EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label << ": " << name << " against 64-row";
+          EXPECT_EQ(d.mask_mismatch, 0) << label << ": " << name << " against 64-row";
+          for (int run = 0; run < 2; ++run) expect_same(got[1], rerun_gpu(w, plan), label + ": " + name + " rerun");
+          also(w, plan, got[1], ref, label);
+        }
+      }
+}
+
+}  // namespace
+
 // The narrow Hopper kernel (decode/sm90/narrow.cuh: CTAs of at most 16 rows, the tokens as wgmma's M)
 // against the 64-row one (kernel.cuh, with sm90::set_narrow_rows(false)) and the oracle: each
 // format and V4.1's fp4 extra cache (kVariantFormats), h_q 1, 5 and 16 (15, 11 and 0 padding columns), with lengths, sink, extra caches,
@@ -990,38 +1040,32 @@ TEST(DecodeCuda, Sm90NarrowRowsAgreeWithWideRows) {
   latentkv::testing::RestoreSwitch<bool> restore(s9::narrow_rows, s9::set_narrow_rows);
   latentkv::testing::RestoreSwitch<s9::NarrowForm> restore_ws(s9::narrow_form, s9::set_narrow_form);
   s9::set_narrow_form(s9::NarrowForm::kTwoCtas);
-  int n = 0;
-  for (const auto& [f, ef] : kVariantFormats)
-    for (int64_t h_q : {1, 5, 16})
-      for (int64_t b : {3, 70}) {
-        const bool hostile = n % 2 == 0;
-        DecodeWorkloadOptions o = variant_case(f, b, h_q, b == 3 ? 700 : 300, hostile, 3100 + n++);
-        o.extra_format = ef;
-        DecodeWorkload w = latentkv::testing::make_decode_workload(o);
-        const GpuResult ref = run_oracle(w);
-        DecodePlan split = splits_of_256(o), two = split;
-        two.unsplit_b = 1;
-        for (const DecodePlan* plan : std::initializer_list<const DecodePlan*>{nullptr, &split, &two}) {
-          const std::string label = variant_name(o) + " h_q " + std::to_string(h_q) + " b " +
-                                    std::to_string(b) + (hostile ? " hostile" : "") +
-                                    (plan == nullptr ? ", planner" : plan == &split ? ", split" : ", two launches");
-          GpuResult got[2];
-          for (int narrow = 0; narrow < 2; ++narrow) {
-            s9::set_narrow_rows(narrow == 1);
-            got[narrow] = rerun_gpu(w, plan);
-            expect_near_oracle(w, got[narrow], ref, narrow ? "narrow" : "64-row", label);
-          }
-          const auto d = latentkv::testing::compare_decode(w, got[1].out, got[1].lse, got[0].out, got[0].lse);
-          EXPECT_LE(d.max_rel, latentkv::testing::kDecodeMaxRelTol) << label << ": narrow against 64-row";
-          EXPECT_EQ(d.mask_mismatch, 0) << label << ": narrow against 64-row";
-          for (int run = 0; run < 2; ++run) expect_same(got[1], rerun_gpu(w, plan), label + ": narrow rerun");
-          s9::set_narrow_form(s9::NarrowForm::kWarpSpecialised);
-          const GpuResult ws = rerun_gpu(w, plan);
-          s9::set_narrow_form(s9::NarrowForm::kTwoCtas);
-          if (plan == nullptr) expect_near_oracle(w, ws, ref, "narrow ws", label);
-          else expect_same(got[1], ws, label + ": narrow ws against two CTAs");
-        }
-      }
+  narrow_against_64_row(
+      {1, 5, 16}, 3100, "narrow", [](int k) { s9::set_narrow_rows(k == 1); },
+      [&](DecodeWorkload& w, const DecodePlan* plan, const GpuResult& two_ctas, const GpuResult& ref,
+          const std::string& label) {
+        s9::set_narrow_form(s9::NarrowForm::kWarpSpecialised);
+        const GpuResult ws = rerun_gpu(w, plan);
+        s9::set_narrow_form(s9::NarrowForm::kTwoCtas);
+        if (plan == nullptr) expect_near_oracle(w, ws, ref, "narrow ws", label);
+        else expect_same(two_ctas, ws, label + ": narrow ws against two CTAs");
+      });
+}
+
+// The narrow kernel's 32-row instance (decode/sm90/launch.h narrow_wide_rows: CTAs of 17-32 rows,
+// warp-specialised, wgmma N = 32) against the 64-row kernel, which runs those CTAs otherwise, and
+// the oracle, as above: h_q 17 (15 padding columns), 24 and 32.
+TEST(DecodeCuda, Sm90Narrow32RowsAgreeWith64RowKernel) {
+  REQUIRE_GPU();
+  namespace s9 = latentkv::decode::sm90;
+  if (!s9::usable(0)) GTEST_SKIP() << "no sm_90a device";
+  UseKernel use(KernelChoice::kSm90);
+  latentkv::testing::RestoreSwitch<bool> restore(s9::narrow_rows, s9::set_narrow_rows);
+  latentkv::testing::RestoreSwitch<bool> restore_wide(s9::narrow_wide_rows, s9::set_narrow_wide_rows);
+  s9::set_narrow_rows(true);
+  narrow_against_64_row(
+      {17, 24, 32}, 3300, "narrow 32-row", [](int k) { s9::set_narrow_wide_rows(k == 1); },
+      [](DecodeWorkload&, const DecodePlan*, const GpuResult&, const GpuResult&, const std::string&) {});
 }
 
 // The phase stamps of a build with LKV_SM90_TRACE (bench decode --trace): every CTA of every

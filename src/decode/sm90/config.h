@@ -72,6 +72,13 @@ static_assert(Layout<512>::total <= 227 * 1024, "v4_fp8 layout must fit an H100/
 // m64n16k16), Q is 16 rows, O^T is 32 fp32 registers per thread and one key stage suffices, so two
 // CTAs share an SM and each one's gather and dequantization overlap the other's products.
 inline constexpr int kNarrowRows = 16;  // N of both products
+// The warp-specialised form also runs CTAs of 17-32 rows (tensor-parallel shards of 32 heads, dense
+// decode of h_q 32 at s_q 1 or h_q 16 at s_q 2 packed) with N = 32 (wgmma m64n32k16). kernel.cuh
+// pays for 64 rows there; here a step reads 3 KB of operands instead of 2.5 KB (~1.2x the products'
+// shared-memory time per block) while the gathers and the dequantization stay the same. Only this
+// form: Q is 36 KB at d_qk 576, so two CTAs of one stage (~116 KB each) would not fit the 196 KB
+// carveout, and O^T is 64 fp32 registers a thread, which the consumers hold by setmaxnreg (below).
+inline constexpr int kNarrowWideRows = 32;
 // 256 threads, two CTAs per SM: __launch_bounds__(256, 2) leaves 128 registers per thread. O^T 32,
 // S^T 8 (warpgroup 0), one block of raw records 48 (v32: two tokens of 8 lanes, each 4 NoPE + 1
 // RoPE + 1 scale uint4) or 40 (v4: one token of 4 lanes), row statistics 12, the rest addresses.
@@ -81,25 +88,29 @@ inline constexpr int kNarrowCtasPerSm = 2;
 // banks.
 inline constexpr int kNarrowOutStride = 516;
 
-// kStages key stages: 1 for the two-CTA form, 2 for the warp-specialised one (below).
-template <int kDqk, int kStages = 1>
+// kStages key stages: 1 for the two-CTA form, 2 for the warp-specialised one (below); kRows the
+// query rows (N of both products): kNarrowRows, or kNarrowWideRows in the warp-specialised form.
+template <int kDqk, int kStages = 1, int kRows = kNarrowRows>
 struct NarrowLayout {
+  static constexpr int rows = kRows;
   static constexpr int chunks = kDqk / 64;
-  static constexpr int q_chunk = kNarrowRows * 128;               // [16 rows][64 bf16] swizzled
-  static constexpr int q_off = 0;                                  // Q [chunks][16][64] bf16
+  static constexpr int q_chunk = kRows * 128;                     // [rows][64 bf16] swizzled
+  static constexpr int q_off = 0;                                  // Q [chunks][rows][64] bf16
   static constexpr int k_off = q_off + chunks * q_chunk;          // key stages [chunks][64][64] bf16
   static constexpr int k_stage = chunks * kChunkBytes;
-  static constexpr int p_off = k_off + kStages * k_stage;         // P [16 rows][64 tokens] bf16
-  static constexpr int ptr_off = p_off + kNarrowRows * 128;       // [2 blocks] record and scale pointers
+  static constexpr int p_off = k_off + kStages * k_stage;         // P [rows][64 tokens] bf16
+  static constexpr int ptr_off = p_off + kRows * 128;             // [2 blocks] record and scale pointers
   static constexpr int valid_off = ptr_off + 2 * 2 * kBlockTokens * 8;  // u32 [4 blocks][2]: attended
-  static constexpr int red_off = valid_off + 32;                  // f32 [4 warps][16]: block maxima, sums
-  static constexpr int alpha_off = red_off + 4 * kNarrowRows * 4;  // f32 [16]: a block's rescale
-  static constexpr int stat_off = alpha_off + kNarrowRows * 4;    // f32 [2][16]: final base, true maximum
-  static constexpr int lim_off = stat_off + 2 * kNarrowRows * 4;  // i64 [16]: packed causal rows' limits
-  static constexpr int idx_off = lim_off + kNarrowRows * 8;       // i32 [2][64]: two blocks' indices in flight
+  static constexpr int red_off = valid_off + 32;                  // f32 [4 warps][rows]: block maxima, sums
+  static constexpr int alpha_off = red_off + 4 * kRows * 4;       // f32 [rows]: a block's rescale
+  static constexpr int stat_off = alpha_off + kRows * 4;          // f32 [2][rows]: final base, true maximum
+  static constexpr int lim_off = stat_off + 2 * kRows * 4;        // i64 [rows]: packed causal rows' limits
+  static constexpr int idx_off = lim_off + kRows * 8;             // i32 [2][64]: two blocks' indices in flight
   static constexpr int bar_off = idx_off + 2 * kBlockTokens * 4;  // u64 full[2], empty[2] (2 stages only)
   static constexpr int used = bar_off + (kStages > 1 ? 32 : 0);
   static constexpr int total = used + kAlignSlack;
+  // The epilogue stages [rows][kNarrowOutStride] fp32 in the key stages (free by then).
+  static_assert(kRows * kNarrowOutStride * 4 <= kStages * k_stage, "the narrow epilogue's staging must fit the key stages");
 };
 // Two CTAs per SM must fit the 196 KB shared-memory carveout (200,704 bytes, 1 KB of it reserved per
 // CTA): a layout past that takes the 228 KB one, which leaves the L1 ~28 KB instead of ~60, and the
@@ -120,7 +131,14 @@ static_assert(NarrowLayout<512>::total <= kNarrowSmemLimit, "two v4_fp8 narrow C
 inline constexpr int kNarrowWsThreads = 512;
 static_assert(NarrowLayout<576, 2>::total <= 200704 - 1024, "the warp-specialised v32_fp8 layout must fit the 196 KB carveout");
 static_assert(NarrowLayout<512, 2>::total <= 200704 - 1024, "the warp-specialised v4_fp8 layout must fit the 196 KB carveout");
-// The epilogue stages [16][kNarrowOutStride] fp32 in the key stage.
-static_assert(kNarrowRows * kNarrowOutStride * 4 <= 8 * kChunkBytes, "the narrow epilogue's staging must fit the key stage");
+static_assert(NarrowLayout<576, 2, kNarrowWideRows>::total <= 200704 - 1024,
+              "the 32-row warp-specialised v32_fp8 layout must fit the 196 KB carveout");
+static_assert(NarrowLayout<512, 2, kNarrowWideRows>::total <= 200704 - 1024,
+              "the 32-row warp-specialised v4_fp8 layout must fit the 196 KB carveout");
+// Registers of the 32-row form (setmaxnreg; the launch gives 128 a thread at 512 threads, so the two
+// budgets must sum to at most 256): consumers O^T 64, S^T 16, row statistics 24 and the softmax's
+// temporaries; loaders as in the 16-row form (one block of raw records, 48, and addresses).
+inline constexpr int kNarrowWideRegsConsumer = 160, kNarrowWideRegsLoader = 96;
+static_assert(kNarrowWideRegsConsumer + kNarrowWideRegsLoader <= 2 * (65536 / kNarrowWsThreads), "register pool");
 
 }  // namespace latentkv::decode::sm90

@@ -30,6 +30,16 @@ std::atomic<bool>& narrow_flag() {
   return flag;
 }
 
+std::atomic<bool>& narrow_wide_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LKV_SM90_NARROW32");
+    if (e && std::strcmp(e, "1") == 0) return true;
+    if (e && std::strcmp(e, "0") == 0) return false;
+    return kNarrowWideRowsByDefault;
+  }()};
+  return flag;
+}
+
 std::atomic<NarrowForm>& narrow_form_flag() {
   static std::atomic<NarrowForm> flag{[] {
     const char* e = std::getenv("LKV_SM90_NARROW_WS");
@@ -56,6 +66,9 @@ void set_cta_pairs(bool on) { pairs_flag().store(on, std::memory_order_relaxed);
 bool narrow_rows() { return narrow_flag().load(std::memory_order_relaxed); }
 void set_narrow_rows(bool on) { narrow_flag().store(on, std::memory_order_relaxed); }
 
+bool narrow_wide_rows() { return narrow_wide_flag().load(std::memory_order_relaxed); }
+void set_narrow_wide_rows(bool on) { narrow_wide_flag().store(on, std::memory_order_relaxed); }
+
 NarrowForm narrow_form() { return narrow_form_flag().load(std::memory_order_relaxed); }
 void set_narrow_form(NarrowForm form) { narrow_form_flag().store(form, std::memory_order_relaxed); }
 bool narrow_ws(bool dense_pages) { return narrow_ws_under(narrow_form(), dense_pages); }
@@ -68,6 +81,9 @@ std::string switch_notes() {
   if (narrow_form() == NarrowForm::kWarpSpecialised)
     n += " (narrow kernel warp-specialised for every launch, LKV_SM90_NARROW_WS=1)";
   if (narrow_form() == NarrowForm::kTwoCtas) n += " (narrow kernel in two CTAs for every launch, LKV_SM90_NARROW_WS=0)";
+  if (narrow_wide_rows() != kNarrowWideRowsByDefault)
+    n += narrow_wide_rows() ? " (32-row narrow kernel for 17-32-row CTAs, LKV_SM90_NARROW32=1)"
+                            : " (no 32-row narrow kernel, LKV_SM90_NARROW32=0)";
   return n;
 }
 

@@ -62,18 +62,6 @@ using cuda::mbar_wait;
 __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
-template <int kRegs>
-__device__ __forceinline__ void regs_increase() {
-#if defined(LKV_SM90_WGMMA)
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
-template <int kRegs>
-__device__ __forceinline__ void regs_decrease() {
-#if defined(LKV_SM90_WGMMA)
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
 
 // setmaxnreg budgets (see the header): the increase blocks until the pool has the registers, so the
 // three must fit what the launch allocated (168 per thread at 384 threads).

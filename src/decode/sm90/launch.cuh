@@ -90,6 +90,13 @@ void launch_attend(const cuda::KernelParams<typename Source::Args>& p, Stream st
       LKV_CUDA_CHECK_LAUNCH();
       return;
     }
+    // CTAs of 17-32 rows: the same kernel with N = 32, warp-specialised only (launch.h narrow_wide_rows).
+    if (narrow_rows() && narrow_wide_rows() && cuda::cta_rows(p.g) <= kNarrowWideRows) {
+      launch_kernel<false>(narrow_kernel<Source, true, kNarrowWideRows>, q, grid, kNarrowWsThreads,
+                           NarrowLayout<Source::kDqk, 2, kNarrowWideRows>::total, s);
+      LKV_CUDA_CHECK_LAUNCH();
+      return;
+    }
   }
 #endif
   // Pairs: head blocks 2 k and 2 k + 1 of a row are neighbours in x (head block fastest); only

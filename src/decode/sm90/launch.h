@@ -36,6 +36,18 @@ void set_cta_pairs(bool on);
 bool narrow_rows();
 void set_narrow_rows(bool on);
 
+// Whether CTAs of 17-32 rows over quantized keys run the narrow kernel's 32-row warp-specialised
+// instance (config.h kNarrowWideRows: wgmma N = 32, one CTA of 512 threads per SM) instead of
+// kernel.cuh, which pays for 64 rows: sparse decode with 17-32 heads per kv head (a tensor-parallel
+// shard of 32 of V3.2's 128 heads) and dense decode of v32_fp8 pages with heads x packed query
+// tokens of 17-32. Needs narrow_rows() as well. On by default (kNarrowWideRowsByDefault: on an H100
+// the tensor-parallel h_q 32 case took 0.92x the time of kernel.cuh, dense v32_fp8 pages of 32 rows
+// 0.98-1.01x; bench/NOTES.md v68); LKV_SM90_NARROW32=0 / 1 (read once per process) or
+// set_narrow_wide_rows override it. The planner counts one CTA per SM either way.
+inline constexpr bool kNarrowWideRowsByDefault = true;
+bool narrow_wide_rows();
+void set_narrow_wide_rows(bool on);
+
 // Which form the narrow kernel runs in: two CTAs of 256 threads per SM, or its warp-specialised form
 // (config.h kNarrowWsThreads: one CTA of 512 threads per SM, two key stages, producer warpgroups).
 // The same arithmetic in the same order, so the same bytes for the same plan; the planner counts

@@ -1,5 +1,6 @@
 // decode/sm90/narrow.cuh: the Hopper (sm_90a) attention kernel for CTAs of at most 16 query rows
-// over quantized keys (v32_fp8 / v4_fp8 / v41_fp8 records, v32_fp8 dense pages), with the tokens as
+// (and, in its warp-specialised form with N = 32, opt-in, of 17-32: kRows below) over quantized
+// keys (v32_fp8 / v4_fp8 / v41_fp8 records, v32_fp8 dense pages), with the tokens as
 // wgmma's M dimension. Same Source policies, parameters, split plan and combine as kernel.cuh, which
 // runs every other case. Design: docs/design/hopper-narrow-rows.md.
 //
@@ -16,6 +17,8 @@
 // of its own and a second stage in one CTA per SM: 0.95-0.98x on dense pages on an H100, level on
 // the tensor-parallel case, bench/NOTES.md v60. ncu puts the L1/TEX path busiest in both, yet
 // taking the score product's operand reads off it saved at most 5-9% in a probe, v61.)
+// The 32-row instance (kRows = 32, warp-specialised only, config.h kNarrowWideRows) is the same
+// with N = 32: m64n32k16 products, Q 36 KB, O^T 64 fp32 a consumer thread.
 //
 // Grid and work as kernel.cuh (CtaWork: one row group, one split; head_blocks_per_kv is 1 here).
 // 256 threads; iteration n (the stage holds block n, dequantized; registers hold block n + 1's raw
@@ -44,16 +47,16 @@
 
 namespace latentkv::decode::sm90 {
 
-// Q's rows of the CTA ([chunks][16 rows][64 dims], 128-byte swizzle, K-major: wgmma's B operand)
+// Q's rows of the CTA ([chunks][kRows][64 dims], 128-byte swizzle, K-major: wgmma's B operand)
 // by cp.async in one commit group; rows past the CTA's zeroed (their scores are 0, never written).
-template <int kDqk, int kCtaThreads, bool kPacks>
+template <int kDqk, int kRows, int kCtaThreads, bool kPacks>
 __device__ __forceinline__ void load_q_narrow(uint8_t* sQ, const cuda::Geometry& g, const CtaWork<kPacks>& w,
                                               int tid) {
   const uint16_t* first = g.q + w.r1 * g.stride_q_r1 + w.pr.r2_0 * g.stride_q_r2;
   constexpr int kUnits = kDqk / 8;  // 16-byte units of a row
-  for (int c = tid; c < kNarrowRows * kUnits; c += kCtaThreads) {
+  for (int c = tid; c < kRows * kUnits; c += kCtaThreads) {
     const int row = c / kUnits, dim = (c % kUnits) * 8;
-    uint8_t* to = sQ + (dim / 64) * NarrowLayout<kDqk>::q_chunk + sw128_offset(row, dim % 64);
+    uint8_t* to = sQ + (dim / 64) * (kRows * 128) + sw128_offset(row, dim % 64);
     if (row >= w.rows_here) {
       *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);
       continue;
@@ -63,8 +66,9 @@ __device__ __forceinline__ void load_q_narrow(uint8_t* sQ, const cuda::Geometry&
   cuda::cp_async_commit();
 }
 
-// This thread's query row j (0-3) of an m64n16 fragment: column q2 + j % 2 + 8 (j / 2), held by
-// elements j % 2 + 4 (j / 2) (token 16 wq + lane / 4) and that + 2 (the token 8 further on).
+// This thread's query row j (0 .. kRows / 4 - 1) of an m64n16 or m64n32 fragment: column
+// q2 + j % 2 + 8 (j / 2), held by elements j % 2 + 4 (j / 2) (token 16 wq + lane / 4) and that + 2
+// (the token 8 further on).
 __device__ __forceinline__ int narrow_row(int q2, int j) { return q2 + (j % 2) + 8 * (j / 2); }
 __device__ __forceinline__ int narrow_elem(int j) { return (j % 2) + 4 * (j / 2); }
 
@@ -73,7 +77,9 @@ __device__ __forceinline__ int narrow_elem(int j) { return (j % 2) + 4 * (j / 2)
 // the other of two key stages; full[s] (256 arrivals: every loader thread, after its stores) and
 // empty[s] (256: every consumer thread, after its own reads of the stage, P and the block's mask
 // word) hand the stages over.
-template <class Source, bool kWs>
+// kRows: the CTA's query rows, N of both products: kNarrowRows (16), or kNarrowWideRows (32) in the
+// warp-specialised form only (config.h), whose consumers then take registers from the loaders.
+template <class Source, bool kWs, int kRows = kNarrowRows>
 __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : kNarrowCtasPerSm)
     narrow_kernel(const KernelParams<typename Source::Args> p) {
 #if defined(LKV_SM90_WGMMA)
@@ -86,12 +92,14 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
   constexpr KeyStorage kStorage = Source::kStorage;
   static_assert(kStorage != KeyStorage::kDirect16, "the narrow kernel dequantizes records; 16-bit keys run kernel.cuh");
   constexpr bool kPacks = Source::kPacksRows;
+  static_assert(kRows == kNarrowRows || (kRows == kNarrowWideRows && kWs), "16 rows, or 32 in the warp-specialised form");
+  constexpr int kJ = kRows / 4;  // query rows per thread of a fragment (narrow_row)
   // V3.2 records gathered by 8 lanes per token (128-byte runs per load instruction, records.cuh
   // lanes8): in the probe of this loop 1.40x faster than 4 lanes each reading its own 64 bytes
   // (bench/NOTES.md v40 item 5), as in kernel.cuh (v21). V4 records keep 4 lanes per token, as
   // kernel.cuh does.
   constexpr bool kWide = kStorage == KeyStorage::kV32Fp8;
-  using L = NarrowLayout<kDqk, kWs ? 2 : 1>;
+  using L = NarrowLayout<kDqk, kWs ? 2 : 1, kRows>;
   constexpr int kQkSteps = kDqk / 16;
   constexpr int kCtaThreads = kWs ? kNarrowWsThreads : kThreads;
   // The first thread of the loaders (gathers and dequantization) and of the resolver warps.
@@ -106,19 +114,19 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
   // [2 slots by block parity][64 records, 64 scales]
   const uint8_t** sData = reinterpret_cast<const uint8_t**>(smem + L::ptr_off);
   uint32_t* sValid = reinterpret_cast<uint32_t*>(smem + L::valid_off);          // [4 blocks][2 words]
-  float* sRed = reinterpret_cast<float*>(smem + L::red_off);                     // [4 warps][16]
-  float* sAlpha = reinterpret_cast<float*>(smem + L::alpha_off);                 // [16]
-  float* sBase = reinterpret_cast<float*>(smem + L::stat_off);                   // [16] final exponent bases
-  float* sTop = sBase + kNarrowRows;                                             // [16] true maxima
+  float* sRed = reinterpret_cast<float*>(smem + L::red_off);                     // [4 warps][kRows]
+  float* sAlpha = reinterpret_cast<float*>(smem + L::alpha_off);                 // [kRows]
+  float* sBase = reinterpret_cast<float*>(smem + L::stat_off);                   // [kRows] final exponent bases
+  float* sTop = sBase + kRows;                                                   // [kRows] true maxima
 
   const cuda::Geometry& g = p.g;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), wq = warp % 4;
   const bool loader = tid >= kLoader0;
   const int lwarp = warp - kLoader0 / 32;  // this warp among the loaders
-  const int q2 = 2 * (lane % 4);  // this thread's rows: narrow_row(q2, 0..3)
-  // The launch (launch.cuh) takes this kernel only where cuda::cta_rows(g) <= 16, so heads_per_kv
-  // <= 16: one head block per kv head and rows_here <= kNarrowRows, which every [16]-sized array
+  const int q2 = 2 * (lane % 4);  // this thread's rows: narrow_row(q2, 0 .. kJ - 1)
+  // The launch (launch.cuh) takes this kernel only where cuda::cta_rows(g) <= kRows, so heads_per_kv
+  // <= kRows: one head block per kv head and rows_here <= kRows, which every [kRows]-sized array
   // below and the epilogue's rows rely on.
   const CtaWork<kPacks> w(g);
   const Source src(p.src, w.r1, w.pr.r2_last(), w.kv_head);
@@ -232,7 +240,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
 
   // ---- Prologue: Q's copies; block 0 in the stage; block 1's records in registers; block 2
   // resolved (slot 0, once block 0's loads have read it).
-  load_q_narrow<kDqk, kCtaThreads>(sQ, g, w, tid);
+  load_q_narrow<kDqk, kRows, kCtaThreads>(sQ, g, w, tid);
   if constexpr (kWs) {
     if (tid == 0) {
       for (int s = 0; s < 2; ++s) {
@@ -257,16 +265,16 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
   fence_proxy_async();
   __syncthreads();
 
-  float o[4][8];  // O^T: M tile i holds dims 256 wg + 64 i ..
+  float o[4][kRows / 2];  // O^T: M tile i holds dims 256 wg + 64 i ..
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int e = 0; e < 8; ++e) o[i][e] = 0.0f;
+    for (int e = 0; e < kRows / 2; ++e) o[i][e] = 0.0f;
   // Warpgroup 0's row statistics (log2 domain) of rows narrow_row(q2, j): the exponent base (at most
   // kRescaleSlack below the maximum, config.h), this thread's partial sum, the true maximum.
-  float row_max[4], row_sum[4], row_top[4];
+  float row_max[kJ], row_sum[kJ], row_top[kJ];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < kJ; ++j) {
     row_max[j] = -INFINITY;
     row_sum[j] = 0.0f;
     row_top[j] = -INFINITY;
@@ -275,7 +283,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
   // memory (registers would spill at 128 per thread); read in the softmax of blocks that reach it.
   int64_t* sLim = reinterpret_cast<int64_t*>(smem + L::lim_off);
   if constexpr (kPacks) {
-    if (tid < kNarrowRows) sLim[tid] = w.pr.row_limit(g, tid, w.heads_here, w.rows_here, src.candidates(), k_begin);
+    if (tid < kRows) sLim[tid] = w.pr.row_limit(g, tid, w.heads_here, w.rows_here, src.candidates(), k_begin);
     __syncthreads();
   }
   const int t0 = 16 * wq + lane / 4;  // this thread's tokens in S^T: t0 and t0 + 8
@@ -284,13 +292,13 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
   auto products = [&](int n, uint8_t* stage) {
     if (wg == 0) {
       // ---- S^T = K Q^T.
-      float s[8];
+      float s[kRows / 2];
       const uint64_t dk = smem_desc(stage, 16, 1024), dq = smem_desc(sQ, 16, 1024);
       wgmma_fence();
 #pragma unroll
       for (int st = 0; st < kQkSteps; ++st) {
         const uint32_t ok = (st / 4) * kChunkBytes + (st % 4) * 32, oq = (st / 4) * L::q_chunk + (st % 4) * 32;
-        wgmma_m64n16k16_ss<0>(s, dk + (ok >> 4), dq + (oq >> 4), st > 0);
+        wgmma_m64nr_ss<0, kRows>(s, dk + (ok >> 4), dq + (oq >> 4), st > 0);
       }
       // (The block's attended word is read while the product runs: read after its wait, the masks
       // waited for it, 0.7% of the stall samples in bench/NOTES.md v58. Tokens t0 and t0 + 8 share
@@ -301,14 +309,14 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
       fence_operands(s);
       // ---- Masked block maxima per row: this thread's two tokens, the 8 lanes of its rows, then the
       // 4 warps through shared memory. Scores stay unscaled until the exponent (the scale is
-      // positive), as in kernel.cuh online_softmax. The four rows' shuffle levels go side by side:
+      // positive), as in kernel.cuh online_softmax. The kJ rows' shuffle levels go side by side:
       // each shuffle waits on the maximum before it, and one row after another gave the compiler
       // chains of three round trips (~5% of the stall samples on the maxima, v58).
       const bool att0 = (word >> (t0 % 32)) & 1u, att1 = (word >> (t0 % 32 + 8)) & 1u;
       const int64_t base = static_cast<int64_t>(n) * kBlockTokens;
-      float m[4];
+      float m[kJ];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < kJ; ++j) {
         const int e = narrow_elem(j);
         bool ok0 = att0, ok1 = att1;
         if constexpr (kPacks) {
@@ -323,15 +331,15 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
       }
 #pragma unroll
       for (int d = 4; d <= 16; d *= 2) {
-        float o[4];
+        float o[kJ];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) o[j] = __shfl_xor_sync(0xffffffffu, m[j], d);
+        for (int j = 0; j < kJ; ++j) o[j] = __shfl_xor_sync(0xffffffffu, m[j], d);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) m[j] = fmaxf(m[j], o[j]);
+        for (int j = 0; j < kJ; ++j) m[j] = fmaxf(m[j], o[j]);
       }
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (lane < 4) sRed[wq * kNarrowRows + narrow_row(q2, j)] = m[j];
+      for (int j = 0; j < kJ; ++j)
+        if (lane < 4) sRed[wq * kRows + narrow_row(q2, j)] = m[j];
       // The block maxima, at a barrier of all 256 threads (warpgroup 1 meets it in its branch
       // below) although only warpgroup 0 reads them: warpgroup 1 has nothing to do until P is
       // ready, and compute-sanitizer's racecheck did not credit the CTA-wide barriers that followed
@@ -339,9 +347,9 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
       // across them).
       named_barrier_sync(1);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < kJ; ++j) {
         const int r = narrow_row(q2, j), e = narrow_elem(j);
-        const float m = fmaxf(fmaxf(sRed[r], sRed[kNarrowRows + r]), fmaxf(sRed[2 * kNarrowRows + r], sRed[3 * kNarrowRows + r]));
+        const float m = fmaxf(fmaxf(sRed[r], sRed[kRows + r]), fmaxf(sRed[2 * kRows + r], sRed[3 * kRows + r]));
         const float tile_max = m * scale_log2;  // -inf stays -inf
         // The lazy rescale of kernel.cuh: the base moves only by more than the slack.
         row_top[j] = fmaxf(row_top[j], tile_max);
@@ -366,14 +374,18 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
     else __syncthreads();  // P and the rows' rescale
     {
       // ---- O^T = O^T alpha + V^T P^T; warps whose rows all kept their base skip the rescale.
-      float a[4];
+      float a[kJ];
+      bool moved = false;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) a[j] = sAlpha[narrow_row(q2, j)];
-      if (__any_sync(0xffffffffu, a[0] != 1.0f || a[1] != 1.0f || a[2] != 1.0f || a[3] != 1.0f)) {
+      for (int j = 0; j < kJ; ++j) {
+        a[j] = sAlpha[narrow_row(q2, j)];
+        moved = moved || a[j] != 1.0f;
+      }
+      if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
-          for (int e = 0; e < 8; ++e) o[i][e] *= a[(e % 2) + 2 * (e / 4)];
+          for (int e = 0; e < kRows / 2; ++e) o[i][e] *= a[(e % 2) + 2 * (e / 4)];
       }
       // A: the stage's chunk of dims 64 c .. read MN-major (one 128-byte row per token; a k16 step
       // is 16 tokens, 2048 bytes; the leading byte offset is unused with M = 64 dims per chunk).
@@ -384,7 +396,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
 #pragma unroll
         for (int st = 0; st < kBlockTokens / 16; ++st) {
           const uint32_t ov = (4 * wg + i) * kChunkBytes + st * 2048, op = st * 32;
-          wgmma_m64n16k16_ss<1>(o[i], dv + (ov >> 4), dp + (op >> 4), true);
+          wgmma_m64nr_ss<1, kRows>(o[i], dv + (ov >> 4), dp + (op >> 4), true);
         }
       wgmma_commit();
       if constexpr (!kWs) resolve_finish(n + 3);  // warps 4-5, while the product runs
@@ -395,7 +407,10 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
   };
   resolve_issue(3);  // (after Q's wait, which would wait for it too)
   if constexpr (kWs) {
+    // The 32-row instance's register budgets (config.h), each set inside its role's branch so that
+    // ptxas allocates each role's code under its own.
     if (loader) {
+      if constexpr (kRows == kNarrowWideRows) regs_decrease<kNarrowWideRegsLoader>();
       // Block j into stage j & 1 once the consumers have released block j - 2 from it; each thread's
       // full arrival after its own stores (and their proxy fence). A barrier of the 256 loader
       // threads per block orders the pointer slots as the two-CTA form's __syncthreads do.
@@ -408,7 +423,13 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
         resolve_finish(j + 2);
         named_barrier_sync(3);
       }
+      // The loaders leave here: every stage store of theirs came before a full arrival the
+      // consumers have waited on, and the consumers meet at a barrier of their own at the end
+      // (compute-sanitizer's racecheck matches barriers by their count per warp, and the loaders
+      // met one per block to the consumers' two).
+      return;
     } else {
+      if constexpr (kRows == kNarrowWideRows) regs_increase<kNarrowWideRegsConsumer>();
       for (int n = 0; n < nb; ++n) {
         cuda::mbar_wait(&full[n & 1], (n >> 1) & 1);
         products(n, sK + (n & 1) * L::k_stage);
@@ -432,13 +453,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
     }
   }
 
-  // ---- The end, by warpgroups 0-1 (kThreads). The warp-specialised form's loaders leave here: every
-  // stage store of theirs came before a full arrival the consumers have waited on, and the
-  // consumers meet at a barrier of their own (compute-sanitizer's racecheck matches barriers by
-  // their count per warp, and the loaders met one per block to the consumers' two).
-  if constexpr (kWs) {
-    if (loader) return;
-  }
+  // ---- The end, by warpgroups 0-1 (kThreads; the warp-specialised form's loaders have left).
   auto sync_consumers = [] {
     if constexpr (kWs) named_barrier_sync(1);
     else __syncthreads();
@@ -447,13 +462,13 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
   // warps hold the same bases) publishes the bases and true maxima.
   if (wg == 0) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < kJ; ++j) {
       float v = row_sum[j];
       v += __shfl_xor_sync(0xffffffffu, v, 4);
       v += __shfl_xor_sync(0xffffffffu, v, 8);
       v += __shfl_xor_sync(0xffffffffu, v, 16);
       const int r = narrow_row(q2, j);
-      if (lane < 4) sRed[wq * kNarrowRows + r] = v;
+      if (lane < 4) sRed[wq * kRows + r] = v;
       if (warp == 0 && lane < 4) {
         sBase[r] = row_max[j];
         sTop[r] = row_top[j];
@@ -462,21 +477,21 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
   }
   sync_consumers();
   // Each thread's rows' ends (kernel.cuh row_end_of: lonely rows, lse, the sink's share unsplit),
-  // its O^T elements scaled into [16][kNarrowOutStride] fp32 in the (free) key stage, then whole rows
+  // its O^T elements scaled into [kRows][kNarrowOutStride] fp32 in the (free) key stages, then whole rows
   // out by 16-byte stores (the fragment's own stores would write 2 or 4 bytes per row and dim).
   const bool unsplit = g.num_splits == 1;
-  float factor[4];
+  float factor[kJ];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < kJ; ++j) {
     const int r = narrow_row(q2, j);
-    const float sum = (sRed[r] + sRed[kNarrowRows + r]) + (sRed[2 * kNarrowRows + r] + sRed[3 * kNarrowRows + r]);
+    const float sum = (sRed[r] + sRed[kRows + r]) + (sRed[2 * kRows + r] + sRed[3 * kRows + r]);
     factor[j] = r < w.rows_here ? row_end_of(sBase[r], sum, sTop[r], w.head(r), unsplit, p.o.sink).factor : 0.0f;
   }
   float* sOut = reinterpret_cast<float*>(sK);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
+    for (int e = 0; e < kRows / 2; ++e) {
       const int dim = 256 * wg + 64 * i + 16 * wq + lane / 4 + 8 * ((e / 2) % 2);
       const int j = (e % 2) + 2 * (e / 4);
       sOut[narrow_row(q2, j) * kNarrowOutStride + dim] = o[i][e] * factor[j];
@@ -484,7 +499,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
   // Each row's lse and max logit (or its split's), by one thread per row.
   if (tid < w.rows_here) {
     const int r = tid;
-    const float sum = (sRed[r] + sRed[kNarrowRows + r]) + (sRed[2 * kNarrowRows + r] + sRed[3 * kNarrowRows + r]);
+    const float sum = (sRed[r] + sRed[kRows + r]) + (sRed[2 * kRows + r] + sRed[3 * kRows + r]);
     const int64_t h = w.head(r);
     const RowEnd e = row_end_of(sBase[r], sum, sTop[r], h, unsplit, p.o.sink);
     if (unsplit) {

@@ -169,6 +169,22 @@ __device__ __forceinline__ void cluster_sync() {
 #endif
 }
 
+// A warpgroup's registers per thread raised or lowered to kRegs (setmaxnreg; every thread of the
+// warpgroup runs it). An increase waits until the CTA's pool has the registers, so a kernel's
+// budgets must sum to what its launch allocated.
+template <int kRegs>
+__device__ __forceinline__ void regs_increase() {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_decrease() {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
 // Barrier `id` (1-15; 0 is __syncthreads) over 256 threads: both warpgroups of the decode kernel.
 __device__ __forceinline__ void named_barrier_sync(int id) {
   asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
@@ -197,6 +213,30 @@ __device__ __forceinline__ void wgmma_m64n16k16_ss(float (&d)[8], uint64_t desc_
   (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
   __trap();
 #endif
+}
+
+// As above with N = 32 (the narrow kernel's 17-32-row CTAs): accumulator element e at row (M)
+// 16 warp + lane / 4 + 8 ((e / 2) % 2), column (N) 8 (e / 4) + 2 (lane % 4) + e % 2.
+template <int kTransA>
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+#if defined(LKV_SM90_WGMMA)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
+      "%13, %14, %15}, %16, %17, p, 1, 1, %19, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransA));
+#else
+  (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
+  __trap();
+#endif
+}
+// The narrow kernel's product of kRows (16 or 32) columns.
+template <int kTransA, int kRows>
+__device__ __forceinline__ void wgmma_m64nr_ss(float (&d)[kRows / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  if constexpr (kRows == 16) wgmma_m64n16k16_ss<kTransA>(d, desc_a, desc_b, accumulate);
+  else wgmma_m64n32k16_ss<kTransA>(d, desc_a, desc_b, accumulate);
 }
 
 // D[64 x 64] (+)= A[64 x 16] B[16 x 64], bf16 in, fp32 accumulators; A and B in shared memory.
