@@ -1,5 +1,5 @@
 // decode/sm90/narrow.cuh: the Hopper (sm_90a) attention kernel for CTAs of at most 16 query rows
-// (and, in its warp-specialised form with N = 32, opt-in, of 17-32: kRows below) over quantized
+// (and, in its warp-specialised form with N = 32, of 17-32 by default: kRows below) over quantized
 // keys (v32_fp8 / v4_fp8 / v41_fp8 records, v32_fp8 dense pages), with the tokens as
 // wgmma's M dimension. Same Source policies, parameters, split plan and combine as kernel.cuh, which
 // runs every other case. Design: docs/design/hopper-narrow-rows.md.
