@@ -5,7 +5,7 @@
 #   [test_ws_pairs] [decode_ws_pairs] [test_pairs] [decode_pairs] [dense_nopack] [dense_portable_nopack]
 #   [racecheck_portable] [decode_portable_nogroups] [dense_portable_nogroups] [prefill_portable_narrow]
 #   [dense_portable_narrow] [dense_portable_noroles] [copy_warps] [env_ab] [variant_ab] [racecheck_variant] [variant_trace]
-#   [flashmla] [decode_stream] [test_jit] (the compute_80 PTX under forced JIT)
+#   [initcheck] [synccheck] [flashmla] [decode_stream] [test_jit] (the compute_80 PTX under forced JIT)
 #   [decode_compact] [prefill_compact] [dense_compact] [sanitize_compact] (the compact kernel forced)
 # (*_ws: the warp-specialised sm90 variant, LKV_SM90_WS=1) [demo] [python]
 #   (default: build test sanitize reference bench decode decode_portable prefill dense
@@ -191,6 +191,21 @@ if has sanitize; then
     --gtest_filter="${LKV_MEMCHECK_FILTER:-*Unchecked*:*Errors*:FormatCuda*:DecodeCuda.CornerCases:DecodeCuda.Fp4ExtraCacheAgainstTheOracle:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism:DenseCuda.PackedQueryTokens:DenseCuda.BadDeviceValuesAreClampedOrSkipped}" >"$OUT/memcheck.log" 2>&1
   note "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 fi
+
+# initcheck / synccheck: compute-sanitizer's other two tools on the tests that exercise the
+# corner cases, split partials, both narrow forms and the compressor's modes. initcheck reports a
+# read of device memory nothing has written (a partial the combine reads but no split stored, an
+# unwritten workspace or padding byte); synccheck reports a barrier used where not every thread it
+# counts can reach it. LKV_INITCHECK_FILTER / LKV_SYNCCHECK_FILTER: another gtest filter;
+# LKV_SANITIZER_SECONDS: each tool's limit (default 280).
+sanitizer_filter_default='*Unchecked*:DecodeCuda.CornerCases:DecodeCuda.PlanReuseSplitsAndDeterminism:DecodeCuda.Sm90NarrowRowsAgreeWithWideRows:DecodeCuda.Sm90Narrow32RowsAgreeWith64RowKernel:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism:DenseCuda.PackedQueryTokens:DenseCuda.Sm90NarrowBothForms:CompressCuda.FunctionalModeAndDeterminism'
+for tool in initcheck synccheck; do
+  has $tool || continue
+  var=LKV_$(echo $tool | tr a-z A-Z)_FILTER
+  timeout "${LKV_SANITIZER_SECONDS:-280}" compute-sanitizer --tool $tool --error-exitcode 9 ./build-gpu/lkv_cuda_tests \
+    --gtest_filter="${!var:-$sanitizer_filter_default}" >"$OUT/$tool.log" 2>&1
+  note "$tool rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/$tool.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$tool.log" | tr '\n' ' ')"
+done
 
 # sanitize_compact: memcheck on the adversarial index tests and racecheck on the corner cases, both
 # with the compact kernel alone (LKV_TEST_KERNELS=compact; the suites loop over the kernels).
