@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
       // ready, and compute-sanitizer's racecheck did not credit the CTA-wide barriers that followed
       // a 128-thread barrier of warpgroup 0 alone (it reported hazards on sAlpha and the row sums
       // across them).
-      named_barrier_sync(1);
+      named_barrier_sync<1>();
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
         const int r = narrow_row(q2, j), e = narrow_elem(j);
@@ -368,9 +368,9 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
       }
       fence_proxy_async();
     } else {
-      named_barrier_sync(1);  // warpgroup 0's block maxima
+      named_barrier_sync<1>();  // warpgroup 0's block maxima
     }
-    if constexpr (kWs) named_barrier_sync(2);  // the consumers only
+    if constexpr (kWs) named_barrier_sync<2>();  // the consumers only
     else __syncthreads();  // P and the rows' rescale
     {
       // ---- O^T = O^T alpha + V^T P^T; warps whose rows all kept their base skip the rescale.
@@ -421,7 +421,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
         cuda::mbar_arrive(&full[j & 1]);
         if (j + 1 < nb) load_block(j + 1);
         resolve_finish(j + 2);
-        named_barrier_sync(3);
+        named_barrier_sync<3>();
       }
       // The loaders leave here: every stage store of theirs came before a full arrival the
       // consumers have waited on, and the consumers meet at a barrier of their own at the end
@@ -455,7 +455,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
 
   // ---- The end, by warpgroups 0-1 (kThreads; the warp-specialised form's loaders have left).
   auto sync_consumers = [] {
-    if constexpr (kWs) named_barrier_sync(1);
+    if constexpr (kWs) named_barrier_sync<1>();
     else __syncthreads();
   };
   // Warpgroup 0's rows: sums over the 8 lanes of a row, then the 4 warps; warp 0 (all

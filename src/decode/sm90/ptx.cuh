@@ -185,9 +185,19 @@ __device__ __forceinline__ void regs_decrease() {
 #endif
 }
 
-// Barrier `id` (1-15; 0 is __syncthreads) over 256 threads: both warpgroups of the decode kernel.
-__device__ __forceinline__ void named_barrier_sync(int id) {
-  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+// Barrier kId (1-15; 0 is __syncthreads') over 256 threads: both warpgroups of kernel.cuh and of
+// the narrow kernel, or the narrow kernel's consumers or loaders alone. The plain `barrier.sync`,
+// not `bar.sync`: that is `barrier.sync.aligned`, which promises that every participating thread
+// executes this very instruction, and kernel.cuh's warpgroups (each in its own loop) and the
+// narrow kernel's (barrier 1, in warpgroup 0's branch and in warpgroup 1's) meet from different
+// instructions. With the aligned form compute-sanitizer's synccheck stopped both kernels with
+// "Divergent thread(s) in block" (bench/probes/synccheck_named.cu shows the pattern alone). The
+// plain form measured level everywhere but on the narrow kernel's 16-row warp-specialised
+// instance, where ptxas moves ~50 uniform 64-bit additions to ordinary registers (~220 more SASS
+// instructions) and dense v32_fp8 pages of 16 rows took 1.02x the time (bench/NOTES.md v69).
+template <int kId>
+__device__ __forceinline__ void named_barrier_sync() {
+  asm volatile("barrier.sync %0, 256;\n" ::"n"(kId) : "memory");
 }
 // Keeps the compiler from moving accumulator reads across a wgmma wait.
 template <int N>
