@@ -113,9 +113,14 @@ __device__ __forceinline__ void cp_async_8(void* dst, const void* src) {
 __device__ __forceinline__ void pair_sync(int mt) {
   asm volatile("bar.sync %0, 64;\n" ::"r"(mt + 1) : "memory");
 }
-// Named barrier `id`, complete once `n` threads (whole warps) have reached it.
-__device__ __forceinline__ void named_sync(int id, int n) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+// Named barrier kId, complete once `n` threads (whole warps) have reached it. The plain
+// `barrier.sync`, not `bar.sync` (= `barrier.sync.aligned`, which promises that every participant
+// executes the same instruction): under value sharing warps 4-7 and warps 0-3 reach barrier 5 from
+// different places, which compute-sanitizer's synccheck reports for the aligned form ("Divergent
+// thread(s) in block") and stops the kernel. pair_sync's two warps always meet at one instruction.
+template <int kId>
+__device__ __forceinline__ void named_sync(int n) {
+  asm volatile("barrier.sync %0, %1;\n" ::"n"(kId), "r"(n) : "memory");
 }
 // LKV_RACECHECK_BARRIERS=1 (a build for compute-sanitizer's racecheck only): in the 16-row kernels
 // with value sharing (kShareV), warps 4-7 meet two barriers per iteration and warps 0-3 three or
@@ -1553,7 +1558,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       if (sharer) {
         const int dq_threads = idle_dequant ? kThreads / 2 : kThreads;
         if (tile > 0 && v_active) share_value(tile - 1, sK + nxt * kTileTokens * L::k_stride);
-        named_sync(5, dq_threads);
+        named_sync<5>(dq_threads);
         if (kRacecheckBarriers) {
           pair_sync(mt);
           pair_sync(mt);
@@ -1655,7 +1660,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     // multiply.
     // (kShareV with equal shares: not before warps 4-7 are done with that key tile, named barrier 5.)
     if constexpr (kOverlap) {
-      if (kShareV && !idle_dequant) named_sync(5, kThreads);
+      if (kShareV && !idle_dequant) named_sync<5>(kThreads);
       dequantize_next((tile + 1) % kPtrBufs, nxt, sK + nxt * kTileTokens * L::k_stride);
     }
 

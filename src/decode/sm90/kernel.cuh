@@ -861,7 +861,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         }
       }
       fence_proxy_async();
-      named_barrier_sync(1);  // P and alpha are visible: warpgroup 1 starts its product
+      named_barrier_sync<1>();  // P and alpha are visible: warpgroup 1 starts its product
       // ---- O[:, 0:256] += P V_s with P from registers, after the rescale.
       issue_values_from_registers(o, alpha, pa, kcur);
       wgmma_commit();
@@ -880,7 +880,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       fence_p(pa);
       // Stage n & 1 and P are free; block n + 1's stage is complete (a pair: the peer's half too).
       if constexpr (kPair) cluster_sync();
-      else named_barrier_sync(2);
+      else named_barrier_sync<2>();
       if (n < 2) stamp(5 + static_cast<int>(n));
     }
     stamp(7);
@@ -905,7 +905,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
         if (n + 1 < nb) fill_next(n);
         resolve(n + 2);
       }
-      named_barrier_sync(1);  // P and alpha are visible (16-bit keys: block n + 2's pointers too)
+      named_barrier_sync<1>();  // P and alpha are visible (16-bit keys: block n + 2's pointers too)
       // Every thread has read block n + 2's pointers: block n + 3's replace them.
       if constexpr (!kDirect) resolve_store(n + 3);
       // ---- O[:, 256:512] += P V_s with P from shared memory.
@@ -915,7 +915,7 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const KernelParams<
       fence_operands(o);
       finish_copies();
       if constexpr (kPair) cluster_sync();
-      else named_barrier_sync(2);
+      else named_barrier_sync<2>();
     }
   }
 

@@ -59,8 +59,11 @@ static_assert(WsLayout<576>::total <= 227 * 1024, "v32 layout must fit an H100/H
 using cuda::mbar_arrive;
 using cuda::mbar_init;
 using cuda::mbar_wait;
-__device__ __forceinline__ void named_barrier_arrive(int id) {
-  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+// Arrival at barrier kId over 256 threads, without waiting; the plain (not .aligned) form for the
+// reason named_barrier_sync (ptx.cuh) gives: the other warpgroup waits at another instruction.
+template <int kId>
+__device__ __forceinline__ void named_barrier_arrive() {
+  asm volatile("barrier.arrive %0, 256;\n" ::"n"(kId) : "memory");
 }
 
 // setmaxnreg budgets (see the header): the increase blocks until the pool has the registers, so the
@@ -361,10 +364,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       online_softmax(s, valid_rows, scale_log2, t4, row_max, row_sum, row_top, alpha);
       uint32_t pa[4][4];
       // Warpgroup 1 must be done reading the previous block's P before it is overwritten.
-      if (n > 0) named_barrier_sync(2);
+      if (n > 0) named_barrier_sync<2>();
       store_p(s, pa, alpha, sP, sAlpha, r0, t4);
       fence_proxy_async();
-      named_barrier_arrive(1);  // P and alpha of block n are ready
+      named_barrier_arrive<1>();  // P and alpha of block n are ready
       issue_values_from_registers(o, alpha, pa, kcur);
       wgmma_commit();
       wgmma_wait<0>();
@@ -373,9 +376,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       release(n);
     }
     // The true row maxima go to alpha's array: consumer 1 must have read the last block's alpha.
-    if (nb > 0) named_barrier_sync(2);
+    if (nb > 0) named_barrier_sync<2>();
     publish_row_stats(row_max, row_sum, row_top, sRowMax, sRowSum, r0, t4);
-    named_barrier_sync(3);
+    named_barrier_sync<3>();
     write_rows(p, o, sRowMax, sRowSum, r0, t4, 0, w);
   } else {
     // ===================== consumer 1: O[:, 256:512] =====================
@@ -388,15 +391,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) attend_kernel_ws(const KernelPa
       const int st_i = static_cast<int>(n & 1);
       uint8_t* kcur = sK + st_i * L::k_stage;
       wait_full(n);
-      named_barrier_sync(1);  // P and alpha of block n
+      named_barrier_sync<1>();  // P and alpha of block n
       issue_values_from_smem(o, sAlpha[r0], sAlpha[r0 + 8], sP, kcur);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(o);
-      named_barrier_arrive(2);  // P may be overwritten (after the last block: alpha's array)
+      named_barrier_arrive<2>();  // P may be overwritten (after the last block: alpha's array)
       release(n);
     }
-    named_barrier_sync(3);
+    named_barrier_sync<3>();
     write_rows(p, o, sRowMax, sRowSum, r0, t4, 1, w);
   }
   // A pair leaves together: nothing may arrive at or be stored into a CTA that has exited.
