@@ -345,7 +345,8 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
       // ready, and compute-sanitizer's racecheck did not credit the CTA-wide barriers that followed
       // a 128-thread barrier of warpgroup 0 alone (it reported hazards on sAlpha and the row sums
       // across them).
-      named_barrier_sync_aligned<1>();
+      if constexpr (cuda::kRacecheckBarriers) named_barrier_sync<1>();
+      else named_barrier_sync_aligned<1>();
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
         const int r = narrow_row(q2, j), e = narrow_elem(j);
@@ -372,7 +373,12 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
       // warpgroup 0's branch is PTX's producer / consumer pattern for `bar.arrive` / `bar.sync`; a
       // second `bar.sync` here would break the aligned form's promise that all participants execute
       // one instruction (ptx.cuh), and the plain form cost 1.02x the time (bench/NOTES.md v69).
-      named_barrier_arrive_aligned<1>();
+      // A racecheck build (LKV_RACECHECK_BARRIERS) waits here too, in the plain form: racecheck
+      // pairs barriers by their count per warp, and with one wait per block here to warpgroup 0's
+      // two it reported warpgroup 0's P stores against this warpgroup's value product, which
+      // barrier 2 orders.
+      if constexpr (cuda::kRacecheckBarriers) named_barrier_sync<1>();
+      else named_barrier_arrive_aligned<1>();
     }
     if constexpr (kWs) named_barrier_sync_aligned<2>();  // the consumers only
     else __syncthreads();  // P and the rows' rescale
