@@ -195,8 +195,10 @@ fi
 # initcheck / synccheck: compute-sanitizer's other two tools on the tests that exercise the
 # corner cases, split partials, both narrow forms and the compressor's modes. initcheck reports a
 # read of device memory nothing has written (a partial the combine reads but no split stored, an
-# unwritten workspace or padding byte); synccheck reports a barrier used where not every thread it
-# counts can reach it. LKV_INITCHECK_FILTER / LKV_SYNCCHECK_FILTER: another gtest filter;
+# unwritten workspace or padding byte); synccheck reports a barrier used against its rules (e.g. an
+# aligned `bar.sync` that participants reach from different instructions, which stops the kernel,
+# so a report in one test fails the tests after it: bench/probes/synccheck_run.sh runs one kernel
+# family per process). LKV_INITCHECK_FILTER / LKV_SYNCCHECK_FILTER: another gtest filter;
 # LKV_SANITIZER_SECONDS: each tool's limit (default 280).
 sanitizer_filter_default='*Unchecked*:DecodeCuda.CornerCases:DecodeCuda.PlanReuseSplitsAndDeterminism:DecodeCuda.Sm90NarrowRowsAgreeWithWideRows:DecodeCuda.Sm90Narrow32RowsAgreeWith64RowKernel:PrefillCuda.CornerCasesAndBatched:DenseCuda.CornerCasesAndDeterminism:DenseCuda.PackedQueryTokens:DenseCuda.Sm90NarrowBothForms:CompressCuda.FunctionalModeAndDeterminism'
 for tool in initcheck synccheck; do

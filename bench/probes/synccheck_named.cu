@@ -1,7 +1,8 @@
 // Does compute-sanitizer's synccheck accept a named barrier that the two warpgroups of a CTA reach
-// from different places in the code? PTX allows it (threads meet at a barrier by its number, not
-// by its address), and decode/sm90/kernel.cuh does it: warpgroup 0 and warpgroup 1 each run their
-// own loop and meet at `bar.sync 1, 256` and `bar.sync 2, 256` from their own branch.
+// from different places in the code? `bar.sync` is `barrier.sync.aligned`, which promises that every
+// participating thread executes the same instruction; the plain `barrier.sync` makes no such
+// promise. decode/sm90/kernel.cuh's warpgroups each run their own loop and meet at barriers 1 and 2
+// from their own branch (with `bar.sync` until bench/NOTES.md v69).
 //   nvcc -O3 -arch=sm_90a -lineinfo -o /tmp/scprobe bench/probes/synccheck_named.cu
 //   compute-sanitizer --tool synccheck /tmp/scprobe MODE
 // MODE 0: one barrier site after the branch (every thread at the same instruction);
@@ -11,6 +12,7 @@
 // Each round warpgroup 1 writes a word that warpgroup 0 reads after the barrier; the program checks
 // every value read, so a barrier that did not hold would show as a wrong sum.
 #include <cstdio>
+#include <cstdlib>
 #include <cuda_runtime.h>
 
 __device__ __forceinline__ void bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }

@@ -34,4 +34,3 @@ run narrow 'DenseCuda.Sm90NarrowBothForms:DenseCuda.Sm90Narrow32Rows:DecodeCuda.
 run pairs 'DecodeCuda.Sm90PairsAgreeBitwiseWithSingleCtas'
 LKV_SM90_WS=1 LKV_TEST_KERNELS=sm90 run ws 'DecodeCuda.CornerCases'
 (cd "$OUT" && tar czf sc-logs.tgz sc-*.log && rm -f sc-*.log)
-

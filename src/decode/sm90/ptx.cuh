@@ -189,14 +189,16 @@ __device__ __forceinline__ void regs_decrease() {
 // - named_barrier_sync_aligned / named_barrier_arrive_aligned: `bar.sync` / `bar.arrive` (=
 //   `barrier.sync.aligned` / `barrier.arrive.aligned`): every thread that waits at the barrier
 //   executes this very instruction (threads that only arrive may do so elsewhere: PTX's producer /
-//   consumer pattern). narrow.cuh.
+//   consumer pattern). narrow.cuh (whose LKV_RACECHECK_BARRIERS build waits at barrier 1 in both
+//   warpgroups, in the plain form).
 // - named_barrier_sync: the plain `barrier.sync`, for threads that wait at one barrier from
 //   different instructions: kernel.cuh's two warpgroups, each in its own loop. The aligned form
 //   there broke its promise, and compute-sanitizer's synccheck stopped the kernel with "Divergent
 //   thread(s) in block" (bench/probes/synccheck_named.cu shows the pattern alone).
 // In kernel.cuh the plain form leaves the instruction mix as it was (ptxas orders one softmax
-// stretch differently) and measured level; in the narrow kernel it cost ~300 SASS instructions and
-// 1.02x the time on dense v32_fp8 pages of 16 rows (bench/NOTES.md v69), so that kernel's
+// stretch differently) and measured level; in the narrow kernel's 16-row warp-specialised instance
+// it cost ~220 SASS instructions (uniform 64-bit additions moved to ordinary registers) and 1.02x
+// the time on dense v32_fp8 pages of 16 rows (bench/NOTES.md v69), so that kernel's
 // warpgroup 1 arrives at barrier 1 instead of waiting there, and the aligned form stays.
 template <int kId>
 __device__ __forceinline__ void named_barrier_sync() {
