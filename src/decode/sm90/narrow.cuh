@@ -340,12 +340,13 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
 #pragma unroll
       for (int j = 0; j < kJ; ++j)
         if (lane < 4) sRed[wq * kRows + narrow_row(q2, j)] = m[j];
-      // The block maxima, at a barrier of all 256 threads (warpgroup 1 meets it in its branch
+      // The block maxima, at a barrier of all 256 threads (warpgroup 1 arrives at it in its branch
       // below) although only warpgroup 0 reads them: warpgroup 1 has nothing to do until P is
       // ready, and compute-sanitizer's racecheck did not credit the CTA-wide barriers that followed
       // a 128-thread barrier of warpgroup 0 alone (it reported hazards on sAlpha and the row sums
       // across them).
-      named_barrier_sync<1>();
+      if constexpr (cuda::kRacecheckBarriers) named_barrier_sync<1>();
+      else named_barrier_sync_aligned<1>();
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
         const int r = narrow_row(q2, j), e = narrow_elem(j);
@@ -368,9 +369,18 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
       }
       fence_proxy_async();
     } else {
-      named_barrier_sync<1>();  // warpgroup 0's block maxima
+      // Warpgroup 1 only arrives: it waits for P at the next barrier. An arrival here and a sync in
+      // warpgroup 0's branch is PTX's producer / consumer pattern for `bar.arrive` / `bar.sync`; a
+      // second `bar.sync` here would break the aligned form's promise that all participants execute
+      // one instruction (ptx.cuh), and the plain form cost 1.02x the time (bench/NOTES.md v69).
+      // A racecheck build (LKV_RACECHECK_BARRIERS) waits here too, in the plain form: racecheck
+      // pairs barriers by their count per warp, and with one wait per block here to warpgroup 0's
+      // two it reported warpgroup 0's P stores against this warpgroup's value product, which
+      // barrier 2 orders.
+      if constexpr (cuda::kRacecheckBarriers) named_barrier_sync<1>();
+      else named_barrier_arrive_aligned<1>();
     }
-    if constexpr (kWs) named_barrier_sync<2>();  // the consumers only
+    if constexpr (kWs) named_barrier_sync_aligned<2>();  // the consumers only
     else __syncthreads();  // P and the rows' rescale
     {
       // ---- O^T = O^T alpha + V^T P^T; warps whose rows all kept their base skip the rescale.
@@ -421,7 +431,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
         cuda::mbar_arrive(&full[j & 1]);
         if (j + 1 < nb) load_block(j + 1);
         resolve_finish(j + 2);
-        named_barrier_sync<3>();
+        named_barrier_sync_aligned<3>();
       }
       // The loaders leave here: every stage store of theirs came before a full arrival the
       // consumers have waited on, and the consumers meet at a barrier of their own at the end
@@ -455,7 +465,7 @@ __global__ void __launch_bounds__(kWs ? kNarrowWsThreads : kThreads, kWs ? 1 : k
 
   // ---- The end, by warpgroups 0-1 (kThreads; the warp-specialised form's loaders have left).
   auto sync_consumers = [] {
-    if constexpr (kWs) named_barrier_sync<1>();
+    if constexpr (kWs) named_barrier_sync_aligned<1>();
     else __syncthreads();
   };
   // Warpgroup 0's rows: sums over the 8 lanes of a row, then the 4 warps; warp 0 (all

@@ -185,19 +185,32 @@ __device__ __forceinline__ void regs_decrease() {
 #endif
 }
 
-// Barrier kId (1-15; 0 is __syncthreads') over 256 threads: both warpgroups of kernel.cuh and of
-// the narrow kernel, or the narrow kernel's consumers or loaders alone. The plain `barrier.sync`,
-// not `bar.sync`: that is `barrier.sync.aligned`, which promises that every participating thread
-// executes this very instruction, and kernel.cuh's warpgroups (each in its own loop) and the
-// narrow kernel's (barrier 1, in warpgroup 0's branch and in warpgroup 1's) meet from different
-// instructions. With the aligned form compute-sanitizer's synccheck stopped both kernels with
-// "Divergent thread(s) in block" (bench/probes/synccheck_named.cu shows the pattern alone). The
-// plain form measured level everywhere but on the narrow kernel's 16-row warp-specialised
-// instance, where ptxas moves ~50 uniform 64-bit additions to ordinary registers (~220 more SASS
-// instructions) and dense v32_fp8 pages of 16 rows took 1.02x the time (bench/NOTES.md v69).
+// Barrier kId (1-15; 0 is __syncthreads') over 256 threads, in two forms:
+// - named_barrier_sync_aligned / named_barrier_arrive_aligned: `bar.sync` / `bar.arrive` (=
+//   `barrier.sync.aligned` / `barrier.arrive.aligned`): every thread that waits at the barrier
+//   executes this very instruction (threads that only arrive may do so elsewhere: PTX's producer /
+//   consumer pattern). narrow.cuh (whose LKV_RACECHECK_BARRIERS build waits at barrier 1 in both
+//   warpgroups, in the plain form).
+// - named_barrier_sync: the plain `barrier.sync`, for threads that wait at one barrier from
+//   different instructions: kernel.cuh's two warpgroups, each in its own loop. The aligned form
+//   there broke its promise, and compute-sanitizer's synccheck stopped the kernel with "Divergent
+//   thread(s) in block" (bench/probes/synccheck_named.cu shows the pattern alone).
+// In kernel.cuh the plain form leaves the instruction mix as it was (ptxas orders one softmax
+// stretch differently) and measured level; in the narrow kernel's 16-row warp-specialised instance
+// it cost ~220 SASS instructions (uniform 64-bit additions moved to ordinary registers) and 1.02x
+// the time on dense v32_fp8 pages of 16 rows (bench/NOTES.md v69), so that kernel's
+// warpgroup 1 arrives at barrier 1 instead of waiting there, and the aligned form stays.
 template <int kId>
 __device__ __forceinline__ void named_barrier_sync() {
   asm volatile("barrier.sync %0, 256;\n" ::"n"(kId) : "memory");
+}
+template <int kId>
+__device__ __forceinline__ void named_barrier_sync_aligned() {
+  asm volatile("bar.sync %0, 256;\n" ::"n"(kId) : "memory");
+}
+template <int kId>
+__device__ __forceinline__ void named_barrier_arrive_aligned() {
+  asm volatile("bar.arrive %0, 256;\n" ::"n"(kId) : "memory");
 }
 // Keeps the compiler from moving accumulator reads across a wgmma wait.
 template <int N>
