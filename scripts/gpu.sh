@@ -221,11 +221,11 @@ if has sanitize_compact; then
 fi
 
 # racecheck: compute-sanitizer's shared-memory hazard check on the sm90 kernel (single CTAs and
-# CTA pairs) with small cases.
-# racecheck: the default filter runs the narrow Hopper kernel too, whose warpgroup 1 only arrives at
-# barrier 1; racecheck counts barriers per warp and reports hazards there that barrier 2 orders
-# (docs/decode.md, "Named barriers and synccheck"), so, as racecheck_portable below, this stage runs
-# the variant build when that was configured with -DLKV_RACECHECK_BARRIERS=ON.
+# CTA pairs) with small cases. The default filter runs the narrow Hopper kernel too, whose
+# warpgroup 1 only arrives at barrier 1; racecheck counts barriers per warp and reports hazards
+# there that barrier 2 orders (docs/decode.md, "Named barriers and synccheck"), so, as
+# racecheck_portable below, this stage runs the variant build when that was configured with
+# -DLKV_RACECHECK_BARRIERS=ON.
 if has racecheck; then
   rc_bin=./build-gpu/lkv_cuda_tests
   if variant_built && racecheck_barriers_variant; then rc_bin=./build-gpu-variant/lkv_cuda_tests; fi

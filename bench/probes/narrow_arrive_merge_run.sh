@@ -3,7 +3,8 @@
 # racecheck of the LKV_RACECHECK_BARRIERS build on the narrow kernel's three tests, the whole
 # lkv_cuda_tests on the default build, narrow_arrive_run.sh's A/B against main's binaries (its
 # synccheck and racecheck skipped unless LKV_SC_SECONDS / LKV_RC_SECONDS are given), and with
-# LKV_REFRESH=1 on an H200, main's decode and dense files last if 150 s of the call are left.
+# LKV_REFRESH=1 on an H200, the H200 decode and dense files of BASE's binaries (main's) last, if
+# the call has run less than LKV_REFRESH_BY seconds (440).
 #   bash bench/probes/narrow_arrive_merge_run.sh NEW.tar.xz NEW_RACECHECK.tar.xz BASE.tar.xz [ROUNDS]
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
