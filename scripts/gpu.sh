@@ -71,8 +71,14 @@ fi
 # same-run A/B of a change that has no switch (a refactor), e.g. made here with
 #   mkdir -p build-ab-base && git archive BASE CMakeLists.txt include src tools tests | tar -x -C build-ab-base
 # and carried to the device (build*/ is ignored); its binaries then run as "variant".
-# Whether the variant build is configured for racecheck runs (-DLKV_RACECHECK_BARRIERS=ON).
-racecheck_barriers_variant() { [[ "${LKV_VARIANT_CMAKE:-}" == *LKV_RACECHECK_BARRIERS=ON* ]]; }
+# Whether the variant build is configured for racecheck runs (-DLKV_RACECHECK_BARRIERS=ON), or,
+# with LKV_PREBUILT_VARIANT, was packed so (scripts/gpu_prebuild.sh with LKV_PREBUILT_RACECHECK=1
+# records it in PREBUILT_REV): e.g. LKV_PREBUILT=build-pk/main.tar.xz
+# LKV_PREBUILT_VARIANT=build-pk/main-rc.tar.xz bash scripts/gpu.sh build racecheck racecheck_portable.
+racecheck_barriers_variant() {
+  [[ "${LKV_VARIANT_CMAKE:-}" == *LKV_RACECHECK_BARRIERS=ON* ]] ||
+    { [ -n "${LKV_PREBUILT_VARIANT:-}" ] && grep -q LKV_RACECHECK_BARRIERS build-gpu-variant/PREBUILT_REV 2>/dev/null; }
+}
 variant_key() { printf '%s|%s|%s' "${LKV_VARIANT_SRC:-.}" "${LKV_VARIANT_CMAKE:-}" "${LKV_PREBUILT_VARIANT:-}"; }
 # The flags build-gpu-variant's binaries were last built with (written only after a build that
 # succeeded); the variant stages run only binaries built with the current LKV_VARIANT_CMAKE.
