@@ -59,12 +59,6 @@ static_assert(WsLayout<576>::total <= 227 * 1024, "v32 layout must fit an H100/H
 using cuda::mbar_arrive;
 using cuda::mbar_init;
 using cuda::mbar_wait;
-// Arrival at barrier kId over 256 threads, without waiting; the plain (not .aligned) form for the
-// reason named_barrier_sync (ptx.cuh) gives: the other warpgroup waits at another instruction.
-template <int kId>
-__device__ __forceinline__ void named_barrier_arrive() {
-  asm volatile("barrier.arrive %0, 256;\n" ::"n"(kId) : "memory");
-}
 
 // setmaxnreg budgets (see the header): the increase blocks until the pool has the registers, so the
 // three must fit what the launch allocated (168 per thread at 384 threads).

@@ -191,8 +191,9 @@ __device__ __forceinline__ void regs_decrease() {
 //   executes this very instruction (threads that only arrive may do so elsewhere: PTX's producer /
 //   consumer pattern). narrow.cuh (whose LKV_RACECHECK_BARRIERS build waits at barrier 1 in both
 //   warpgroups, in the plain form).
-// - named_barrier_sync: the plain `barrier.sync`, for threads that wait at one barrier from
-//   different instructions: kernel.cuh's two warpgroups, each in its own loop. The aligned form
+// - named_barrier_sync / named_barrier_arrive: the plain `barrier.sync` / `barrier.arrive`, for
+//   threads that wait at one barrier from different instructions: kernel.cuh's and kernel_ws.cuh's
+//   two warpgroups, each in its own loop. The aligned form
 //   there broke its promise, and compute-sanitizer's synccheck stopped the kernel with "Divergent
 //   thread(s) in block" (bench/probes/synccheck_named.cu shows the pattern alone).
 // In kernel.cuh the plain form leaves the instruction mix as it was (ptxas orders one softmax
@@ -203,6 +204,10 @@ __device__ __forceinline__ void regs_decrease() {
 template <int kId>
 __device__ __forceinline__ void named_barrier_sync() {
   asm volatile("barrier.sync %0, 256;\n" ::"n"(kId) : "memory");
+}
+template <int kId>
+__device__ __forceinline__ void named_barrier_arrive() {
+  asm volatile("barrier.arrive %0, 256;\n" ::"n"(kId) : "memory");
 }
 template <int kId>
 __device__ __forceinline__ void named_barrier_sync_aligned() {
