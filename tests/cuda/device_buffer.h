@@ -49,6 +49,37 @@ class DeviceBuffer {
   size_t n_ = 0;
 };
 
+// An uninitialised device allocation of `bytes` bytes filled with `fill`, for views whose records
+// lie past 4 GiB (the tests that check 64-bit addressing); get() is null when the device lacks the
+// memory.
+class DeviceArena {
+ public:
+  DeviceArena(size_t bytes, uint8_t fill) : n_(bytes) {
+    if (cudaMalloc(&ptr_, bytes) != cudaSuccess) {
+      ptr_ = nullptr;
+      cudaGetLastError();  // clear the allocation error for the calls that follow
+      return;
+    }
+    if (cudaMemset(ptr_, fill, bytes) != cudaSuccess) {
+      cudaFree(ptr_);
+      ptr_ = nullptr;
+    }
+  }
+  ~DeviceArena() { if (ptr_) cudaFree(ptr_); }
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+  uint8_t* get() const { return static_cast<uint8_t*>(ptr_); }
+  size_t size() const { return n_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+// The byte offset past which the far-record tests place their data: beyond 2^32, so that any
+// offset computed in 32 bits (signed or not) lands elsewhere.
+inline constexpr size_t kFarOffsetBytes = (size_t{9} << 29);  // 4.5 GiB
+
 inline bool has_cuda_device() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,7 +32,9 @@ using namespace latentkv;
 using latentkv::testing::AttentionDiff;
 using latentkv::testing::DenseWorkload;
 using latentkv::testing::DenseWorkloadOptions;
+using latentkv::testing::DeviceArena;
 using latentkv::testing::DeviceBuffer;
+using latentkv::testing::kFarOffsetBytes;
 using latentkv::testing::PrefillWorkload;
 using latentkv::testing::PrefillWorkloadOptions;
 
@@ -83,7 +86,8 @@ struct PrefillResult {
   std::vector<float> max_logits, lse;
 };
 
-PrefillResult run_prefill_gpu(PrefillWorkload& w) {
+// (adjust: applied to the device views before the call; the far-row test moves kv with it.)
+PrefillResult run_prefill_gpu(PrefillWorkload& w, const std::function<void(SparsePrefillArgs&)>& adjust = {}) {
   SparsePrefillArgs a = w.args();
   DeviceBuffer<uint16_t> q(w.q), kv(w.kv), out(w.out);
   DeviceBuffer<int32_t> idx(w.indices), len(or_one(w.topk_length));
@@ -97,6 +101,7 @@ PrefillResult run_prefill_gpu(PrefillWorkload& w) {
   to_device(a.out, out.get());
   to_device(a.max_logits, mx.get());
   to_device(a.lse, lse.get());
+  if (adjust) adjust(a);
   if (w.batched()) {
     const int64_t n = static_cast<int64_t>(w.seq_offsets_q.size());
     sparse_prefill_batched(a, TensorView(oq.get(), DType::i64, {n}, Device::cuda(0)),
@@ -129,7 +134,8 @@ struct DenseResult {
   std::vector<float> lse;
 };
 
-DenseResult run_dense_gpu(DenseWorkload& w) {
+// (adjust: applied to the device views before the call; the far-page test moves k_cache with it.)
+DenseResult run_dense_gpu(DenseWorkload& w, const std::function<void(DenseDecodeArgs&)>& adjust = {}) {
   DenseDecodeArgs a = w.args();
   DeviceBuffer<uint16_t> q(w.q), kc(or_one(w.k_cache)), out(w.out);
   DeviceBuffer<uint8_t> kf(or_one(w.k_cache_fp8));
@@ -141,6 +147,7 @@ DenseResult run_dense_gpu(DenseWorkload& w) {
   to_device(a.cache_seqlens, lens.get());
   to_device(a.out, out.get());
   to_device(a.lse, lse.get());
+  if (adjust) adjust(a);
   dense_decode(a, nullptr, DenseImpl::kCuda);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return {out.download(), lse.download()};
@@ -1083,5 +1090,93 @@ TEST(AttentionCuda, TokenGroups) {
   for (int64_t h : {16, 12}) {
     const PrefillWorkloadOptions o = variant_prefill(40, h, h == 16 ? 576 : 512, 2200 + static_cast<int>(h));
     both([&](const std::string& how) { check_prefill(o, how + "prefill h" + std::to_string(h)); });
+  }
+}
+
+namespace {
+
+// `bytes` bytes copied into `arena` after `far_rows` rows of `row_bytes`, the view (rows along its
+// first dimension) then covering every row of the arena up to its own last one.
+bool place_far(const DeviceArena& arena, const void* host, size_t bytes, int64_t row_bytes, int64_t far_rows,
+               TensorView& view) {
+  const size_t at = static_cast<size_t>(far_rows) * static_cast<size_t>(row_bytes);
+  if (!arena.get() || at + bytes > arena.size()) return false;
+  if (cudaMemcpy(arena.get() + at, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return false;
+  view.data = arena.get();
+  view.shape[0] += far_rows;
+  return true;
+}
+
+}  // namespace
+
+// kv rows past 4 GiB: each case is run once as made and once with kv placed beyond 4.5 GiB in a kv
+// that many rows longer (every other byte NaN) and its valid indices shifted by as many rows; each
+// kernel must give the same bytes. A row offset computed in 32 bits would wrap into the NaN rows.
+TEST(PrefillCuda, RowsPast4GiB) {
+  REQUIRE_GPU();
+  DeviceArena arena(kFarOffsetBytes + (size_t{64} << 20), 0xff);
+  if (!arena.get()) GTEST_SKIP() << "the device lacks 4.6 GiB of free memory";
+  int n = 0;
+  for (KernelChoice k : kernels()) {
+    UseKernel use(k);
+    for (int64_t d_qk : {576, 512})
+      for (int64_t h_q : {16, 128}) {
+        PrefillWorkload w = latentkv::testing::make_prefill_workload(variant_prefill(5, h_q, d_qk, 2200 + n++));
+        const std::string label = g_kernel + " d_qk " + std::to_string(d_qk) + " h_q " + std::to_string(h_q);
+        w.poison_outputs();
+        const PrefillResult near = run_prefill_gpu(w);
+        const int64_t row_bytes = d_qk * 2, far_rows = static_cast<int64_t>(kFarOffsetBytes) / row_bytes + 1;
+        ASSERT_LE(far_rows + w.s_kv, INT32_MAX) << label;
+        PrefillWorkload far = w;
+        for (int32_t& v : far.indices)
+          if (v >= 0 && v < w.s_kv) v = static_cast<int32_t>(v + far_rows);
+        far.poison_outputs();
+        bool placed = false;
+        const PrefillResult got = run_prefill_gpu(far, [&](SparsePrefillArgs& a) {
+          placed = place_far(arena, w.kv.data(), w.kv.size() * 2, row_bytes, far_rows, a.kv);
+        });
+        ASSERT_TRUE(placed) << label;
+        std::printf("[prefill] %-32s kv rows past %.1f GiB: %s\n", label.c_str(),
+                    static_cast<double>(far_rows) * row_bytes / (1 << 30), got.out == near.out ? "same bytes" : "DIFFERENT");
+        EXPECT_EQ(got.out, near.out) << label;
+        EXPECT_EQ(0, std::memcmp(got.lse.data(), near.lse.data(), near.lse.size() * 4)) << label;
+        EXPECT_EQ(0, std::memcmp(got.max_logits.data(), near.max_logits.data(), near.max_logits.size() * 4)) << label;
+      }
+  }
+}
+
+// Pages past 4 GiB: each case is run once as made and once with its cache placed beyond 4.5 GiB in
+// a cache that many pages longer (every other byte NaN) and its block-table entries for real pages
+// shifted by as many pages (the garbage entries past each request's pages stay); each kernel must
+// give the same bytes, for 16-bit and v32_fp8 pages.
+TEST(DenseCuda, PagesPast4GiB) {
+  REQUIRE_GPU();
+  DeviceArena arena(kFarOffsetBytes + (size_t{64} << 20), 0xff);
+  if (!arena.get()) GTEST_SKIP() << "the device lacks 4.6 GiB of free memory";
+  int n = 0;
+  for (KernelChoice k : kernels()) {
+    UseKernel use(k);
+    for (bool fp8 : {false, true})
+      for (int64_t h_q : {16, 128}) {
+        DenseWorkload w = latentkv::testing::make_dense_workload(variant_dense(3, 2, h_q, 700, fp8, 2300 + n++));
+        const std::string label = g_kernel + (fp8 ? " v32_fp8" : " bf16") + " h_q " + std::to_string(h_q);
+        w.poison_outputs();
+        const DenseResult near = run_dense_gpu(w);
+        const int64_t page_bytes = fp8 ? w.page_stride_fp8 : w.opt.page_size * w.opt.h_kv * w.opt.d_qk * 2;
+        const int64_t far_pages = static_cast<int64_t>(kFarOffsetBytes) / page_bytes + 1;
+        DenseWorkload far = w;
+        for (int32_t& p : far.block_table)
+          if (p >= 0 && p < w.num_pages) p = static_cast<int32_t>(p + far_pages);
+        far.poison_outputs();
+        bool placed = false;
+        const DenseResult got = run_dense_gpu(far, [&](DenseDecodeArgs& a) {
+          placed = fp8 ? place_far(arena, w.k_cache_fp8.data(), w.k_cache_fp8.size(), page_bytes, far_pages, a.k_cache)
+                       : place_far(arena, w.k_cache.data(), w.k_cache.size() * 2, page_bytes, far_pages, a.k_cache);
+        });
+        ASSERT_TRUE(placed) << label;
+        std::printf("[dense] %-32s pages past %.1f GiB: %s\n", label.c_str(),
+                    static_cast<double>(far_pages) * page_bytes / (1 << 30), got.out == near.out ? "same bytes" : "DIFFERENT");
+        expect_same(got, near, label + " (pages past 4 GiB)");
+      }
   }
 }

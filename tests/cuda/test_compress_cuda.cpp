@@ -3,6 +3,7 @@
 // and bitwise determinism. Runs only where a CUDA device exists.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -23,7 +24,9 @@
 
 using namespace latentkv;
 using latentkv::testing::CompressWorkload;
+using latentkv::testing::DeviceArena;
 using latentkv::testing::DeviceBuffer;
+using latentkv::testing::kFarOffsetBytes;
 using latentkv::testing::make_workload;
 using latentkv::testing::WorkloadOptions;
 
@@ -710,4 +713,58 @@ TEST(CompressCuda, EveryDimensionSlicingAgainstOracle) {
       EXPECT_EQ(got[0], got[1]) << buf << ": repeated runs differ";
     }
   for (int64_t sl : {1, 2, 4, 8}) EXPECT_TRUE(seen[sl]) << "no case ran with " << sl << " dimension slices";
+}
+
+// State blocks and cache pages past 4 GiB: each workload is run once as made and once with its
+// state placed beyond 4.5 GiB in a state cache that many blocks longer (every other byte NaN), its
+// cache beyond 4.5 GiB in a cache that many pages longer (every other byte 0xab), and its block
+// table and valid slots shifted to match. The far pages must end as the compact run's cache did and
+// the pages below 4 GiB, where an offset computed in 32 bits would wrap, must keep their 0xab.
+TEST(CompressCuda, StateAndCachePast4GiB) {
+  REQUIRE_GPU();
+  const size_t arena_bytes = kFarOffsetBytes + (size_t{64} << 20);
+  DeviceArena state_arena(arena_bytes, 0xff), kv_arena(arena_bytes, 0xab);
+  if (!state_arena.get() || !kv_arena.get()) GTEST_SKIP() << "the device lacks 2 x 4.6 GiB of free memory";
+  for (int n = 0; n < 4; ++n) {
+    CompressWorkload w = varied_workload(2, n < 2 ? 1000 : 300, n < 2 ? 128 : 4, n < 2 ? 16 : 3, n, 2400 + n);
+    const std::string label = std::string(n % 2 ? "fp8" : "int8") + " C " + std::to_string(w.opt.compress_ratio);
+    const std::vector<uint8_t> near = gpu_bytes(w, label);
+    expect_records_and_nothing_else(w, near, label);
+
+    const int64_t block_bytes = w.opt.block_size * 4096;
+    const int64_t far_blocks = static_cast<int64_t>(kFarOffsetBytes) / block_bytes + 1;
+    const int64_t far_pages = static_cast<int64_t>(kFarOffsetBytes) / w.page_stride + 1;
+    ASSERT_LE(far_blocks + w.num_blocks, INT32_MAX) << label;
+    CompressWorkload far = w;
+    for (int32_t& blk : far.block_table)
+      if (blk >= 0 && blk < w.num_blocks) blk = static_cast<int32_t>(blk + far_blocks);
+    for (int64_t& slot : far.slot_mapping)
+      if (slot >= 0) slot += far_pages * w.opt.page_size;
+    DeviceWorkload d(far);
+    CompressArgs a = d.args();
+    const size_t state_at = static_cast<size_t>(far_blocks * block_bytes);
+    const size_t kv_at = static_cast<size_t>(far_pages * w.page_stride);
+    ASSERT_LE(state_at + w.state.size() * 4, state_arena.size()) << label;
+    ASSERT_LE(kv_at + w.kv.size(), kv_arena.size()) << label;
+    LKV_TEST_CUDA(cudaMemcpy(state_arena.get() + state_at, w.state.data(), w.state.size() * 4, cudaMemcpyHostToDevice));
+    LKV_TEST_CUDA(cudaMemcpy(kv_arena.get() + kv_at, w.kv.data(), w.kv.size(), cudaMemcpyHostToDevice));
+    a.state_cache.data = state_arena.get();
+    a.state_cache.shape[0] += far_blocks;
+    a.kv_cache.data = kv_arena.get();
+    a.kv_cache.shape[0] += far_pages;
+    compress_kv(a, nullptr, CompressImpl::kCuda);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << label;
+    std::vector<uint8_t> got(w.kv.size()), low(w.kv.size());
+    LKV_TEST_CUDA(cudaMemcpy(got.data(), kv_arena.get() + kv_at, got.size(), cudaMemcpyDeviceToHost));
+    LKV_TEST_CUDA(cudaMemcpy(low.data(), kv_arena.get(), low.size(), cudaMemcpyDeviceToHost));
+    const bool same = got == near;
+    const int64_t low_changed = std::count_if(low.begin(), low.end(), [](uint8_t v) { return v != 0xab; });
+    std::printf("[compress] %-12s state past %.1f GiB, cache past %.1f GiB: %s, %lld bytes below 4 GiB changed\n",
+                label.c_str(), static_cast<double>(state_at) / (1 << 30), static_cast<double>(kv_at) / (1 << 30),
+                same ? "same bytes" : "DIFFERENT", static_cast<long long>(low_changed));
+    EXPECT_TRUE(same) << label;
+    EXPECT_EQ(low_changed, 0) << label;
+    // Restore the far pages' neighbourhood for the next workload (its cache may be longer).
+    LKV_TEST_CUDA(cudaMemset(kv_arena.get() + kv_at, 0xab, w.kv.size()));
+  }
 }

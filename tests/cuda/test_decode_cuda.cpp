@@ -29,6 +29,8 @@ using namespace latentkv;
 using latentkv::testing::DecodeWorkload;
 using latentkv::testing::DecodeWorkloadOptions;
 using latentkv::testing::DeviceBuffer;
+using latentkv::testing::DeviceArena;
+using latentkv::testing::kFarOffsetBytes;
 
 namespace {
 
@@ -1131,5 +1133,74 @@ TEST(DecodeCuda, Sm90TraceStampsInOrder) {
     EXPECT_EQ(out_of_order, 0) << names[k];
     std::printf("[decode] sm90 trace %-13s %lld CTAs in %zu launch(es), call %.2f us\n", names[k],
                 static_cast<long long>(t.ctas), t.launches.size(), static_cast<double>(t.after - t.before) * 1e-3);
+  }
+}
+
+namespace {
+
+// Valid indices (those in [0, num_slots)) moved up by `shift` slots; the others stay as they are.
+void shift_valid_indices(std::vector<int32_t>& idx, int64_t num_slots, int64_t shift) {
+  for (int32_t& v : idx)
+    if (v >= 0 && v < num_slots) v = static_cast<int32_t>(v + shift);
+}
+
+// A cache of `pages` pages of `stride` bytes copied into `arena` after `far_pages` pages, its view
+// then covering every page of the arena up to its own last one.
+bool place_far(const DeviceArena& arena, const std::vector<uint8_t>& pages, int64_t stride, int64_t far_pages,
+               TensorView& view) {
+  const size_t at = static_cast<size_t>(far_pages) * static_cast<size_t>(stride);
+  if (at + pages.size() > arena.size()) return false;
+  if (cudaMemcpy(arena.get() + at, pages.data(), pages.size(), cudaMemcpyHostToDevice) != cudaSuccess) return false;
+  view.data = arena.get();
+  view.device = Device::cuda(0);
+  view.shape[0] += far_pages;
+  return true;
+}
+
+}  // namespace
+
+// Records past 4 GiB: each workload is run once as made and once with its caches placed beyond
+// 4.5 GiB in caches that many pages longer (every other byte NaN) and its valid indices shifted by
+// as many slots; each kernel must give the same bytes. A record offset computed in 32 bits would
+// wrap into the NaN pages below 4 GiB and show as NaN or a different output.
+TEST(DecodeCuda, RecordsPast4GiB) {
+  REQUIRE_GPU();
+  const size_t arena_bytes = kFarOffsetBytes + (size_t{64} << 20);
+  DeviceArena main_arena(arena_bytes, 0xff), extra_arena(arena_bytes, 0xff);
+  if (!main_arena.get() || !extra_arena.get()) GTEST_SKIP() << "the device lacks 2 x 4.6 GiB of free memory";
+  int n = 0;
+  for (KernelChoice k : kernels()) {
+    UseKernel use(k);
+    for (const auto& [f, ef] : kVariantFormats)
+      for (int64_t h_q : {16, 128}) {
+        DecodeWorkloadOptions o = variant_case(f, 3, h_q, 300, /*hostile=*/false, 2100 + n++);
+        o.extra_format = ef;
+        DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+        const std::string label = std::string(kernel_name(k)) + " " + variant_name(o) + " h_q " + std::to_string(h_q);
+        w.poison_outputs();
+        const GpuResult near = run_gpu(w);
+        expect_near_oracle(w, near, run_oracle(w), kernel_name(k), label);
+
+        DecodeWorkload far = w;
+        const int64_t far_pages = static_cast<int64_t>(kFarOffsetBytes) / w.page_stride + 1;
+        shift_valid_indices(far.indices, w.num_slots(), far_pages * o.page_size);
+        const int64_t extra_far_pages = o.extra ? static_cast<int64_t>(kFarOffsetBytes) / w.extra_page_stride + 1 : 0;
+        if (o.extra) shift_valid_indices(far.extra_indices, w.extra_num_slots(), extra_far_pages * o.extra_page_size);
+        far.poison_outputs();
+        OnDevice d(far);
+        ASSERT_TRUE(place_far(main_arena, w.kv, w.page_stride, far_pages, d.args.k_cache)) << label;
+        if (o.extra) {
+          ASSERT_TRUE(place_far(extra_arena, w.extra_kv, w.extra_page_stride, extra_far_pages, d.args.extra_k_cache))
+              << label;
+        }
+        ASSERT_LE(far_pages * o.page_size + w.num_slots(), INT32_MAX) << label;
+        sparse_decode(d.args, nullptr, DecodeImpl::kCuda);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << label;
+        const GpuResult got{d.out.download(), d.lse.download()};
+        std::printf("[decode] %-8s %-44s records past %.1f GiB: %s\n", kernel_name(k), label.c_str(),
+                    static_cast<double>(far_pages) * w.page_stride / (1 << 30),
+                    got.out == near.out ? "same bytes" : "DIFFERENT");
+        expect_same(got, near, label + " (records past 4 GiB)");
+      }
   }
 }
