@@ -256,3 +256,69 @@ TEST(FormatCuda, PagesMustBe16ByteAligned) {
   });
   EXPECT_TRUE(has(base_msg, "16-byte aligned")) << base_msg;
 }
+
+// Records past 4 GiB: quantize into, and dequantize from, a cache whose pages lie beyond 4.5 GiB
+// (the slots shifted by as many pages, i32 and i64); the far pages must end byte for byte as the
+// CPU's five-page cache and read back the same rows, and the pages below 4 GiB, where an offset
+// computed in 32 bits would wrap, must keep their 0xAB.
+TEST(FormatCuda, RecordsPast4GiB) {
+  FORMAT_REQUIRE_GPU();
+  const size_t far_bytes = size_t{9} << 29;  // 4.5 GiB
+  const size_t arena_bytes = far_bytes + (size_t{8} << 20);
+  const FormatDeviceBytes arena(arena_bytes);
+  if (!arena.get()) {
+    cudaGetLastError();  // clear the allocation error for the calls that follow
+    GTEST_SKIP() << "the device lacks 4.5 GiB of free memory";
+  }
+  uint8_t* base = static_cast<uint8_t*>(arena.get());
+  const Device gpu = Device::cuda(0);
+  uint32_t seed = 77;
+  for (CacheFormat f : kAllFormats) {
+    SCOPED_TRACE(format_info(f).name);
+    ASSERT_EQ(cudaMemset(base, 0xAB, arena_bytes), cudaSuccess);
+    const auto l = ref_layout(f);
+    const int64_t P = 64, pages = 5, stride = lkv_test::padded_stride(f, P), num_slots = pages * P;
+    const int64_t far_pages = static_cast<int64_t>(far_bytes) / stride + 1;
+    const size_t at = static_cast<size_t>(far_pages * stride);
+    ASSERT_LE(at + pages * stride, arena_bytes);
+    const int64_t n = 96;
+    std::vector<float> x = lkv_test::random_latents(n, l.d_qk, l.group, seed++, false);
+    std::vector<int64_t> slots = random_slots(n, num_slots, seed++);
+    HostCache host(f, pages, P, stride);
+    quantize(f, TensorView(x.data(), DType::f32, {n, l.d_qk}), TensorView(slots.data(), DType::i64, {n}),
+             host.view4());
+
+    std::vector<int64_t> far_slots = slots;
+    for (int64_t& s : far_slots)
+      if (s >= 0) s += far_pages * P;
+    const bool i64 = static_cast<int>(f) % 2 == 0;  // both slot dtypes across the formats
+    FormatDeviceBytes d_lat(x);
+    FormatDeviceBytes d_slots = i64 ? FormatDeviceBytes(far_slots) : FormatDeviceBytes(to_i32(far_slots));
+    const int64_t all_pages = far_pages + pages;
+    const TensorView far4(base, DType::u8, {all_pages, P, 1, l.bpt}, {stride, l.bpt, l.bpt, 1}, gpu);
+    const TensorView far2(base, DType::u8, {all_pages, stride}, {stride, 1}, gpu);
+    quantize(f, TensorView(d_lat.get(), DType::f32, {n, l.d_qk}, gpu),
+             TensorView(d_slots.get(), i64 ? DType::i64 : DType::i32, {n}, gpu), far4);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint8_t> got(host.bytes.size()), low(host.bytes.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), base + at, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(low.data(), base, low.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(got, host.bytes) << "the far pages";
+    EXPECT_EQ(std::count(low.begin(), low.end(), uint8_t{0xAB}), static_cast<std::ptrdiff_t>(low.size()))
+        << "bytes below 4 GiB changed";
+
+    // Every record read back from the far pages, as the CPU reads the compact cache.
+    std::vector<int64_t> read(num_slots);
+    std::iota(read.begin(), read.end(), 0);
+    std::vector<uint16_t> want(num_slots * l.d_qk);
+    dequantize(f, host.view2(), TensorView(read.data(), DType::i64, {num_slots}),
+               TensorView(want.data(), DType::bf16, {num_slots, l.d_qk}), P);
+    for (int64_t& s : read) s += far_pages * P;
+    FormatDeviceBytes d_read(read);
+    FormatDeviceBytes d_out(std::vector<uint16_t>(want.size(), 0x7777));
+    dequantize(f, far2, TensorView(d_read.get(), DType::i64, {num_slots}, gpu),
+               TensorView(d_out.get(), DType::bf16, {num_slots, l.d_qk}, gpu), P);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(d_out.download<uint16_t>(want.size()), want) << "rows read back from the far pages";
+  }
+}
