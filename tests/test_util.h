@@ -1,6 +1,8 @@
 // tests/test_util.h: small helpers shared by the C++ test suites.
 #pragma once
 
+#include <cstddef>
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -17,5 +19,27 @@ inline std::string error_of(const std::function<void()>& f) {
   }
   return "";
 }
+
+// The byte offset past which the far-record tests place their data: beyond 2^32, so that any
+// offset computed in 32 bits (signed or not) lands elsewhere.
+inline constexpr size_t kFarOffsetBytes = size_t{9} << 29;  // 4.5 GiB
+
+// A zero-filled host allocation of `bytes` bytes, for views whose records lie past 4 GiB: calloc
+// takes a block this large straight from the system, whose pages are mapped (as zeros) only when
+// touched, so only the pages a test writes or a backend reads cost memory. get() is null when the
+// allocation fails.
+class LazyHostBuffer {
+ public:
+  explicit LazyHostBuffer(size_t bytes) : p_(static_cast<unsigned char*>(std::calloc(bytes, 1))), n_(bytes) {}
+  ~LazyHostBuffer() { std::free(p_); }
+  LazyHostBuffer(const LazyHostBuffer&) = delete;
+  LazyHostBuffer& operator=(const LazyHostBuffer&) = delete;
+  unsigned char* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  unsigned char* p_;
+  size_t n_;
+};
 
 }  // namespace latentkv::testing

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "decode/cuda/config.h"
+#include "test_util.h"  // kFarOffsetBytes
 
 namespace latentkv::testing {
 
@@ -75,10 +76,6 @@ class DeviceArena {
   void* ptr_ = nullptr;
   size_t n_ = 0;
 };
-
-// The byte offset past which the far-record tests place their data: beyond 2^32, so that any
-// offset computed in 32 bits (signed or not) lands elsewhere.
-inline constexpr size_t kFarOffsetBytes = (size_t{9} << 29);  // 4.5 GiB
 
 inline bool has_cuda_device() {
   int n = 0;

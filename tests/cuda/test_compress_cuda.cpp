@@ -719,7 +719,7 @@ TEST(CompressCuda, EveryDimensionSlicingAgainstOracle) {
 // state placed beyond 4.5 GiB in a state cache that many blocks longer (every other byte NaN), its
 // cache beyond 4.5 GiB in a cache that many pages longer (every other byte 0xab), and its block
 // table and valid slots shifted to match. The far pages must end as the compact run's cache did and
-// the pages below 4 GiB, where an offset computed in 32 bits would wrap, must keep their 0xab.
+// the bytes 4 GiB below them, where an offset computed in 32 bits would write, must keep their 0xab.
 TEST(CompressCuda, StateAndCachePast4GiB) {
   REQUIRE_GPU();
   const size_t arena_bytes = kFarOffsetBytes + (size_t{64} << 20);
@@ -756,10 +756,10 @@ TEST(CompressCuda, StateAndCachePast4GiB) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << label;
     std::vector<uint8_t> got(w.kv.size()), low(w.kv.size());
     LKV_TEST_CUDA(cudaMemcpy(got.data(), kv_arena.get() + kv_at, got.size(), cudaMemcpyDeviceToHost));
-    LKV_TEST_CUDA(cudaMemcpy(low.data(), kv_arena.get(), low.size(), cudaMemcpyDeviceToHost));
+    LKV_TEST_CUDA(cudaMemcpy(low.data(), kv_arena.get() + kv_at - (size_t{1} << 32), low.size(), cudaMemcpyDeviceToHost));
     const bool same = got == near;
     const int64_t low_changed = std::count_if(low.begin(), low.end(), [](uint8_t v) { return v != 0xab; });
-    std::printf("[compress] %-12s state past %.1f GiB, cache past %.1f GiB: %s, %lld bytes below 4 GiB changed\n",
+    std::printf("[compress] %-12s state past %.1f GiB, cache past %.1f GiB: %s, %lld bytes changed where a 32-bit offset would wrap to\n",
                 label.c_str(), static_cast<double>(state_at) / (1 << 30), static_cast<double>(kv_at) / (1 << 30),
                 same ? "same bytes" : "DIFFERENT", static_cast<long long>(low_changed));
     EXPECT_TRUE(same) << label;

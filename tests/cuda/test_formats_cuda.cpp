@@ -259,8 +259,8 @@ TEST(FormatCuda, PagesMustBe16ByteAligned) {
 
 // Records past 4 GiB: quantize into, and dequantize from, a cache whose pages lie beyond 4.5 GiB
 // (the slots shifted by as many pages, i32 and i64); the far pages must end byte for byte as the
-// CPU's five-page cache and read back the same rows, and the pages below 4 GiB, where an offset
-// computed in 32 bits would wrap, must keep their 0xAB.
+// CPU's five-page cache and read back the same rows, and the bytes 4 GiB below them, where an
+// offset computed in 32 bits would write, must keep their 0xAB.
 TEST(FormatCuda, RecordsPast4GiB) {
   FORMAT_REQUIRE_GPU();
   const size_t far_bytes = size_t{9} << 29;  // 4.5 GiB
@@ -302,10 +302,10 @@ TEST(FormatCuda, RecordsPast4GiB) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<uint8_t> got(host.bytes.size()), low(host.bytes.size());
     ASSERT_EQ(cudaMemcpy(got.data(), base + at, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(low.data(), base, low.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(low.data(), base + at - (size_t{1} << 32), low.size(), cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(got, host.bytes) << "the far pages";
     EXPECT_EQ(std::count(low.begin(), low.end(), uint8_t{0xAB}), static_cast<std::ptrdiff_t>(low.size()))
-        << "bytes below 4 GiB changed";
+        << "bytes changed where a 32-bit offset would wrap to";
 
     // Every record read back from the far pages, as the CPU reads the compact cache.
     std::vector<int64_t> read(num_slots);
