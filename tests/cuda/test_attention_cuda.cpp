@@ -1,8 +1,8 @@
 // sparse_prefill and dense_decode on the GPU against the float64 CPU oracle: shape grids with odd
 // sizes (h_q 1, 3, 63, 126; topk 1, 100; page sizes 1, 53, 64; s_q up to 70000 for prefill), both
 // head widths, causal and not, bf16 / f16 / v32_fp8 caches, zero lengths, all-invalid and
-// adversarial indices, garbage block-table entries, NaN in unread rows, splits and bitwise
-// determinism. Runs only where a CUDA device exists.
+// adversarial indices, garbage block-table entries, NaN in unread rows, splits, bitwise
+// determinism, and kv rows and pages past 4 GiB. Runs only where a CUDA device exists.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // compress_kv on the GPU against the float64 oracle's judgement: all 12 contest workloads, the
 // stress grid, the modes, every error path with checks on, adversarial indices with checks off,
-// and bitwise determinism. Runs only where a CUDA device exists.
+// bitwise determinism, and state and cache past 4 GiB. Runs only where a CUDA device exists.
 #include <gtest/gtest.h>
 
 #include <algorithm>

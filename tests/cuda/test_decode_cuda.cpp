@@ -1,7 +1,7 @@
 // sparse_decode on the GPU against the float64 CPU oracle: a FlashMLA-style grid of shapes, both
 // cache formats, the optional features, the corner cases (all indices invalid, zero lengths,
-// infinite sinks, adversarial index values, NaN in unattended slots), plan reuse, and bitwise
-// determinism. Runs only where a CUDA device exists.
+// infinite sinks, adversarial index values, NaN in unattended slots), plan reuse, bitwise
+// determinism, and records past 4 GiB. Runs only where a CUDA device exists.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,8 +1,8 @@
 // Cache formats on the GPU against the CPU backend (the oracle): byte equality of whole caches after
 // quantize (records and every untouched byte), equality of dequantized rows and of
 // positions_to_slots, for every format, bf16 and f32 latents, i32 and i64 slots with -1 among them,
-// page sizes 1, 53 and 64 with padded pages; plus the GPU-side validation (slot range, duplicates,
-// 16-byte page alignment). Device memory comes from cudaMalloc only.
+// page sizes 1, 53 and 64 with padded pages, and pages past 4 GiB; plus the GPU-side validation
+// (slot range, duplicates, 16-byte page alignment). Device memory comes from cudaMalloc only.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
