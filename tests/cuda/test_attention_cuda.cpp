@@ -1109,9 +1109,10 @@ bool place_far(const DeviceArena& arena, const void* host, size_t bytes, int64_t
 
 }  // namespace
 
-// kv rows past 4 GiB: each case is run once as made and once with kv placed beyond 4.5 GiB in a kv
-// that many rows longer (every other byte NaN) and its valid indices shifted by as many rows; each
-// kernel must give the same bytes. A row offset computed in 32 bits would wrap into the NaN rows.
+// kv rows past 4 GiB: each case (with adversarial index values) is run once as made and once with
+// kv placed beyond 4.5 GiB in a kv that many rows longer (every other byte NaN) and its indices
+// shifted by as many rows; each kernel must give the same bytes. A row offset computed in 32 bits
+// would wrap into the NaN rows.
 TEST(PrefillCuda, RowsPast4GiB) {
   REQUIRE_GPU();
   DeviceArena arena(kFarOffsetBytes + (size_t{64} << 20), 0xff);
@@ -1128,8 +1129,10 @@ TEST(PrefillCuda, RowsPast4GiB) {
         const int64_t row_bytes = d_qk * 2, far_rows = static_cast<int64_t>(kFarOffsetBytes) / row_bytes + 1;
         ASSERT_LE(far_rows + w.s_kv, INT32_MAX) << label;
         PrefillWorkload far = w;
+        // Every index that can move does: the valid ones, and the adversarial s_kv, which stays one
+        // past the end (INT_MAX, negative ones stay invalid as they are).
         for (int32_t& v : far.indices)
-          if (v >= 0 && v < w.s_kv) v = static_cast<int32_t>(v + far_rows);
+          if (v >= 0 && v <= INT32_MAX - far_rows) v = static_cast<int32_t>(v + far_rows);
         far.poison_outputs();
         bool placed = false;
         const PrefillResult got = run_prefill_gpu(far, [&](SparsePrefillArgs& a) {

@@ -1176,7 +1176,7 @@ TEST(DecodeCuda, RecordsPast4GiB) {
         DecodeWorkloadOptions o = variant_case(f, 3, h_q, 300, /*hostile=*/false, 2100 + n++);
         o.extra_format = ef;
         DecodeWorkload w = latentkv::testing::make_decode_workload(o);
-        const std::string label = std::string(kernel_name(k)) + " " + variant_name(o) + " h_q " + std::to_string(h_q);
+        const std::string label = variant_name(o) + " h_q " + std::to_string(h_q);
         w.poison_outputs();
         const GpuResult near = run_gpu(w);
         expect_near_oracle(w, near, run_oracle(w), kernel_name(k), label);
@@ -1188,7 +1188,7 @@ TEST(DecodeCuda, RecordsPast4GiB) {
         if (o.extra) shift_valid_indices(far.extra_indices, w.extra_num_slots(), extra_far_pages * o.extra_page_size);
         far.poison_outputs();
         OnDevice d(far);
-        ASSERT_TRUE(place_far(main_arena, w.kv, w.page_stride, far_pages, d.args.k_cache)) << label;
+        ASSERT_TRUE(place_far(main_arena, w.kv, w.page_stride, far_pages, d.args.k_cache)) << kernel_name(k) << " " << label;
         if (o.extra) {
           ASSERT_TRUE(place_far(extra_arena, w.extra_kv, w.extra_page_stride, extra_far_pages, d.args.extra_k_cache))
               << label;
@@ -1200,7 +1200,7 @@ TEST(DecodeCuda, RecordsPast4GiB) {
         std::printf("[decode] %-8s %-44s records past %.1f GiB: %s\n", kernel_name(k), label.c_str(),
                     static_cast<double>(far_pages) * w.page_stride / (1 << 30),
                     got.out == near.out ? "same bytes" : "DIFFERENT");
-        expect_same(got, near, label + " (records past 4 GiB)");
+        expect_same(got, near, std::string(kernel_name(k)) + " " + label + " (records past 4 GiB)");
       }
   }
 }
