@@ -273,3 +273,116 @@ TEST(FarOffsetsCpu, QuantizeAndDequantizePast4GiB) {
     EXPECT_EQ(back, want) << "rows read back from the far pages";
   }
 }
+
+namespace {
+
+// Rows of a query, output or statistics tensor spread out so that row k starts k x 4.5 GiB into a
+// buffer: a first-dimension stride of kFarOffsetBytes / sizeof(T) elements. The views of every op
+// below take their rows this way (request k, or query row k for prefill).
+struct SpreadRows {
+  LazyHostBuffer buf;
+  int64_t rows;
+  size_t row_bytes;
+  SpreadRows(int64_t n, size_t bytes) : buf(static_cast<size_t>(n - 1) * kFarOffsetBytes + bytes), rows(n), row_bytes(bytes) {}
+  unsigned char* row(int64_t k) const { return buf.get() + static_cast<size_t>(k) * kFarOffsetBytes; }
+  // Fills row k from `src` (rows of row_bytes back to back).
+  void put(const void* src) {
+    for (int64_t k = 0; k < rows; ++k) std::memcpy(row(k), static_cast<const unsigned char*>(src) + k * row_bytes, row_bytes);
+  }
+  template <typename T>
+  std::vector<T> gather() const {
+    std::vector<T> v(static_cast<size_t>(rows) * row_bytes / sizeof(T));
+    for (int64_t k = 0; k < rows; ++k) std::memcpy(reinterpret_cast<unsigned char*>(v.data()) + k * row_bytes, row(k), row_bytes);
+    return v;
+  }
+  template <typename T>
+  static int64_t stride() { return static_cast<int64_t>(kFarOffsetBytes / sizeof(T)); }
+  // A view of `shape` whose first dimension has the spread stride and the rest are contiguous.
+  template <typename T>
+  TensorView view(DType dtype, std::vector<int64_t> shape) const {
+    std::vector<int64_t> strides(shape.size(), 1);
+    for (size_t d = shape.size() - 1; d-- > 1;) strides[d] = strides[d + 1] * shape[d + 1];
+    strides[0] = stride<T>();
+    return TensorView(buf.get(), dtype, shape, strides);
+  }
+};
+
+}  // namespace
+
+// Queries and outputs past 4 GiB: request 1's (query row 1's) q, out and lse (and max_logits) rows
+// start 4.5 GiB after request 0's, through first-dimension strides that long; every op, oracle and
+// fast path, must give the same bytes as with compact tensors.
+TEST(FarOffsetsCpu, QueriesAndOutputsPast4GiB) {
+  // Sparse decode (and, below, dense decode): [b, s_q, h_q, *] rows and lse [b, h_q, s_q].
+  for (DecodeImpl impl : {DecodeImpl::kCpuOracle, DecodeImpl::kCpuFast}) {
+    latentkv::testing::DecodeWorkloadOptions o;
+    o.format = CacheFormat::v4_fp8;
+    o.b = 2;
+    o.s_q = 2;
+    o.h_q = 16;
+    o.topk = 64;
+    o.extra = true;
+    o.sink = true;
+    o.seed = 1000;
+    latentkv::testing::DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+    w.poison_outputs();
+    sparse_decode(w.args(), nullptr, impl);
+    const int64_t per_b = o.s_q * o.h_q;
+    SpreadRows q(o.b, per_b * w.d_qk * 2), out(o.b, per_b * 512 * 2), lse(o.b, per_b * 4);
+    ASSERT_NE(q.buf.get(), nullptr);
+    ASSERT_NE(out.buf.get(), nullptr);
+    ASSERT_NE(lse.buf.get(), nullptr);
+    q.put(w.q.data());
+    SparseDecodeArgs a = w.args();
+    a.q = q.view<uint16_t>(DType::bf16, {o.b, o.s_q, o.h_q, w.d_qk});
+    a.out = out.view<uint16_t>(DType::bf16, {o.b, o.s_q, o.h_q, 512});
+    a.lse = lse.view<float>(DType::f32, {o.b, o.h_q, o.s_q});
+    sparse_decode(a, nullptr, impl);
+    EXPECT_EQ(out.gather<uint16_t>(), w.out) << "sparse_decode";
+    EXPECT_TRUE(same_floats(lse.gather<float>(), w.lse)) << "sparse_decode";
+  }
+  for (DenseImpl impl : {DenseImpl::kCpuOracle, DenseImpl::kCpuFast}) {
+    latentkv::testing::DenseWorkloadOptions o;
+    o.b = 2;
+    o.s_q = 2;
+    o.h_q = 16;
+    o.fp8 = true;
+    o.causal = true;
+    o.seed = 1001;
+    latentkv::testing::DenseWorkload w = latentkv::testing::make_dense_workload(o);
+    w.run(impl);
+    const int64_t per_b = o.s_q * o.h_q;
+    SpreadRows q(o.b, per_b * o.d_qk * 2), out(o.b, per_b * 512 * 2), lse(o.b, per_b * 4);
+    ASSERT_NE(lse.buf.get(), nullptr);
+    q.put(w.q.data());
+    DenseDecodeArgs a = w.args();
+    a.q = q.view<uint16_t>(DType::bf16, {o.b, o.s_q, o.h_q, o.d_qk});
+    a.out = out.view<uint16_t>(DType::bf16, {o.b, o.s_q, o.h_q, 512});
+    a.lse = lse.view<float>(DType::f32, {o.b, o.h_q, o.s_q});
+    dense_decode(a, nullptr, impl);
+    EXPECT_EQ(out.gather<uint16_t>(), w.out) << "dense_decode";
+    EXPECT_TRUE(same_floats(lse.gather<float>(), w.lse)) << "dense_decode";
+  }
+  // Sparse prefill: [s_q, h_q, *] rows, max_logits and lse [s_q, h_q].
+  for (PrefillImpl impl : {PrefillImpl::kCpuOracle, PrefillImpl::kCpuFast}) {
+    latentkv::testing::PrefillWorkloadOptions o;
+    o.s_q = 2;
+    o.h_q = 16;
+    o.topk_length = true;
+    o.seed = 1002;
+    latentkv::testing::PrefillWorkload w = latentkv::testing::make_prefill_workload(o);
+    w.run(impl);
+    SpreadRows q(o.s_q, o.h_q * o.d_qk * 2), out(o.s_q, o.h_q * 512 * 2), mx(o.s_q, o.h_q * 4), lse(o.s_q, o.h_q * 4);
+    ASSERT_NE(lse.buf.get(), nullptr);
+    q.put(w.q.data());
+    SparsePrefillArgs a = w.args();
+    a.q = q.view<uint16_t>(DType::bf16, {o.s_q, o.h_q, o.d_qk});
+    a.out = out.view<uint16_t>(DType::bf16, {o.s_q, o.h_q, 512});
+    a.max_logits = mx.view<float>(DType::f32, {o.s_q, o.h_q});
+    a.lse = lse.view<float>(DType::f32, {o.s_q, o.h_q});
+    sparse_prefill(a, nullptr, impl);
+    EXPECT_EQ(out.gather<uint16_t>(), w.out) << "sparse_prefill";
+    EXPECT_TRUE(same_floats(mx.gather<float>(), w.max_logits)) << "sparse_prefill";
+    EXPECT_TRUE(same_floats(lse.gather<float>(), w.lse)) << "sparse_prefill";
+  }
+}

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "decode/cuda/config.h"
+#include "latentkv/tensor.h"
 #include "test_util.h"  // kFarOffsetBytes
 
 namespace latentkv::testing {
@@ -75,6 +76,45 @@ class DeviceArena {
  private:
   void* ptr_ = nullptr;
   size_t n_ = 0;
+};
+
+// Rows of a query, output or statistics tensor on the device spread out so that row k starts
+// k x kFarOffsetBytes into an arena (filled with 0xff): a first-dimension stride of
+// kFarOffsetBytes / sizeof(T) elements. ok() is false when the device lacks the memory.
+class DeviceSpreadRows {
+ public:
+  DeviceSpreadRows(int64_t rows, size_t row_bytes)
+      : arena_(static_cast<size_t>(rows - 1) * kFarOffsetBytes + row_bytes, 0xff), rows_(rows), row_bytes_(row_bytes) {}
+  bool ok() const { return arena_.get() != nullptr; }
+  uint8_t* row(int64_t k) const { return arena_.get() + static_cast<size_t>(k) * kFarOffsetBytes; }
+  // Row k from `src` (rows of row_bytes back to back on the host).
+  bool put(const void* src) const {
+    for (int64_t k = 0; k < rows_; ++k)
+      if (cudaMemcpy(row(k), static_cast<const uint8_t*>(src) + k * row_bytes_, row_bytes_, cudaMemcpyHostToDevice) !=
+          cudaSuccess)
+        return false;
+    return true;
+  }
+  template <typename T>
+  std::vector<T> gather() const {
+    std::vector<T> v(static_cast<size_t>(rows_) * row_bytes_ / sizeof(T));
+    for (int64_t k = 0; k < rows_; ++k)
+      cudaMemcpy(reinterpret_cast<uint8_t*>(v.data()) + k * row_bytes_, row(k), row_bytes_, cudaMemcpyDeviceToHost);
+    return v;
+  }
+  // A device view of `shape`: the first dimension strided as above, the rest contiguous.
+  template <typename T>
+  latentkv::TensorView view(latentkv::DType dtype, std::vector<int64_t> shape) const {
+    std::vector<int64_t> strides(shape.size(), 1);
+    for (size_t d = shape.size() - 1; d-- > 1;) strides[d] = strides[d + 1] * shape[d + 1];
+    strides[0] = static_cast<int64_t>(kFarOffsetBytes / sizeof(T));
+    return latentkv::TensorView(arena_.get(), dtype, shape, strides, latentkv::Device::cuda(0));
+  }
+
+ private:
+  DeviceArena arena_;
+  int64_t rows_;
+  size_t row_bytes_;
 };
 
 inline bool has_cuda_device() {

@@ -1183,3 +1183,56 @@ TEST(DenseCuda, PagesPast4GiB) {
       }
   }
 }
+
+// Queries and outputs past 4 GiB: query row 1's (request 1's) q, out, lse and max_logits rows
+// start 4.5 GiB after row 0's, through first-dimension strides that long; each kernel must give
+// the same bytes as with compact tensors, for sparse prefill and dense decode.
+TEST(AttentionCuda, QueriesAndOutputsPast4GiB) {
+  REQUIRE_GPU();
+  using latentkv::testing::DeviceSpreadRows;
+  int n = 0;
+  for (KernelChoice k : kernels()) {
+    UseKernel use(k);
+    for (int64_t h_q : {16, 128}) {
+      {
+        PrefillWorkload w = latentkv::testing::make_prefill_workload(variant_prefill(2, h_q, 576, 2600 + n++));
+        const std::string label = g_kernel + " prefill h_q " + std::to_string(h_q);
+        w.poison_outputs();
+        const PrefillResult near = run_prefill_gpu(w);
+        const DeviceSpreadRows q(2, h_q * 576 * 2), out(2, h_q * 512 * 2), mx(2, h_q * 4), lse(2, h_q * 4);
+        if (!q.ok() || !out.ok() || !mx.ok() || !lse.ok()) GTEST_SKIP() << "the device lacks 4 x 4.5 GiB of free memory";
+        ASSERT_TRUE(q.put(w.q.data())) << label;
+        run_prefill_gpu(w, [&](SparsePrefillArgs& a) {
+          a.q = q.view<uint16_t>(DType::bf16, {2, h_q, 576});
+          a.out = out.view<uint16_t>(DType::bf16, {2, h_q, 512});
+          a.max_logits = mx.view<float>(DType::f32, {2, h_q});
+          a.lse = lse.view<float>(DType::f32, {2, h_q});
+        });
+        const std::vector<uint16_t> got = out.gather<uint16_t>();
+        std::printf("[prefill] %-32s q and outputs past 4 GiB: %s\n", label.c_str(), got == near.out ? "same bytes" : "DIFFERENT");
+        EXPECT_EQ(got, near.out) << label;
+        const std::vector<float> got_lse = lse.gather<float>(), got_mx = mx.gather<float>();
+        EXPECT_EQ(0, std::memcmp(got_lse.data(), near.lse.data(), near.lse.size() * 4)) << label;
+        EXPECT_EQ(0, std::memcmp(got_mx.data(), near.max_logits.data(), near.max_logits.size() * 4)) << label;
+      }
+      for (bool fp8 : {false, true}) {
+        DenseWorkload w = latentkv::testing::make_dense_workload(variant_dense(2, 2, h_q, 400, fp8, 2700 + n++));
+        const std::string label = g_kernel + (fp8 ? " dense v32_fp8" : " dense bf16") + " h_q " + std::to_string(h_q);
+        w.poison_outputs();
+        const DenseResult near = run_dense_gpu(w);
+        const int64_t per_b = 2 * h_q;
+        const DeviceSpreadRows q(2, per_b * 576 * 2), out(2, per_b * 512 * 2), lse(2, per_b * 4);
+        if (!q.ok() || !out.ok() || !lse.ok()) GTEST_SKIP() << "the device lacks 3 x 4.5 GiB of free memory";
+        ASSERT_TRUE(q.put(w.q.data())) << label;
+        run_dense_gpu(w, [&](DenseDecodeArgs& a) {
+          a.q = q.view<uint16_t>(DType::bf16, {2, 2, h_q, 576});
+          a.out = out.view<uint16_t>(DType::bf16, {2, 2, h_q, 512});
+          a.lse = lse.view<float>(DType::f32, {2, h_q, 2});
+        });
+        const DenseResult got{out.gather<uint16_t>(), lse.gather<float>()};
+        std::printf("[dense] %-32s q and outputs past 4 GiB: %s\n", label.c_str(), got.out == near.out ? "same bytes" : "DIFFERENT");
+        expect_same(got, near, label + " (rows past 4 GiB)");
+      }
+    }
+  }
+}

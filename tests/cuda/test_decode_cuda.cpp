@@ -1204,3 +1204,35 @@ TEST(DecodeCuda, RecordsPast4GiB) {
       }
   }
 }
+
+// Queries and outputs past 4 GiB: request 1's q, out and lse rows start 4.5 GiB after request 0's,
+// through first-dimension strides that long; each kernel must give the same bytes as with compact
+// tensors.
+TEST(DecodeCuda, QueriesAndOutputsPast4GiB) {
+  REQUIRE_GPU();
+  int n = 0;
+  for (KernelChoice k : kernels()) {
+    UseKernel use(k);
+    for (int64_t h_q : {16, 128}) {
+      DecodeWorkloadOptions o = variant_case(CacheFormat::v4_fp8, 2, h_q, 200, /*hostile=*/true, 2500 + n++);
+      DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+      const std::string label = std::string(kernel_name(k)) + " h_q " + std::to_string(h_q);
+      w.poison_outputs();
+      const GpuResult near = run_gpu(w);
+      const int64_t per_b = o.s_q * o.h_q;
+      const latentkv::testing::DeviceSpreadRows q(o.b, per_b * w.d_qk * 2), out(o.b, per_b * 512 * 2), lse(o.b, per_b * 4);
+      if (!q.ok() || !out.ok() || !lse.ok()) GTEST_SKIP() << "the device lacks 3 x 4.5 GiB of free memory";
+      ASSERT_TRUE(q.put(w.q.data())) << label;
+      OnDevice d(w);
+      d.args.q = q.view<uint16_t>(DType::bf16, {o.b, o.s_q, o.h_q, w.d_qk});
+      d.args.out = out.view<uint16_t>(DType::bf16, {o.b, o.s_q, o.h_q, 512});
+      d.args.lse = lse.view<float>(DType::f32, {o.b, o.h_q, o.s_q});
+      sparse_decode(d.args, nullptr, DecodeImpl::kCuda);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << label;
+      const GpuResult got{out.gather<uint16_t>(), lse.gather<float>()};
+      std::printf("[decode] %-24s q, out and lse rows past 4 GiB: %s\n", label.c_str(),
+                  got.out == near.out ? "same bytes" : "DIFFERENT");
+      expect_same(got, near, label + " (rows past 4 GiB)");
+    }
+  }
+}
