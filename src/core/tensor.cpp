@@ -96,17 +96,31 @@ int64_t TensorView::numel() const {
 
 namespace {
 
-// The bytes [first, last] a view can touch (false for an empty or null view).
-bool byte_extent(const TensorView& t, uintptr_t& first, uintptr_t& last) {
-  if (t.data == nullptr || t.numel() == 0) return false;
+// The byte offsets [lo, hi + element size) a non-empty view reaches relative to its data pointer,
+// or false when they do not fit in int64 (strides no allocation can have: forming them unchecked
+// would be undefined behaviour, and a kernel's 64-bit addressing would wrap).
+bool byte_span(const TensorView& t, int64_t& lo, int64_t& hi) {
   const int64_t elem = static_cast<int64_t>(dtype_size(t.dtype));
-  int64_t lo = 0, hi = 0;  // in elements, relative to data
+  lo = 0;
+  hi = 0;
   for (int i = 0; i < t.ndim; ++i) {
-    const int64_t span = (t.shape[i] - 1) * t.strides[i];
-    (span < 0 ? lo : hi) += span;
+    int64_t span = 0;
+    if (__builtin_mul_overflow(t.shape[i] - 1, t.strides[i], &span) ||
+        __builtin_mul_overflow(span, elem, &span) ||
+        __builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi))
+      return false;
   }
-  first = reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(lo * elem);
-  last = reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(hi * elem + elem - 1);
+  return !__builtin_add_overflow(hi, elem - 1, &hi);
+}
+
+// The bytes [first, last] a view can touch (false for an empty or null view). Views whose span
+// overflows are refused by name.
+bool byte_extent(const TensorView& t, const char* name, uintptr_t& first, uintptr_t& last) {
+  if (t.data == nullptr || t.numel() == 0) return false;
+  int64_t lo = 0, hi = 0;
+  LKV_CHECK(byte_span(t, lo, hi), name, " ", t.shape_str(), " has strides whose byte span overflows int64");
+  first = reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(lo);
+  last = reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(hi);
   return true;
 }
 
@@ -116,10 +130,10 @@ void check_no_overlap(std::initializer_list<std::pair<const TensorView*, const c
                       std::initializer_list<std::pair<const TensorView*, const char*>> inputs, const char* op) {
   for (auto o = outputs.begin(); o != outputs.end(); ++o) {
     uintptr_t o_first = 0, o_last = 0;
-    if (!byte_extent(*o->first, o_first, o_last)) continue;
+    if (!byte_extent(*o->first, o->second, o_first, o_last)) continue;
     auto clash = [&](const std::pair<const TensorView*, const char*>& other) {
       uintptr_t first = 0, last = 0;
-      if (!(other.first->device == o->first->device) || !byte_extent(*other.first, first, last)) return;
+      if (!(other.first->device == o->first->device) || !byte_extent(*other.first, other.second, first, last)) return;
       LKV_CHECK(last < o_first || o_last < first, op, ": ", o->second, " overlaps ", other.second,
                 " in memory (", o->second, " bytes [", reinterpret_cast<const void*>(o_first), ", ",
                 reinterpret_cast<const void*>(o_last), "], ", other.second, " bytes [",
@@ -220,6 +234,8 @@ void check_tensor(const TensorView& t, const char* name, std::initializer_list<D
     ++i;
   }
   if (!empty && t.data == nullptr) fail(" (null data)");
+  int64_t lo = 0, hi = 0;
+  if (!empty && !byte_span(t, lo, hi)) fail(" (its strides' byte span overflows int64)");
 }
 
 void check_device(const TensorView& t, const char* name, const Device& device) {

@@ -93,6 +93,29 @@ TEST(Tensor, ElementCountsAndNullData) {
   EXPECT_NE(msg.find("n is 0 elsewhere"), std::string::npos) << msg;
 }
 
+TEST(Tensor, StridesWhoseByteSpanOverflowsAreRefused) {
+  float a[64];
+  // Strides no allocation can have (the last row 2^62 elements, 2^64 bytes, away; a negative one
+  // as far the other way): the span is never formed unchecked, and the view is refused by name,
+  // by the shape checker and by the overlap check (which ops may run on views the shape checker
+  // never saw, such as a cache).
+  const int64_t far = int64_t{1} << 62;
+  for (int64_t stride : {far, -far}) {
+    const TensorView v(a, DType::f32, {5, 4}, {stride, 1});
+    SizeEnv env;
+    std::string msg = latentkv::testing::error_of([&] { check_tensor(v, "x", {"m", 4}, DType::f32, env); });
+    EXPECT_NE(msg.find("expected x of shape [m, 4] f32, got [5, 4] f32 (its strides' byte span overflows int64)"),
+              std::string::npos)
+        << msg;
+    const TensorView out(a, DType::f32, {4});
+    msg = latentkv::testing::error_of([&] { check_no_overlap({{&out, "out"}}, {{&v, "cache"}}, "op"); });
+    EXPECT_NE(msg.find("cache [5, 4] f32 has strides whose byte span overflows int64"), std::string::npos) << msg;
+  }
+  // The largest span that fits is fine: 2^60 elements of 4 bytes, 2^62 bytes.
+  SizeEnv env;
+  EXPECT_NO_THROW(check_tensor(TensorView(a, DType::f32, {2, 4}, {int64_t{1} << 60, 1}), "x", {"m", 4}, DType::f32, env));
+}
+
 TEST(Tensor, LengthOneDimensionsIgnoreTheirStrides) {
   float a[64];
   // A dimension of length 1 is never stepped over: its stride says nothing about the layout.
