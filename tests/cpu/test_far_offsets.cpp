@@ -307,6 +307,26 @@ struct SpreadRows {
   }
 };
 
+// A decode-shaped op (q and out [b, s_q, h_q, *], lse [b, h_q, s_q]; `a` its compact arguments)
+// run through `call` with request k's rows of q, out and lse k x 4.5 GiB apart: the same out and
+// lse as the compact run (`out`, `lse`).
+template <class Args, class Call>
+void expect_spread_decode_rows(Args a, int64_t b, int64_t s_q, int64_t h_q, int64_t d_qk,
+                               const std::vector<uint16_t>& q_host, const std::vector<uint16_t>& out,
+                               const std::vector<float>& lse, const Call& call,
+                               const char* what) {
+  const int64_t per_b = s_q * h_q;
+  SpreadRows q(b, per_b * d_qk * 2), o(b, per_b * 512 * 2), l(b, per_b * 4);
+  ASSERT_TRUE(q.buf.get() && o.buf.get() && l.buf.get()) << what << ": no host memory for rows past 4 GiB";
+  q.put(q_host.data());
+  a.q = q.view<uint16_t>(DType::bf16, {b, s_q, h_q, d_qk});
+  a.out = o.view<uint16_t>(DType::bf16, {b, s_q, h_q, 512});
+  a.lse = l.view<float>(DType::f32, {b, h_q, s_q});
+  call(a);
+  EXPECT_EQ(o.gather<uint16_t>(), out) << what;
+  EXPECT_TRUE(same_floats(l.gather<float>(), lse)) << what;
+}
+
 }  // namespace
 
 // Queries and outputs past 4 GiB: request 1's (query row 1's) q, out and lse (and max_logits) rows
@@ -327,19 +347,8 @@ TEST(FarOffsetsCpu, QueriesAndOutputsPast4GiB) {
     latentkv::testing::DecodeWorkload w = latentkv::testing::make_decode_workload(o);
     w.poison_outputs();
     sparse_decode(w.args(), nullptr, impl);
-    const int64_t per_b = o.s_q * o.h_q;
-    SpreadRows q(o.b, per_b * w.d_qk * 2), out(o.b, per_b * 512 * 2), lse(o.b, per_b * 4);
-    ASSERT_NE(q.buf.get(), nullptr);
-    ASSERT_NE(out.buf.get(), nullptr);
-    ASSERT_NE(lse.buf.get(), nullptr);
-    q.put(w.q.data());
-    SparseDecodeArgs a = w.args();
-    a.q = q.view<uint16_t>(DType::bf16, {o.b, o.s_q, o.h_q, w.d_qk});
-    a.out = out.view<uint16_t>(DType::bf16, {o.b, o.s_q, o.h_q, 512});
-    a.lse = lse.view<float>(DType::f32, {o.b, o.h_q, o.s_q});
-    sparse_decode(a, nullptr, impl);
-    EXPECT_EQ(out.gather<uint16_t>(), w.out) << "sparse_decode";
-    EXPECT_TRUE(same_floats(lse.gather<float>(), w.lse)) << "sparse_decode";
+    expect_spread_decode_rows(w.args(), o.b, o.s_q, o.h_q, w.d_qk, w.q, w.out, w.lse,
+                              [&](const SparseDecodeArgs& a) { sparse_decode(a, nullptr, impl); }, "sparse_decode");
   }
   for (DenseImpl impl : {DenseImpl::kCpuOracle, DenseImpl::kCpuFast}) {
     latentkv::testing::DenseWorkloadOptions o;
@@ -351,17 +360,8 @@ TEST(FarOffsetsCpu, QueriesAndOutputsPast4GiB) {
     o.seed = 1001;
     latentkv::testing::DenseWorkload w = latentkv::testing::make_dense_workload(o);
     w.run(impl);
-    const int64_t per_b = o.s_q * o.h_q;
-    SpreadRows q(o.b, per_b * o.d_qk * 2), out(o.b, per_b * 512 * 2), lse(o.b, per_b * 4);
-    ASSERT_NE(lse.buf.get(), nullptr);
-    q.put(w.q.data());
-    DenseDecodeArgs a = w.args();
-    a.q = q.view<uint16_t>(DType::bf16, {o.b, o.s_q, o.h_q, o.d_qk});
-    a.out = out.view<uint16_t>(DType::bf16, {o.b, o.s_q, o.h_q, 512});
-    a.lse = lse.view<float>(DType::f32, {o.b, o.h_q, o.s_q});
-    dense_decode(a, nullptr, impl);
-    EXPECT_EQ(out.gather<uint16_t>(), w.out) << "dense_decode";
-    EXPECT_TRUE(same_floats(lse.gather<float>(), w.lse)) << "dense_decode";
+    expect_spread_decode_rows(w.args(), o.b, o.s_q, o.h_q, o.d_qk, w.q, w.out, w.lse,
+                              [&](const DenseDecodeArgs& a) { dense_decode(a, nullptr, impl); }, "dense_decode");
   }
   // Sparse prefill: [s_q, h_q, *] rows, max_logits and lse [s_q, h_q].
   for (PrefillImpl impl : {PrefillImpl::kCpuOracle, PrefillImpl::kCpuFast}) {
