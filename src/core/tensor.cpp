@@ -96,7 +96,7 @@ int64_t TensorView::numel() const {
 
 namespace {
 
-// The byte offsets [lo, hi + element size) a non-empty view reaches relative to its data pointer,
+// The first and last byte offsets [lo, hi] a non-empty view reaches relative to its data pointer,
 // or false when they do not fit in int64 (strides no allocation can have: forming them unchecked
 // would be undefined behaviour, and a kernel's 64-bit addressing would wrap).
 bool byte_span(const TensorView& t, int64_t& lo, int64_t& hi) {

@@ -51,9 +51,8 @@ class DeviceBuffer {
   size_t n_ = 0;
 };
 
-// An uninitialised device allocation of `bytes` bytes filled with `fill`, for views whose records
-// lie past 4 GiB (the tests that check 64-bit addressing); get() is null when the device lacks the
-// memory.
+// A device allocation of `bytes` bytes, each set to `fill`, for views whose records lie past 4 GiB
+// (the tests that check 64-bit addressing); get() is null when the device lacks the memory.
 class DeviceArena {
  public:
   DeviceArena(size_t bytes, uint8_t fill) : n_(bytes) {
