@@ -4,6 +4,7 @@
 // must each give the same bytes both times. The long views come from LazyHostBuffer, so only the
 // pages that are written or read cost memory; everything else reads as zero, so a byte offset
 // computed in 32 bits would read zeros (or write 4 GiB too low, which the writing ops check).
+// The last test does the same for the attention ops' q and outputs, whose rows lie 4.5 GiB apart.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -59,6 +60,7 @@ bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Entries in [0, count) (indices, block-table entries) moved up by `by`; the others stay.
 void shift_valid(std::vector<int32_t>& v, int64_t count, int64_t by) {
   for (int32_t& x : v)
     if (x >= 0 && x < count) x = static_cast<int32_t>(x + by);
