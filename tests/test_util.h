@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -23,6 +24,10 @@ inline std::string error_of(const std::function<void()>& f) {
 // The byte offset past which the far-record tests place their data: beyond 2^32, so that any
 // offset computed in 32 bits (signed or not) lands elsewhere.
 inline constexpr size_t kFarOffsetBytes = size_t{9} << 29;  // 4.5 GiB
+
+// Rows (pages, blocks) of `row_bytes` bytes to skip so that data placed after them starts past
+// kFarOffsetBytes.
+inline int64_t far_rows(int64_t row_bytes) { return static_cast<int64_t>(kFarOffsetBytes) / row_bytes + 1; }
 
 // A zero-filled host allocation of `bytes` bytes, for views whose records lie past 4 GiB: calloc
 // takes a block this large straight from the system, whose pages are mapped (as zeros) only when

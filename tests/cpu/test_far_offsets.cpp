@@ -29,6 +29,7 @@
 #include "test_util.h"
 
 using namespace latentkv;
+using latentkv::testing::far_rows;
 using latentkv::testing::kFarOffsetBytes;
 using latentkv::testing::LazyHostBuffer;
 
@@ -36,9 +37,6 @@ namespace {
 
 // How far below the far data an offset computed in 32 bits would land.
 constexpr size_t kWrap = size_t{1} << 32;
-
-// Rows of `row_bytes` bytes to skip so that the data starts past kFarOffsetBytes.
-int64_t far_rows(int64_t row_bytes) { return static_cast<int64_t>(kFarOffsetBytes) / row_bytes + 1; }
 
 // `bytes` of host data copied into `buf` after `skip` rows of `row_bytes`, and `view` (rows along
 // its first dimension) made to cover the buffer up to the data's last row.

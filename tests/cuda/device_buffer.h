@@ -77,6 +77,19 @@ class DeviceArena {
   size_t n_ = 0;
 };
 
+// `bytes` of host data copied into `arena` after `skip` rows (pages, blocks) of `row_bytes`, and
+// `view` (rows along its first dimension) made to cover the arena up to the data's last row.
+inline bool place_far(const DeviceArena& arena, const void* host, size_t bytes, int64_t row_bytes, int64_t skip,
+                      latentkv::TensorView& view) {
+  const size_t at = static_cast<size_t>(skip) * static_cast<size_t>(row_bytes);
+  if (!arena.get() || at + bytes > arena.size()) return false;
+  if (cudaMemcpy(arena.get() + at, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return false;
+  view.data = arena.get();
+  view.device = latentkv::Device::cuda(0);
+  view.shape[0] += skip;
+  return true;
+}
+
 // Rows of a query, output or statistics tensor on the device spread out so that row k starts
 // k x kFarOffsetBytes into an arena (filled with 0xff): a first-dimension stride of
 // kFarOffsetBytes / sizeof(T) elements. ok() is false when the device lacks the memory.

@@ -34,7 +34,9 @@ using latentkv::testing::DenseWorkload;
 using latentkv::testing::DenseWorkloadOptions;
 using latentkv::testing::DeviceArena;
 using latentkv::testing::DeviceBuffer;
+using latentkv::testing::far_rows;
 using latentkv::testing::kFarOffsetBytes;
+using latentkv::testing::place_far;
 using latentkv::testing::PrefillWorkload;
 using latentkv::testing::PrefillWorkloadOptions;
 
@@ -1093,22 +1095,6 @@ TEST(AttentionCuda, TokenGroups) {
   }
 }
 
-namespace {
-
-// `bytes` bytes copied into `arena` after `far_rows` rows of `row_bytes`, the view (rows along its
-// first dimension) then covering every row of the arena up to its own last one.
-bool place_far(const DeviceArena& arena, const void* host, size_t bytes, int64_t row_bytes, int64_t far_rows,
-               TensorView& view) {
-  const size_t at = static_cast<size_t>(far_rows) * static_cast<size_t>(row_bytes);
-  if (!arena.get() || at + bytes > arena.size()) return false;
-  if (cudaMemcpy(arena.get() + at, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return false;
-  view.data = arena.get();
-  view.shape[0] += far_rows;
-  return true;
-}
-
-}  // namespace
-
 // kv rows past 4 GiB: each case (with adversarial index values) is run once as made and once with
 // kv placed beyond 4.5 GiB in a kv that many rows longer (every other byte NaN) and its indices
 // shifted by as many rows; each kernel must give the same bytes. A row offset computed in 32 bits
@@ -1126,21 +1112,21 @@ TEST(PrefillCuda, RowsPast4GiB) {
         const std::string label = g_kernel + " d_qk " + std::to_string(d_qk) + " h_q " + std::to_string(h_q);
         w.poison_outputs();
         const PrefillResult near = run_prefill_gpu(w);
-        const int64_t row_bytes = d_qk * 2, far_rows = static_cast<int64_t>(kFarOffsetBytes) / row_bytes + 1;
-        ASSERT_LE(far_rows + w.s_kv, INT32_MAX) << label;
+        const int64_t row_bytes = d_qk * 2, skip = far_rows(row_bytes);
+        ASSERT_LE(skip + w.s_kv, INT32_MAX) << label;
         PrefillWorkload far = w;
         // Every index that can move does: the valid ones, and the adversarial s_kv, which stays one
         // past the end (INT_MAX, negative ones stay invalid as they are).
         for (int32_t& v : far.indices)
-          if (v >= 0 && v <= INT32_MAX - far_rows) v = static_cast<int32_t>(v + far_rows);
+          if (v >= 0 && v <= INT32_MAX - skip) v = static_cast<int32_t>(v + skip);
         far.poison_outputs();
         bool placed = false;
         const PrefillResult got = run_prefill_gpu(far, [&](SparsePrefillArgs& a) {
-          placed = place_far(arena, w.kv.data(), w.kv.size() * 2, row_bytes, far_rows, a.kv);
+          placed = place_far(arena, w.kv.data(), w.kv.size() * 2, row_bytes, skip, a.kv);
         });
         ASSERT_TRUE(placed) << label;
         std::printf("[prefill] %-32s kv rows past %.1f GiB: %s\n", label.c_str(),
-                    static_cast<double>(far_rows) * row_bytes / (1 << 30), got.out == near.out ? "same bytes" : "DIFFERENT");
+                    static_cast<double>(skip) * row_bytes / (1 << 30), got.out == near.out ? "same bytes" : "DIFFERENT");
         EXPECT_EQ(got.out, near.out) << label;
         EXPECT_EQ(0, std::memcmp(got.lse.data(), near.lse.data(), near.lse.size() * 4)) << label;
         EXPECT_EQ(0, std::memcmp(got.max_logits.data(), near.max_logits.data(), near.max_logits.size() * 4)) << label;
@@ -1166,7 +1152,7 @@ TEST(DenseCuda, PagesPast4GiB) {
         w.poison_outputs();
         const DenseResult near = run_dense_gpu(w);
         const int64_t page_bytes = fp8 ? w.page_stride_fp8 : w.opt.page_size * w.opt.h_kv * w.opt.d_qk * 2;
-        const int64_t far_pages = static_cast<int64_t>(kFarOffsetBytes) / page_bytes + 1;
+        const int64_t far_pages = far_rows(page_bytes);
         DenseWorkload far = w;
         for (int32_t& p : far.block_table)
           if (p >= 0 && p < w.num_pages) p = static_cast<int32_t>(p + far_pages);

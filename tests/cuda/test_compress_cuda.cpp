@@ -732,8 +732,8 @@ TEST(CompressCuda, StateAndCachePast4GiB) {
     expect_records_and_nothing_else(w, near, label);
 
     const int64_t block_bytes = w.opt.block_size * 4096;
-    const int64_t far_blocks = static_cast<int64_t>(kFarOffsetBytes) / block_bytes + 1;
-    const int64_t far_pages = static_cast<int64_t>(kFarOffsetBytes) / w.page_stride + 1;
+    const int64_t far_blocks = latentkv::testing::far_rows(block_bytes);
+    const int64_t far_pages = latentkv::testing::far_rows(w.page_stride);
     ASSERT_LE(far_blocks + w.num_blocks, INT32_MAX) << label;
     CompressWorkload far = w;
     for (int32_t& blk : far.block_table)

@@ -30,7 +30,9 @@ using latentkv::testing::DecodeWorkload;
 using latentkv::testing::DecodeWorkloadOptions;
 using latentkv::testing::DeviceBuffer;
 using latentkv::testing::DeviceArena;
+using latentkv::testing::far_rows;
 using latentkv::testing::kFarOffsetBytes;
+using latentkv::testing::place_far;
 
 namespace {
 
@@ -1144,19 +1146,6 @@ void shift_valid_indices(std::vector<int32_t>& idx, int64_t num_slots, int64_t s
     if (v >= 0 && v < num_slots) v = static_cast<int32_t>(v + shift);
 }
 
-// A cache of `pages` pages of `stride` bytes copied into `arena` after `far_pages` pages, its view
-// then covering every page of the arena up to its own last one.
-bool place_far(const DeviceArena& arena, const std::vector<uint8_t>& pages, int64_t stride, int64_t far_pages,
-               TensorView& view) {
-  const size_t at = static_cast<size_t>(far_pages) * static_cast<size_t>(stride);
-  if (at + pages.size() > arena.size()) return false;
-  if (cudaMemcpy(arena.get() + at, pages.data(), pages.size(), cudaMemcpyHostToDevice) != cudaSuccess) return false;
-  view.data = arena.get();
-  view.device = Device::cuda(0);
-  view.shape[0] += far_pages;
-  return true;
-}
-
 }  // namespace
 
 // Records past 4 GiB: each workload is run once as made and once with its caches placed beyond
@@ -1182,15 +1171,16 @@ TEST(DecodeCuda, RecordsPast4GiB) {
         expect_near_oracle(w, near, run_oracle(w), kernel_name(k), label);
 
         DecodeWorkload far = w;
-        const int64_t far_pages = static_cast<int64_t>(kFarOffsetBytes) / w.page_stride + 1;
+        const int64_t far_pages = far_rows(w.page_stride);
         shift_valid_indices(far.indices, w.num_slots(), far_pages * o.page_size);
-        const int64_t extra_far_pages = o.extra ? static_cast<int64_t>(kFarOffsetBytes) / w.extra_page_stride + 1 : 0;
+        const int64_t extra_far_pages = o.extra ? far_rows(w.extra_page_stride) : 0;
         if (o.extra) shift_valid_indices(far.extra_indices, w.extra_num_slots(), extra_far_pages * o.extra_page_size);
         far.poison_outputs();
         OnDevice d(far);
-        ASSERT_TRUE(place_far(main_arena, w.kv, w.page_stride, far_pages, d.args.k_cache)) << kernel_name(k) << " " << label;
+        ASSERT_TRUE(place_far(main_arena, w.kv.data(), w.kv.size(), w.page_stride, far_pages, d.args.k_cache)) << kernel_name(k) << " " << label;
         if (o.extra) {
-          ASSERT_TRUE(place_far(extra_arena, w.extra_kv, w.extra_page_stride, extra_far_pages, d.args.extra_k_cache))
+          ASSERT_TRUE(place_far(extra_arena, w.extra_kv.data(), w.extra_kv.size(), w.extra_page_stride, extra_far_pages,
+                                d.args.extra_k_cache))
               << label;
         }
         ASSERT_LE(far_pages * o.page_size + w.num_slots(), INT32_MAX) << label;

@@ -263,8 +263,7 @@ TEST(FormatCuda, PagesMustBe16ByteAligned) {
 // offset computed in 32 bits would write, must keep their 0xAB.
 TEST(FormatCuda, RecordsPast4GiB) {
   FORMAT_REQUIRE_GPU();
-  const size_t far_bytes = size_t{9} << 29;  // 4.5 GiB
-  const size_t arena_bytes = far_bytes + (size_t{8} << 20);
+  const size_t arena_bytes = latentkv::testing::kFarOffsetBytes + (size_t{8} << 20);
   const FormatDeviceBytes arena(arena_bytes);
   if (!arena.get()) {
     cudaGetLastError();  // clear the allocation error for the calls that follow
@@ -278,7 +277,7 @@ TEST(FormatCuda, RecordsPast4GiB) {
     ASSERT_EQ(cudaMemset(base, 0xAB, arena_bytes), cudaSuccess);
     const auto l = ref_layout(f);
     const int64_t P = 64, pages = 5, stride = lkv_test::padded_stride(f, P), num_slots = pages * P;
-    const int64_t far_pages = static_cast<int64_t>(far_bytes) / stride + 1;
+    const int64_t far_pages = latentkv::testing::far_rows(stride);
     const size_t at = static_cast<size_t>(far_pages * stride);
     ASSERT_LE(at + pages * stride, arena_bytes);
     const int64_t n = 96;
