@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "latentkv/error.h"
 
@@ -28,6 +29,12 @@ inline constexpr size_t kFarOffsetBytes = size_t{9} << 29;  // 4.5 GiB
 // Rows (pages, blocks) of `row_bytes` bytes to skip so that data placed after them starts past
 // kFarOffsetBytes.
 inline int64_t far_rows(int64_t row_bytes) { return static_cast<int64_t>(kFarOffsetBytes) / row_bytes + 1; }
+
+// Entries in [0, count) (indices, block-table entries) moved up by `by`; the others stay.
+inline void shift_valid(std::vector<int32_t>& v, int64_t count, int64_t by) {
+  for (int32_t& x : v)
+    if (x >= 0 && x < count) x = static_cast<int32_t>(x + by);
+}
 
 // A zero-filled host allocation of `bytes` bytes, for views whose records lie past 4 GiB: calloc
 // takes a block this large straight from the system, whose pages are mapped (as zeros) only when

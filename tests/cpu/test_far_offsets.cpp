@@ -32,6 +32,7 @@ using namespace latentkv;
 using latentkv::testing::far_rows;
 using latentkv::testing::kFarOffsetBytes;
 using latentkv::testing::LazyHostBuffer;
+using latentkv::testing::shift_valid;
 
 namespace {
 
@@ -56,12 +57,6 @@ size_t far_buffer_bytes(size_t data_bytes, int64_t row_bytes) {
 
 bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-// Entries in [0, count) (indices, block-table entries) moved up by `by`; the others stay.
-void shift_valid(std::vector<int32_t>& v, int64_t count, int64_t by) {
-  for (int32_t& x : v)
-    if (x >= 0 && x < count) x = static_cast<int32_t>(x + by);
 }
 
 }  // namespace

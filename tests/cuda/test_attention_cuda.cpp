@@ -1154,8 +1154,7 @@ TEST(DenseCuda, PagesPast4GiB) {
         const int64_t page_bytes = fp8 ? w.page_stride_fp8 : w.opt.page_size * w.opt.h_kv * w.opt.d_qk * 2;
         const int64_t far_pages = far_rows(page_bytes);
         DenseWorkload far = w;
-        for (int32_t& p : far.block_table)
-          if (p >= 0 && p < w.num_pages) p = static_cast<int32_t>(p + far_pages);
+        latentkv::testing::shift_valid(far.block_table, w.num_pages, far_pages);
         far.poison_outputs();
         bool placed = false;
         const DenseResult got = run_dense_gpu(far, [&](DenseDecodeArgs& a) {

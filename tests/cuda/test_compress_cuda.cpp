@@ -736,8 +736,7 @@ TEST(CompressCuda, StateAndCachePast4GiB) {
     const int64_t far_pages = latentkv::testing::far_rows(w.page_stride);
     ASSERT_LE(far_blocks + w.num_blocks, INT32_MAX) << label;
     CompressWorkload far = w;
-    for (int32_t& blk : far.block_table)
-      if (blk >= 0 && blk < w.num_blocks) blk = static_cast<int32_t>(blk + far_blocks);
+    latentkv::testing::shift_valid(far.block_table, w.num_blocks, far_blocks);
     for (int64_t& slot : far.slot_mapping)
       if (slot >= 0) slot += far_pages * w.opt.page_size;
     DeviceWorkload d(far);

@@ -1138,16 +1138,6 @@ TEST(DecodeCuda, Sm90TraceStampsInOrder) {
   }
 }
 
-namespace {
-
-// Valid indices (those in [0, num_slots)) moved up by `shift` slots; the others stay as they are.
-void shift_valid_indices(std::vector<int32_t>& idx, int64_t num_slots, int64_t shift) {
-  for (int32_t& v : idx)
-    if (v >= 0 && v < num_slots) v = static_cast<int32_t>(v + shift);
-}
-
-}  // namespace
-
 // Records past 4 GiB: each workload is run once as made and once with its caches placed beyond
 // 4.5 GiB in caches that many pages longer (every other byte NaN) and its valid indices shifted by
 // as many slots; each kernel must give the same bytes. A record offset computed in 32 bits would
@@ -1172,9 +1162,9 @@ TEST(DecodeCuda, RecordsPast4GiB) {
 
         DecodeWorkload far = w;
         const int64_t far_pages = far_rows(w.page_stride);
-        shift_valid_indices(far.indices, w.num_slots(), far_pages * o.page_size);
+        latentkv::testing::shift_valid(far.indices, w.num_slots(), far_pages * o.page_size);
         const int64_t extra_far_pages = o.extra ? far_rows(w.extra_page_stride) : 0;
-        if (o.extra) shift_valid_indices(far.extra_indices, w.extra_num_slots(), extra_far_pages * o.extra_page_size);
+        if (o.extra) latentkv::testing::shift_valid(far.extra_indices, w.extra_num_slots(), extra_far_pages * o.extra_page_size);
         far.poison_outputs();
         OnDevice d(far);
         ASSERT_TRUE(place_far(main_arena, w.kv.data(), w.kv.size(), w.page_stride, far_pages, d.args.k_cache)) << kernel_name(k) << " " << label;
