@@ -307,7 +307,8 @@ def sparse_decode(q: Any, k_cache: Any, indices: Any, *, format: Optional[str] =
     k_cache:  u8 [num_pages, P, 1, bytes_per_token], or [num_pages, page_bytes] with page_size
     indices:  i32 [b, s_q, topk], flat slots; any value outside the cache is skipped
     topk_length, extra_topk_length: i32 [b] or None; attn_sink: f32 [h_q] or None
-    extra_k_cache / extra_indices (i32 [b, s_q, extra_topk]): a second cache, given together
+    extra_k_cache / extra_indices (i32 [b, s_q, extra_topk]): a second cache, given together;
+              extra_page_size for a 2-D extra cache, as page_size for k_cache
     extra_format: None means format, or "v41_fp4" for a 4-D extra cache of 288 bytes per token
               with a v41_fp8 k_cache (DeepSeek V4.1's pairing; on CUDA on every kernel)
     softmax_scale: None means d_qk ** -0.5

@@ -99,8 +99,8 @@ def sparse_decode(q: Arr, k_cache: Arr, format: str, page_size: int, indices: Ar
 
     q bf16 [b, s_q, h_q, d_qk] (576 v32_fp8, 512 v4_fp8 / v41_fp8); k_cache u8 paged cache; indices i32
     [b, s_q, topk]; topk_length, extra_topk_length i32 [b]; attn_sink f32 [h_q]; extra_indices
-    i32 [b, s_q, extra_topk]; extra_format "" = format (or v41_fp4 with a v41_fp8 k_cache, CPU
-    only); softmax_scale 0 = d_qk ** -0.5; out bf16 [b, s_q, h_q, 512];
+    i32 [b, s_q, extra_topk]; extra_format "" = format (or v41_fp4 with a v41_fp8 k_cache);
+    softmax_scale 0 = d_qk ** -0.5; out bf16 [b, s_q, h_q, 512];
     lse f32 [b, h_q, s_q]; impl: auto | oracle | fast | cuda.
     """
 

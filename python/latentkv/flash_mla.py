@@ -196,7 +196,8 @@ def flash_mla_with_kvcache(
         raise TypeError("tile_scheduler_metadata must be the object returned by get_mla_metadata, "
                         f"got {type(meta).__name__}")
     if num_splits is not None:
-        raise ValueError("num_splits must be None (the second value returned by get_mla_metadata)")
+        raise ValueError("num_splits must be None (the second value returned by get_mla_metadata), "
+                         f"got {num_splits!r}")
     if head_dim_v != 512:
         raise ValueError(f"head_dim_v must be 512, got {head_dim_v}")
     if indices is None:

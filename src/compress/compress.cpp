@@ -221,10 +221,11 @@ void compress_kv(const CompressArgs& a, Stream stream, CompressImpl impl) {
   // 16-byte loads of state rows and 16-byte-aligned records.
   LKV_CHECK(reinterpret_cast<uintptr_t>(p.state) % 16 == 0 && p.stride_state_block % 4 == 0 &&
                 p.stride_state_row % 4 == 0,
-            "compress_kv on CUDA needs state_cache rows aligned to 16 bytes (strides ",
-            p.stride_state_block, ", ", p.stride_state_row, " elements)");
+            "compress_kv on CUDA needs state_cache rows aligned to 16 bytes, got ",
+            a.state_cache.alignment_str(16));
   LKV_CHECK(reinterpret_cast<uintptr_t>(p.rms_weight) % 8 == 0,
-            "compress_kv on CUDA needs rms_norm_weight aligned to 8 bytes");
+            "compress_kv on CUDA needs rms_norm_weight aligned to 8 bytes, got ",
+            a.rms_norm_weight.alignment_str(8));
   const size_t scratch = compress::cuda::workspace_bytes(p, dev.index);
   void* ws = nullptr;
   int* counters = nullptr;
@@ -234,7 +235,8 @@ void compress_kv(const CompressArgs& a, Stream stream, CompressImpl impl) {
               " bytes is too small, these arguments need ", need,
               " (compress_workspace_bytes)");
     LKV_CHECK(reinterpret_cast<uintptr_t>(a.workspace) % 256 == 0,
-              "compress_kv: workspace must be 256-byte aligned");
+              "compress_kv: workspace must be 256-byte aligned, got address % 256 = ",
+              reinterpret_cast<uintptr_t>(a.workspace) % 256);
     counters = static_cast<int*>(a.workspace);
     ws = static_cast<uint8_t*>(a.workspace) + counter_bytes(p);
   } else {

@@ -293,7 +293,8 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   check_tensor(a.indices, "indices", {"b", "s_q", "topk"}, DType::i32, env);
   const bool has_extra = a.extra_k_cache.data != nullptr;
   LKV_CHECK(has_extra == (a.extra_indices.data != nullptr),
-            "sparse_decode: extra_k_cache and extra_indices must be given together");
+            "sparse_decode: extra_k_cache and extra_indices must be given together, got ",
+            has_extra ? "extra_k_cache without extra_indices" : "extra_indices without extra_k_cache");
   if (has_extra) check_tensor(a.extra_indices, "extra_indices", {"b", "s_q", "extra_topk"}, DType::i32, env);
   // The extra cache's format: the main one's, or DeepSeek V4.1's pairing of a v41_fp8 k_cache with
   // a v41_fp4 extra cache (FlashMLA accepts v41_fp4 only there). Other pairings of equal d_qk would
@@ -445,7 +446,8 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
     LKV_CHECK(a.workspace_bytes >= need, "sparse_decode: workspace of ", a.workspace_bytes,
               " bytes is too small, the plan needs ", need, " (sparse_decode_workspace_bytes)");
     LKV_CHECK(reinterpret_cast<uintptr_t>(ws) % 256 == 0,
-              "sparse_decode: workspace must be 256-byte aligned");
+              "sparse_decode: workspace must be 256-byte aligned, got address % 256 = ",
+              reinterpret_cast<uintptr_t>(ws) % 256);
   } else if (need > 0) {
     ws = cuda_common::cached_buffer(cuda_common::BufferPurpose::kDecodeScratch, need, dev.index,
                                     stream);

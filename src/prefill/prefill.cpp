@@ -148,7 +148,8 @@ void sparse_prefill_batched(const SparsePrefillArgs& a, const TensorView& seq_of
   check_tensor(seq_offsets_q, "seq_offsets_q", {"num_seqs + 1"}, DType::i64, env);
   check_tensor(seq_offsets_kv, "seq_offsets_kv", {"num_seqs + 1"}, DType::i64, env);
   const int64_t num_seqs = env.get("num_seqs + 1") - 1;
-  LKV_CHECK(num_seqs >= 1, "sparse_prefill_batched: needs at least one sequence (offsets of length 2)");
+  LKV_CHECK(num_seqs >= 1, "sparse_prefill_batched: needs at least one sequence (offsets of length >= 2), "
+            "got offsets of length ", num_seqs + 1);
   for (const auto& [t, name] :
        {std::pair{&seq_offsets_q, "seq_offsets_q"}, {&seq_offsets_kv, "seq_offsets_kv"}})
     LKV_CHECK(t->stride(0) == 1, name, " must be contiguous, got stride ", t->stride(0));

@@ -395,6 +395,46 @@ TEST(CompressCpu, StridedIndexInputsAreRefused) {
   }
 }
 
+// The dense inputs must be contiguous in their last dimension (rms_norm_weight, 1-D, in its only
+// one): a view with every stride doubled over a copy twice as long (valid memory, the same
+// values) is named with its stride and nothing is written, in either mode.
+TEST(CompressCpu, StridedDenseInputsAreRefused) {
+  WorkloadOptions o;
+  o.num_reqs = 2;
+  o.tokens_per_req = 512;
+  o.random_initial_cache = true;
+  struct Input {
+    TensorView CompressArgs::*member;
+    const char* expect;
+  };
+  const Input inputs[] = {
+      {&CompressArgs::state_cache, "state_cache must be contiguous in its last dimension, got stride 2"},
+      {&CompressArgs::block_table, "block_table must be contiguous in its last dimension, got stride 2"},
+      {&CompressArgs::cos_sin_cache, "cos_sin_cache must be contiguous in its last dimension, got stride 2"},
+      {&CompressArgs::rms_norm_weight, "rms_norm_weight must be contiguous, got stride 2"},
+  };
+  for (CompressMode mode : {CompressMode::kInPlace, CompressMode::kFunctional})
+    for (const Input& in : inputs) {
+      CompressWorkload w = make_workload(o);
+      CompressArgs a = w.args(mode);
+      TensorView& t = a.*in.member;
+      ASSERT_TRUE(t.is_contiguous()) << in.expect;
+      const size_t elem = dtype_size(t.dtype);
+      const int64_t n = t.numel();
+      std::vector<uint8_t> wide(static_cast<size_t>(2 * n) * elem, 0);
+      for (int64_t k = 0; k < n; ++k)
+        std::memcpy(wide.data() + 2 * k * elem, static_cast<const uint8_t*>(t.data) + k * elem, elem);
+      std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.ndim), strides(t.ndim);
+      for (int d = 0; d < t.ndim; ++d) strides[d] = 2 * t.stride(d);
+      t = TensorView(wide.data(), t.dtype, shape, strides);
+      const std::vector<uint8_t> before = w.kv;
+      const std::string msg =
+          latentkv::testing::error_of([&] { compress_kv(a, nullptr, CompressImpl::kCpuFast); });
+      EXPECT_NE(msg.find(in.expect), std::string::npos) << "got: " << msg;
+      EXPECT_EQ(w.kv, before) << in.expect << (mode == CompressMode::kFunctional ? " (functional)" : " (in place)");
+    }
+}
+
 TEST(CompressCpu, NegativeSlotsAreSkipped) {
   WorkloadOptions o;
   o.num_reqs = 1;

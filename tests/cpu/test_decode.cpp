@@ -670,7 +670,13 @@ TEST(DecodeErrors, BadShapesAndDtypesAreNamed) {
        "expected topk_length of shape [b] i32"},
       {"extra indices without an extra cache",
        [&](SparseDecodeArgs& a) { a.extra_indices = a.indices; },
-       "extra_k_cache and extra_indices must be given together"},
+       "extra_k_cache and extra_indices must be given together, got extra_indices without extra_k_cache"},
+      {"an extra cache without extra indices",
+       [&](SparseDecodeArgs& a) {
+         a.extra_k_cache = a.k_cache;
+         a.extra_page_size = a.page_size;
+       },
+       "extra_k_cache and extra_indices must be given together, got extra_k_cache without extra_indices"},
       {"a v4_int8 cache", [&](SparseDecodeArgs& a) { a.format = CacheFormat::v4_int8; },
        "sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches (v41_fp4 only as the extra cache of a "
        "v41_fp8 one), got v4_int8"},

@@ -534,7 +534,7 @@ TEST(PrefillErrors, BadSequenceOffsetsAreNamed) {
       {{0, 2, 4}, {0, 50, 110}, "seq_offsets_q[2] must equal s_q=5, got 4"},
       {{0, 2, 5}, {0, 50, 111}, "seq_offsets_kv[2] must equal s_kv=110, got 111"},
       {{0, 2, 5}, {0, 50, 60, 110}, "expected seq_offsets_kv of shape [num_seqs + 1] i64, got [4] i64"},
-      {{0}, {0}, "needs at least one sequence"},
+      {{0}, {0}, "needs at least one sequence (offsets of length >= 2), got offsets of length 1"},
   };
   for (const Case& c : cases) {
     w.poison_outputs();

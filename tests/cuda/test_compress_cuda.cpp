@@ -263,16 +263,24 @@ TEST(CompressCuda, ErrorsNameTheValueAndWriteNothing) {
       {"to block 999", [](auto& w) { w.block_table[3] = 999; }},
       {"to block -4", [](auto& w) { w.block_table[5] = -4; }},
       {"slot 1 is written by outputs 1 and 2", [](auto& w) { w.slot_mapping[w.boundary[2]] = 1; }},
+      {"boundary_token_indices[1] = -1 is outside [0, num_tokens = 1024)", [](auto& w) { w.boundary[1] = -1; }},
+      {"token_to_req gives request -1", [](auto& w) { w.token_to_req[w.boundary[2]] = -1; }},
+      // One past the last slot (the cache holds num_pages * 64 of them).
+      {"outside the cache's", [](auto& w) { w.slot_mapping[w.boundary[3]] = w.num_pages * 64; }},
   };
-  for (const Bad& bad : bads) {
-    CompressWorkload w = make_workload(o);
-    DeviceWorkload d(w);
-    bad.spoil(w);
-    d.reupload_indices();
-    const std::string msg = latentkv::testing::error_of([&] { compress_kv(d.args(), nullptr, CompressImpl::kCuda); });
-    EXPECT_NE(msg.find(bad.expect), std::string::npos) << "got: " << msg;
-    EXPECT_EQ(d.kv.download(), w.kv) << "cache changed after rejecting: " << bad.expect;
-  }
+  // Both modes: functional mode clears the cache with one memset, which must come after every check.
+  for (CompressMode mode : {CompressMode::kInPlace, CompressMode::kFunctional})
+    for (const Bad& bad : bads) {
+      CompressWorkload w = make_workload(o);
+      DeviceWorkload d(w);
+      bad.spoil(w);
+      d.reupload_indices();
+      const std::string msg =
+          latentkv::testing::error_of([&] { compress_kv(d.args(mode), nullptr, CompressImpl::kCuda); });
+      EXPECT_NE(msg.find(bad.expect), std::string::npos) << "got: " << msg;
+      EXPECT_EQ(d.kv.download(), w.kv) << "cache changed after rejecting: " << bad.expect
+                                       << (mode == CompressMode::kFunctional ? " (functional)" : " (in place)");
+    }
 }
 
 // A compress_ratio beyond what the grid can run (65535 splits of 256 rows) is refused before the
@@ -407,13 +415,24 @@ TEST(CompressCuda, CallerWorkspaceOnAStreamCapturedInAGraph) {
     a.check_indices = false;
     const size_t bytes = compress_workspace_bytes(a);
     ASSERT_GT(bytes, 0u);
-    std::vector<uint8_t> garbage(bytes, 0x5a);  // a workspace need not be zeroed by the caller
+    // A workspace need not be zeroed by the caller; 256 bytes more for the misaligned start below.
+    std::vector<uint8_t> garbage(bytes + 256, 0x5a);
     DeviceBuffer<uint8_t> ws(garbage);
+    // Refused workspaces (one byte short; 16 bytes past a 256-byte boundary) write nothing, in
+    // functional mode too, whose memset comes after these checks.
+    d.kv.upload(w.kv);
     a.workspace = ws.get();
-    a.workspace_bytes = bytes;
     a.workspace_bytes = bytes - 1;
-    EXPECT_NE(latentkv::testing::error_of([&] { compress_kv(a); }).find("too small"), std::string::npos);
+    EXPECT_NE(latentkv::testing::error_of([&] { compress_kv(a); })
+                  .find("workspace of " + std::to_string(bytes - 1) + " bytes is too small"),
+              std::string::npos);
+    a.workspace = ws.get() + 16;
     a.workspace_bytes = bytes;
+    EXPECT_NE(latentkv::testing::error_of([&] { compress_kv(a); })
+                  .find("workspace must be 256-byte aligned, got address % 256 = 16"),
+              std::string::npos);
+    EXPECT_EQ(d.kv.download(), w.kv) << "cache changed after a refused workspace";
+    a.workspace = ws.get();
 
     cudaStream_t stream;
     LKV_TEST_CUDA(cudaStreamCreate(&stream));

@@ -213,6 +213,9 @@ def test_compress_caller_workspace():
     assert torch.equal(own, cached)
     with pytest.raises(ValueError, match=r"workspace of 16 bytes is too small"):
         latentkv.compress_kv(*args, format="v4_fp8", mode="functional", workspace=ws[:16])
+    wide = torch.empty(need + 256, dtype=torch.uint8, device=DEV)
+    with pytest.raises(ValueError, match=r"workspace must be 256-byte aligned, got address % 256 = 16"):
+        latentkv.compress_kv(*args, format="v4_fp8", mode="functional", workspace=wide[16:16 + need])
 
 
 # ---- cache formats ---------------------------------------------------------------------------
@@ -358,6 +361,10 @@ def test_sparse_decode_plan_workspace_and_determinism():
         decode_numpy(inp, "auto", plan=latentkv.plan_decode(1, 1, 64, 2048, 64))
     with pytest.raises(ValueError, match=r"workspace of 16 bytes is too small"):
         decode_numpy(inp, "auto", plan=plan, workspace=ws[:16])
+    # torch's allocator starts blocks at multiples of 512 bytes, so 16 bytes in is misaligned.
+    wide = torch.empty(ws.numel() + 256, dtype=torch.uint8, device=DEV)
+    with pytest.raises(ValueError, match=r"workspace must be 256-byte aligned, got address % 256 = 16"):
+        decode_numpy(inp, "auto", plan=plan, workspace=wide[16:16 + ws.numel()])
     # A host workspace for a CUDA call is a device error, not scratch the kernels would write.
     with pytest.raises(TypeError, match=r"workspace is on cpu, expected cuda:0"):
         decode_numpy(inp, "auto", plan=plan, workspace=ws.cpu())

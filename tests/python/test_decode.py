@@ -183,7 +183,8 @@ def test_errors():
         latentkv.sparse_decode(q.astype(np.float32), inp["k_cache"], inp["indices"])
     with pytest.raises(TypeError, match=r"expected indices of shape \[b, s_q, topk\] i32"):
         latentkv.sparse_decode(q, inp["k_cache"], inp["indices"].astype(np.int64))
-    with pytest.raises(ValueError, match=r"extra_k_cache and extra_indices must be given together"):
+    with pytest.raises(ValueError, match=r"extra_k_cache and extra_indices must be given together, "
+                       r"got extra_k_cache without extra_indices"):
         latentkv.sparse_decode(q, inp["k_cache"], inp["indices"], extra_k_cache=inp["k_cache"])
     with pytest.raises(ValueError, match=r"sparse_decode supports v32_fp8, v4_fp8 and v41_fp8 caches "
                        r"\(v41_fp4 only as the extra cache of a v41_fp8 one\), got v4_int8"):

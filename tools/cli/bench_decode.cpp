@@ -404,7 +404,8 @@ int cmd_bench_decode(const Args& args) {
     res.notes["list_overlap"] = "--list-overlap " + overlap_arg +
                                 ": each candidate of a request's query tokens 1.. is one of token 0's (in another "
                                 "order) with this probability, else a fresh draw";
-  const bool sorted = std::getenv("LKV_BENCH_SORTED_INDICES") != nullptr;
+  const char* sorted_env = std::getenv("LKV_BENCH_SORTED_INDICES");
+  const bool sorted = sorted_env && std::strcmp(sorted_env, "1") == 0;  // "=1", as the other switches
   res.notes["index_order"] = sorted ? "each query token's indices sorted by slot (LKV_BENCH_SORTED_INDICES)"
                                     : "random";
   double hbm = 0, empty_launch = 0;
