@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # One device call on any GPU: the CUDA tests that place records, rows, pages, state blocks and
 # q/out rows past 4 GiB (`*Past4GiB`, each needs about 5 GiB of device memory) and the compressor's
-# refusal tests, then, on an H200
-# only, h200_benches.sh's attention benches of the same build while time is left, then memcheck of
-# the same tests while time is left (LKV_SECONDS: the call's budget, call_lib.sh).
+# refusal tests; then, on an H200 only, h200_benches.sh's attention benches of the same build; then
+# memcheck of the same tests while time is left (LKV_SECONDS: the call's budget, call_lib.sh).
 # Here: LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/NAME.tar.xz bash scripts/gpu_prebuild.sh
 #   latentkv lkv_cuda_tests
 # There (carry the archive): bash bench/probes/far_run.sh build-pk/NAME.tar.xz
