@@ -4,11 +4,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "latentkv/error.h"
+#include "latentkv/tensor.h"
 
 namespace latentkv::testing {
 
@@ -53,5 +55,19 @@ class LazyHostBuffer {
   unsigned char* p_;
   size_t n_;
 };
+
+// The values of the contiguous view t under every stride doubled (the last one 2), in `store`,
+// whose bytes between the elements are `fill`: valid memory for the whole view, but not contiguous
+// in its last dimension, which the ops refuse by name.
+inline TensorView doubled_strides(const TensorView& t, std::vector<uint8_t>& store, uint8_t fill = 0) {
+  const size_t elem = dtype_size(t.dtype);
+  const int64_t n = t.numel();
+  store.assign(static_cast<size_t>(2 * n) * elem, fill);
+  for (int64_t k = 0; k < n; ++k)
+    std::memcpy(store.data() + 2 * k * elem, static_cast<const uint8_t*>(t.data) + k * elem, elem);
+  std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.ndim), strides(t.ndim);
+  for (int d = 0; d < t.ndim; ++d) strides[d] = 2 * t.stride(d);
+  return TensorView(store.data(), t.dtype, shape, strides, t.device);
+}
 
 }  // namespace latentkv::testing

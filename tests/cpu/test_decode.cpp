@@ -727,6 +727,37 @@ TEST(DecodeErrors, BadShapesAndDtypesAreNamed) {
     }
 }
 
+// Every array but the caches and the 1-D ones must be contiguous in its last dimension: the same
+// values under every stride doubled are named with the stride, and nothing is written (the doubled
+// view's own bytes included, where it is an output).
+TEST(DecodeErrors, ViewsStridedInTheLastDimensionAreNamed) {
+  DecodeWorkloadOptions o;
+  o.h_q = 4;
+  o.s_q = 2;
+  o.extra = true;
+  DecodeWorkload w = make_decode_workload(o);
+  for (const auto& [member, name] :
+       {std::pair{&SparseDecodeArgs::q, "q"}, {&SparseDecodeArgs::indices, "indices"},
+        {&SparseDecodeArgs::extra_indices, "extra_indices"}, {&SparseDecodeArgs::out, "out"},
+        {&SparseDecodeArgs::lse, "lse"}})
+    for (DecodeImpl impl : {DecodeImpl::kCpuOracle, DecodeImpl::kCpuFast}) {
+      w.poison_outputs();
+      const std::vector<uint16_t> out_before = w.out;
+      SparseDecodeArgs a = w.args();
+      ASSERT_TRUE((a.*member).is_contiguous()) << name;
+      std::vector<uint8_t> store;
+      a.*member = latentkv::testing::doubled_strides(a.*member, store, 0xa5);
+      const std::vector<uint8_t> store_before = store;
+      const std::string msg = latentkv::testing::error_of([&] { sparse_decode(a, nullptr, impl); });
+      EXPECT_NE(msg.find(std::string(name) + " must be contiguous in its last dimension, got stride 2"),
+                std::string::npos)
+          << name << ": got \"" << msg << "\"";
+      for (float l : w.lse) ASSERT_TRUE(std::isnan(l)) << name << ": lse written";
+      ASSERT_EQ(w.out, out_before) << name << ": out written";
+      ASSERT_EQ(store, store_before) << name << ": the strided view written";
+    }
+}
+
 // The extra cache's format: k_cache's, or v41_fp4 with a v41_fp8 k_cache; the view must be that
 // format's records.
 TEST(DecodeErrors, ExtraCacheFormatPairings) {

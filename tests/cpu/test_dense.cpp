@@ -523,6 +523,39 @@ TEST(DenseErrors, BadShapesAndDtypesAreNamed) {
     }
 }
 
+// Every array but cache_seqlens (1-D) must be contiguous in its last dimension: the same values
+// under every stride doubled are named with the stride, and nothing is written (the doubled view's
+// own bytes included, where it is an output).
+TEST(DenseErrors, ViewsStridedInTheLastDimensionAreNamed) {
+  DenseWorkloadOptions o;
+  o.b = 2;
+  o.s_q = 2;
+  o.h_q = 4;
+  o.h_kv = 2;
+  o.page_size = 16;
+  o.max_len = 40;
+  DenseWorkload w = make_dense_workload(o);
+  for (const auto& [member, name] :
+       {std::pair{&DenseDecodeArgs::q, "q"}, {&DenseDecodeArgs::k_cache, "k_cache"},
+        {&DenseDecodeArgs::block_table, "block_table"}, {&DenseDecodeArgs::out, "out"},
+        {&DenseDecodeArgs::lse, "lse"}})
+    for (DenseImpl impl : {DenseImpl::kCpuOracle, DenseImpl::kCpuFast}) {
+      w.poison_outputs();
+      DenseDecodeArgs a = w.args();
+      ASSERT_TRUE((a.*member).is_contiguous()) << name;
+      std::vector<uint8_t> store;
+      a.*member = latentkv::testing::doubled_strides(a.*member, store, 0xa5);
+      const std::vector<uint8_t> store_before = store;
+      const std::string msg = latentkv::testing::error_of([&] { dense_decode(a, nullptr, impl); });
+      EXPECT_NE(msg.find(std::string(name) + " must be contiguous in its last dimension, got stride 2"),
+                std::string::npos)
+          << name << ": got \"" << msg << "\"";
+      for (float l : w.lse) ASSERT_TRUE(std::isnan(l)) << name << ": lse written";
+      for (uint16_t x : w.out) ASSERT_EQ(x, 0x7fc0) << name << ": out written";
+      ASSERT_EQ(store, store_before) << name << ": the strided view written";
+    }
+}
+
 TEST(DenseErrors, BadBlockTableEntryNamesRequestBlockAndValue) {
   DenseWorkloadOptions o;
   o.b = 3;
