@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call on any GPU: the CUDA tests that place records, rows, pages, state blocks and
-# q/out rows past 4 GiB (`*Past4GiB`, each needs about 5 GiB of device memory) and the compressor's
+# q/out rows past 4 GiB (`*Past4GiB`, each needs about 5 GiB of device memory) and the CUDA-only
 # refusal tests; then, on an H200 only, h200_benches.sh's attention benches of the same build; then
 # memcheck of the same tests while time is left (LKV_SECONDS: the call's budget, call_lib.sh).
 # Here: LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/NAME.tar.xz bash scripts/gpu_prebuild.sh
@@ -12,8 +12,10 @@ OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/far"
 gpu=$(nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader)
 echo "$gpu"
 unpack "${1:?archive}" build-gpu-far || exit 1
-# With them, the compressor's refusal tests (both modes, misaligned and short workspaces).
+# With them, the CUDA-only refusals: the compressor's (both modes, misaligned and short
+# workspaces) and the attention ops' (rows not aligned to 16 bytes, d_qk other than 512 or 576).
 filter='*Past4GiB*:CompressCuda.ErrorsNameTheValueAndWriteNothing:CompressCuda.CallerWorkspaceOnAStreamCapturedInAGraph'
+filter+=':DecodeCuda.MisalignedRowsAreNamed:AttentionCuda.MisalignedRowsAndOtherWidthsAreNamed'
 t0=$(date +%s)
 timeout 200 build-gpu-far/lkv_cuda_tests --gtest_filter="$filter" >"$OUT/far/tests.log" 2>&1
 summary "far tests" $? $(( $(date +%s) - t0 )) "$OUT/far/tests.log"

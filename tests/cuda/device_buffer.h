@@ -71,11 +71,25 @@ class DeviceArena {
   DeviceArena& operator=(const DeviceArena&) = delete;
   uint8_t* get() const { return static_cast<uint8_t*>(ptr_); }
   size_t size() const { return n_; }
+  // Whether every byte still holds `fill` (a refused call's outputs).
+  bool all(uint8_t fill) const {
+    std::vector<uint8_t> h(n_);
+    if (!ptr_ || cudaMemcpy(h.data(), ptr_, n_, cudaMemcpyDeviceToHost) != cudaSuccess) return false;
+    for (uint8_t x : h)
+      if (x != fill) return false;
+    return true;
+  }
 
  private:
   void* ptr_ = nullptr;
   size_t n_ = 0;
 };
+
+// t's shape and strides over other bytes (a test's own buffer for one argument).
+inline TensorView view_at(TensorView t, void* data) {
+  t.data = data;
+  return t;
+}
 
 // `bytes` of host data copied into `arena` after `skip` rows (pages, blocks) of `row_bytes`, and
 // `view` (rows along its first dimension) made to cover the arena up to the data's last row.

@@ -727,6 +727,59 @@ TEST(DenseCuda, Errors) {
   }
 }
 
+// The CUDA-only refusals of prefill and dense decode, each named with its value before anything is
+// launched: rows not aligned to 16 bytes (the kernels move q, kv / k_cache and out rows with 16-byte
+// accesses; each view here starts 2 bytes into a buffer of its own) and d_qk other than 512 or 576
+// (which the CPU paths take). The outputs go to buffers of 0x7f bytes, which must stay so.
+TEST(AttentionCuda, MisalignedRowsAndOtherWidthsAreNamed) {
+  REQUIRE_GPU();
+  using latentkv::testing::view_at;
+  for (const std::string name : {"q", "kv", "out", "d_qk"}) {
+    PrefillWorkload w = latentkv::testing::make_prefill_workload(variant_prefill(2, 16, name == "d_qk" ? 640 : 576, 2900));
+    const size_t bytes = name == "kv" ? w.kv.size() * 2 : name == "q" ? w.q.size() * 2 : w.out.size() * 2;
+    DeviceArena moved(bytes + 16, 0x7f), out(w.out.size() * 2, 0x7f), mx(w.max_logits.size() * 4, 0x7f),
+        lse(w.lse.size() * 4, 0x7f);
+    ASSERT_TRUE(moved.get() && out.get() && mx.get() && lse.get());
+    const std::string msg = latentkv::testing::error_of([&] {
+      run_prefill_gpu(w, [&](SparsePrefillArgs& a) {
+        a.out = view_at(a.out, out.get());
+        a.max_logits = view_at(a.max_logits, mx.get());
+        a.lse = view_at(a.lse, lse.get());
+        if (name == "d_qk") return;
+        TensorView& t = name == "q" ? a.q : name == "kv" ? a.kv : a.out;
+        t = view_at(t, moved.get() + 2);
+      });
+    });
+    const std::string want = name == "d_qk" ? "sparse_prefill on CUDA supports d_qk 512 and 576, got d_qk=640"
+                                            : "sparse_prefill on CUDA needs " + name +
+                                                  " rows aligned to 16 bytes, got address % 16 = 2";
+    EXPECT_NE(msg.find(want), std::string::npos) << "prefill " << name << ": got \"" << msg << "\"";
+    EXPECT_TRUE(out.all(0x7f) && mx.all(0x7f) && lse.all(0x7f) && moved.all(0x7f)) << "prefill " << name;
+  }
+  for (const std::string name : {"q", "k_cache", "out", "d_qk"}) {
+    DenseWorkloadOptions o = variant_dense(2, 1, 16, 200, false, 2901);
+    if (name == "d_qk") o.d_qk = 640;
+    DenseWorkload w = latentkv::testing::make_dense_workload(o);
+    const size_t bytes = name == "k_cache" ? w.k_cache.size() * 2 : name == "q" ? w.q.size() * 2 : w.out.size() * 2;
+    DeviceArena moved(bytes + 16, 0x7f), out(w.out.size() * 2, 0x7f), lse(w.lse.size() * 4, 0x7f);
+    ASSERT_TRUE(moved.get() && out.get() && lse.get());
+    const std::string msg = latentkv::testing::error_of([&] {
+      run_dense_gpu(w, [&](DenseDecodeArgs& a) {
+        a.out = view_at(a.out, out.get());
+        a.lse = view_at(a.lse, lse.get());
+        if (name == "d_qk") return;
+        TensorView& t = name == "q" ? a.q : name == "k_cache" ? a.k_cache : a.out;
+        t = view_at(t, moved.get() + 2);
+      });
+    });
+    const std::string want = name == "d_qk" ? "dense_decode on CUDA supports d_qk 512 and 576, got d_qk=640"
+                                            : "dense_decode on CUDA needs " + name +
+                                                  " rows (and pages) aligned to 16 bytes, got address % 16 = 2";
+    EXPECT_NE(msg.find(want), std::string::npos) << "dense " << name << ": got \"" << msg << "\"";
+    EXPECT_TRUE(out.all(0x7f) && lse.all(0x7f) && moved.all(0x7f)) << "dense " << name;
+  }
+}
+
 TEST(AttentionCuda, WideAndNarrowLayoutsAgreeBitwise) {
   REQUIRE_GPU();
   UseKernel use(KernelChoice::kPortable);  // both layouts are the portable kernel's

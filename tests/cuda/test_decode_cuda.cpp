@@ -419,6 +419,35 @@ TEST(DecodeCuda, CornerCases) {
 // indices with NaN in unattended records (fp4 records' NaN is in their e4m3 scales), all indices
 // invalid, zero lengths, split plans, pages whose last record ends the allocation (memcheck runs
 // this test); reruns bitwise equal.
+// q and out rows not aligned to 16 bytes (the kernels move them with 16-byte accesses) are refused
+// on CUDA with the address, before anything is launched: each view starts 2 bytes into a buffer of
+// its own, and the outputs, in buffers of 0x7f bytes, stay so.
+TEST(DecodeCuda, MisalignedRowsAreNamed) {
+  REQUIRE_GPU();
+  using latentkv::testing::view_at;
+  DecodeWorkloadOptions o;
+  o.h_q = 16;
+  o.s_q = 2;
+  DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+  for (const std::string name : {"q", "out"}) {
+    OnDevice d(w);
+    SparseDecodeArgs a = d.args;
+    DeviceArena moved((name == "q" ? w.q.size() : w.out.size()) * 2 + 16, 0x7f), out(w.out.size() * 2, 0x7f),
+        lse(w.lse.size() * 4, 0x7f);
+    ASSERT_TRUE(moved.get() && out.get() && lse.get());
+    a.out = view_at(a.out, out.get());
+    a.lse = view_at(a.lse, lse.get());
+    TensorView& t = name == "q" ? a.q : a.out;
+    t = view_at(t, moved.get() + 2);
+    const std::string msg = latentkv::testing::error_of([&] { sparse_decode(a, nullptr, DecodeImpl::kCuda); });
+    EXPECT_NE(msg.find("sparse_decode on CUDA needs " + name + " rows aligned to 16 bytes, got address % 16 = 2"),
+              std::string::npos)
+        << name << ": got \"" << msg << "\"";
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE(out.all(0x7f) && lse.all(0x7f) && moved.all(0x7f)) << name;
+  }
+}
+
 TEST(DecodeCuda, Fp4ExtraCacheAgainstTheOracle) {
   REQUIRE_GPU();
   struct Case {
