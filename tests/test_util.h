@@ -70,4 +70,20 @@ inline TensorView doubled_strides(const TensorView& t, std::vector<uint8_t>& sto
   return TensorView(store.data(), t.dtype, shape, strides, t.device);
 }
 
+// Calls `call` with args.*member replaced by its doubled_strides view: "" when the error names it
+// ("NAME must be contiguous in its last dimension, got stride 2") and the view's own bytes stay as
+// they were, else what happened instead.
+template <class Args>
+std::string refuses_doubled_strides(Args args, TensorView Args::*member, const std::string& name,
+                                    const std::function<void(const Args&)>& call) {
+  if (!(args.*member).is_contiguous()) return name + " is not contiguous to begin with";
+  std::vector<uint8_t> store;
+  args.*member = doubled_strides(args.*member, store, 0xa5);
+  const std::vector<uint8_t> before = store;
+  const std::string msg = error_of([&] { call(args); });
+  if (msg.find(name + " must be contiguous in its last dimension, got stride 2") == std::string::npos)
+    return name + ": got \"" + msg + "\"";
+  return store == before ? "" : name + ": the strided view was written";
+}
+
 }  // namespace latentkv::testing
