@@ -443,7 +443,9 @@ TEST(DenseOracle, HandComputedTwoTokens) {
 
 // ---- errors -----------------------------------------------------------------------------------
 
-TEST(DenseErrors, BadShapesAndDtypesAreNamed) {
+namespace {
+// The small grouped-head case the error tests bend: b 2, s_q 2, h_q 4 over h_kv 2, 16-token pages.
+DenseWorkloadOptions error_case() {
   DenseWorkloadOptions o;
   o.b = 2;
   o.s_q = 2;
@@ -451,6 +453,12 @@ TEST(DenseErrors, BadShapesAndDtypesAreNamed) {
   o.h_kv = 2;
   o.page_size = 16;
   o.max_len = 40;
+  return o;
+}
+}  // namespace
+
+TEST(DenseErrors, BadShapesAndDtypesAreNamed) {
+  const DenseWorkloadOptions o = error_case();
   DenseWorkload w = make_dense_workload(o);
   std::vector<uint16_t> big(static_cast<size_t>(w.num_pages * 16 * 4 * 1024));
   std::vector<uint8_t> bytes(static_cast<size_t>(w.num_pages * 16 * 656));
@@ -527,14 +535,7 @@ TEST(DenseErrors, BadShapesAndDtypesAreNamed) {
 // under every stride doubled are named with the stride, and nothing is written (the doubled view's
 // own bytes included, where it is an output).
 TEST(DenseErrors, ViewsStridedInTheLastDimensionAreNamed) {
-  DenseWorkloadOptions o;
-  o.b = 2;
-  o.s_q = 2;
-  o.h_q = 4;
-  o.h_kv = 2;
-  o.page_size = 16;
-  o.max_len = 40;
-  DenseWorkload w = make_dense_workload(o);
+  DenseWorkload w = make_dense_workload(error_case());
   for (const auto& [member, name] :
        {std::pair{&DenseDecodeArgs::q, "q"}, {&DenseDecodeArgs::k_cache, "k_cache"},
         {&DenseDecodeArgs::block_table, "block_table"}, {&DenseDecodeArgs::out, "out"},
