@@ -411,14 +411,6 @@ TEST(DecodeCuda, CornerCases) {
   }
 }
 
-// DeepSeek V4.1's v41_fp4 extra cache beside a v41_fp8 cache (KeyStorage::kV41Mixed) on the
-// portable kernel, on the compact one and on the Hopper one (its 64-row kernel for h_q 64-128, its narrow kernel for h_q
-// 1 and 16; records.cuh reads fp4 records by 4 lanes per token) against the float64 oracle (the layouts and
-// copy-warp counts: WideAndNarrowLayoutsAgreeBitwise, CopyWarpsAgreeBitwise): main topk a
-// multiple of 64 and not (a block of candidates holding both kinds), lengths, sinks, hostile
-// indices with NaN in unattended records (fp4 records' NaN is in their e4m3 scales), all indices
-// invalid, zero lengths, split plans, pages whose last record ends the allocation (memcheck runs
-// this test); reruns bitwise equal.
 // q and out rows not aligned to 16 bytes (the kernels move them with 16-byte accesses) are refused
 // on CUDA with the address, before anything is launched: each view starts 2 bytes into a buffer of
 // its own, and the outputs, in buffers of 0x7f bytes, stay so.
@@ -448,6 +440,14 @@ TEST(DecodeCuda, MisalignedRowsAreNamed) {
   }
 }
 
+// DeepSeek V4.1's v41_fp4 extra cache beside a v41_fp8 cache (KeyStorage::kV41Mixed) on the
+// portable kernel, on the compact one and on the Hopper one (its 64-row kernel for h_q 64-128, its narrow kernel for h_q
+// 1 and 16; records.cuh reads fp4 records by 4 lanes per token) against the float64 oracle (the layouts and
+// copy-warp counts: WideAndNarrowLayoutsAgreeBitwise, CopyWarpsAgreeBitwise): main topk a
+// multiple of 64 and not (a block of candidates holding both kinds), lengths, sinks, hostile
+// indices with NaN in unattended records (fp4 records' NaN is in their e4m3 scales), all indices
+// invalid, zero lengths, split plans, pages whose last record ends the allocation (memcheck runs
+// this test); reruns bitwise equal.
 TEST(DecodeCuda, Fp4ExtraCacheAgainstTheOracle) {
   REQUIRE_GPU();
   struct Case {
