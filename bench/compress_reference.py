@@ -25,8 +25,12 @@ Like triton.testing.do_bench: 3 warm-up calls, then 20 reps; before each rep a 2
 read (L2 flush; a read rather than do_bench's zeroing, so that the timed call does not also pay for
 writing back a cache full of dirty lines, the same flush `latentkv bench` uses) outside the timed
 region, a CUDA event is recorded before and after one call of the
-reference (int8 variant, including its torch.zeros_like of the output cache), then the device is
-synchronised.  The median in microseconds is reported.  (On --device cpu: perf_counter, no flush.)
+reference (including its torch.zeros_like of the output cache: the contest's function returns a new
+cache), then the device is synchronised.  The median in microseconds is reported.  (On --device
+cpu: perf_counter, no flush.)  Each payload format is timed with its own reference variant
+(--formats, default both): `reference_time_us` is the contest's int8 one, `reference_fp8_time_us`
+(and its `_rounds`, `reference_fp8_graph_time_us`) the e4m3 one, which `latentkv bench compress
+--format v4_fp8 --reference FILE` divides by.
 The eager sequence (~40 small ops) is partly host-launch-bound, so as an extra the same measurement
 is repeated with the call captured in one CUDA graph and replayed (`reference_graph_time_us`, the
 GPU-side time of the same kernels; --no-graph skips it).
@@ -229,6 +233,16 @@ def make_contest_inputs(num_reqs, total_tokens, C, seed, device, shuffled=False,
         page_size=page_size,
         num_reqs=num_reqs,
     )
+
+
+def time_key(fp8):
+    """The JSON key of a case's eager reference time for one payload format (the int8 key is the
+    contest's, and what older files hold)."""
+    return "reference_fp8_time_us" if fp8 else "reference_time_us"
+
+
+def graph_key(fp8):
+    return "reference_fp8_graph_time_us" if fp8 else "reference_graph_time_us"
 
 
 def run_reference(inp, fp8=False):
@@ -481,7 +495,14 @@ def main():
     ap.add_argument("--no-graph", action="store_true", help="skip the extra CUDA-graph timing")
     ap.add_argument("--rounds", type=int, default=3,
                     help="eager timings per case, in rounds over all cases; the median is reported")
+    ap.add_argument("--formats", default="int8,fp8",
+                    help="which reference variants to time: int8 (the contest's v4_int8, reference_time_us) "
+                         "and/or fp8 (DeepSeek V4's v4_fp8, reference_fp8_time_us)")
     args = ap.parse_args()
+    names = [f.strip() for f in args.formats.split(",") if f.strip()]
+    if not names or any(f not in ("int8", "fp8") for f in names):
+        ap.error("--formats takes int8 and/or fp8, got %r" % args.formats)
+    formats = [f == "fp8" for f in dict.fromkeys(names)]  # the fp8 flag of each, in the order given
 
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -521,20 +542,23 @@ def main():
                 "num_outputs": n_out,
                 "seed": seed,
             }
-            t_us = bench(lambda: run_reference(inp, fp8=False), device, args.warmup, args.reps)
-            entry["reference_time_us"] = t_us
-            entry["reference_time_us_rounds"] = [t_us]
             # SPEC section 8: bytes = state rows read + records written
             nbytes = n_out * C * 4 * 2 * HEAD_DIM + n_out * RECORD_BYTES
             entry["bytes"] = nbytes
-            entry["reference_gbps"] = nbytes / (t_us * 1e-6) / 1e9
-            g_us = None if args.no_graph else bench_graph(lambda: run_reference(inp, fp8=False), device, args.warmup, args.reps)
-            entry["reference_graph_time_us"] = g_us
-            print(
-                "[%s] reference %.1f us (%.1f GB/s), in a CUDA graph: %s us"
-                % (name, t_us, entry["reference_gbps"], "n/a" if g_us is None else "%.1f" % g_us),
-                flush=True,
-            )
+            for fp8 in formats:
+                key = time_key(fp8)
+                t_us = bench(lambda: run_reference(inp, fp8=fp8), device, args.warmup, args.reps)
+                entry[key] = t_us
+                entry[key + "_rounds"] = [t_us]
+                g_us = None if args.no_graph else bench_graph(lambda: run_reference(inp, fp8=fp8), device,
+                                                              args.warmup, args.reps)
+                entry[graph_key(fp8)] = g_us
+                print(
+                    "[%s] %s reference %.1f us (%.1f GB/s), in a CUDA graph: %s us"
+                    % (name, "fp8" if fp8 else "int8", t_us, nbytes / (t_us * 1e-6) / 1e9,
+                       "n/a" if g_us is None else "%.1f" % g_us),
+                    flush=True,
+                )
 
             if args.latentkv and not shuffled:
                 case_dir = os.path.join(dump_root, name)
@@ -590,16 +614,21 @@ def main():
             for shuffled in variants:
                 name, seed = case_name_seed(ci, reqs, tokens, C, shuffled, args.seed)
                 inp = make_contest_inputs(reqs, tokens, C, seed, device, shuffled=shuffled)
-                t_us = bench(lambda: run_reference(inp, fp8=False), device, args.warmup, args.reps)
-                by_name[name]["reference_time_us_rounds"].append(t_us)
-                print("[%s] round %d: reference %.1f us" % (name, rnd + 1, t_us), flush=True)
+                for fp8 in formats:
+                    t_us = bench(lambda: run_reference(inp, fp8=fp8), device, args.warmup, args.reps)
+                    by_name[name][time_key(fp8) + "_rounds"].append(t_us)
+                    print("[%s] round %d: %s reference %.1f us" % (name, rnd + 1, "fp8" if fp8 else "int8", t_us),
+                          flush=True)
                 del inp
                 gc.collect()
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
     for e in results:
-        e["reference_time_us"] = statistics.median(e["reference_time_us_rounds"])
-        e["reference_gbps"] = e["bytes"] / (e["reference_time_us"] * 1e-6) / 1e9
+        for fp8 in formats:
+            key = time_key(fp8)
+            e[key] = statistics.median(e[key + "_rounds"])
+        if False in formats:
+            e["reference_gbps"] = e["bytes"] / (e["reference_time_us"] * 1e-6) / 1e9
 
     doc = {
         "op": "compress_reference",
@@ -608,6 +637,7 @@ def main():
         "timing": "do_bench style: %d warm-up, median of %d reps, 256 MB L2 flush (a read) per rep, CUDA events; "
         "eager: the median of %d such rounds over all cases" % (args.warmup, args.reps, max(1, args.rounds)),
         "rounds": max(1, args.rounds),
+        "formats": ["v4_fp8" if fp8 else "v4_int8" for fp8 in formats],
         "cases": results,
     }
     out_dir = os.path.dirname(os.path.abspath(args.out))
@@ -615,34 +645,38 @@ def main():
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=2)
 
-    # short table
+    # short table: one row per case and timed format
     print()
-    hdr = "%-26s %8s %12s %19s %9s %12s" % ("case", "outputs", "ref_us", "rounds min-max", "GB/s", "graph_us")
+    hdr = "%-26s %4s %8s %12s %19s %9s %12s" % ("case", "fmt", "outputs", "ref_us", "rounds min-max", "GB/s",
+                                                 "graph_us")
     if args.latentkv:
         hdr += "  %-28s %-28s" % ("int8 diff (all/nope+-1/sc/rope)", "fp8 diff (all/nope+-1/sc/rope)")
     print(hdr)
     for e in results:
-        g = e.get("reference_graph_time_us")
-        rr = e["reference_time_us_rounds"]
-        line = "%-26s %8d %12.1f %19s %9.1f %12s" % (
-            e["name"],
-            e["num_outputs"],
-            e["reference_time_us"],
-            "%.1f-%.1f" % (min(rr), max(rr)),
-            e["reference_gbps"],
-            "-" if g is None else "%.1f" % g,
-        )
-        if "diff" in e:
-            for label in ("int8", "fp8"):
-                d = e["diff"].get(label, {})
-                if "error" in d:
-                    line += "  %-28s" % "ERROR"
-                else:
-                    line += "  %-28s" % (
-                        "%s/%s/%s/%s"
-                        % (d.get("diff_bytes"), d.get("nope_diff_pm1"), d.get("scale_diff"), d.get("rope_byte_diff"))
-                    )
-        print(line)
+        for i, fp8 in enumerate(formats):
+            key = time_key(fp8)
+            g = e.get(graph_key(fp8))
+            rr = e[key + "_rounds"]
+            line = "%-26s %4s %8d %12.1f %19s %9.1f %12s" % (
+                e["name"] if i == 0 else "",
+                "fp8" if fp8 else "int8",
+                e["num_outputs"],
+                e[key],
+                "%.1f-%.1f" % (min(rr), max(rr)),
+                e["bytes"] / (e[key] * 1e-6) / 1e9,
+                "-" if g is None else "%.1f" % g,
+            )
+            if "diff" in e and i == 0:
+                for label in ("int8", "fp8"):
+                    d = e["diff"].get(label, {})
+                    if "error" in d:
+                        line += "  %-28s" % "ERROR"
+                    else:
+                        line += "  %-28s" % (
+                            "%s/%s/%s/%s"
+                            % (d.get("diff_bytes"), d.get("nope_diff_pm1"), d.get("scale_diff"), d.get("rope_byte_diff"))
+                        )
+            print(line)
     print("wrote %s" % args.out, flush=True)
     return 1 if failures else 0
 

@@ -156,10 +156,12 @@ class EventSpan {
   cudaEvent_t start_, stop_;
 };
 
+// The middle value, or the mean of the two middle values for an even count (the reps are 10-50).
 template <typename T>
-T median(std::vector<T> v) {
+double median(std::vector<T> v) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const size_t n = v.size();
+  return n % 2 == 1 ? static_cast<double>(v[n / 2]) : 0.5 * (static_cast<double>(v[n / 2 - 1]) + v[n / 2]);
 }
 }  // namespace
 

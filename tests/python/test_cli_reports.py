@@ -46,6 +46,38 @@ def test_bench_compress_reference_rounds(tmp_path):
                         math.exp(max(per_round) - base), rel_tol=1e-4)
 
 
+def test_bench_compress_takes_the_reference_of_its_format(tmp_path):
+    # A reference file with both formats' times, the fp8 ones 3x the int8 ones and their rounds in
+    # another order: each format's speedups and round geomeans must come from its own keys; a file
+    # with int8 times only gives fp8 the int8 ones, and the notes name the key used.
+    ref = json.loads(REFERENCE.read_text())
+    for c in ref["cases"]:
+        c["reference_fp8_time_us"] = 3 * c["reference_time_us"]
+        c["reference_fp8_time_us_rounds"] = [3 * t for t in reversed(c["reference_time_us_rounds"])]
+        c["reference_fp8_time_us_rounds"][0] *= 2
+    both = tmp_path / "both.json"
+    both.write_text(json.dumps(ref))
+    by = {c["name"]: c for c in ref["cases"]}
+    for fmt, path in (("v4_int8", both), ("v4_fp8", both), ("v4_fp8", REFERENCE)):
+        out = tmp_path / f"{fmt}-{path.stem}.json"
+        r = subprocess.run([str(CLI), "bench", "compress", "--device", "cpu", "--cases", "quick", "--reps", "1",
+                            "--format", fmt, "--reference", str(path), "--json", str(out)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        res = json.loads(out.read_text())
+        key = "reference_fp8_time_us" if (fmt, path) == ("v4_fp8", both) else "reference_time_us"
+        assert ": " + key + " " in res["notes"]["reference"], res["notes"]
+        used = [c["name"] for c in res["cases"] if "shuffled" not in c["name"]]
+        for c in res["cases"]:
+            assert math.isclose(c["reference_time_us"], by[c["name"]][key], rel_tol=1e-5), (fmt, c)
+        base = sum(math.log(by[n][key]) for n in used) / len(used)
+        per_round = [sum(math.log(by[n][key + "_rounds"][k]) for n in used) / len(used)
+                     for k in range(len(by[used[0]][key + "_rounds"]))]
+        s = res["summary"]
+        assert math.isclose(s["geomean_speedup_vs_reference_round_max"] / s["geomean_speedup_vs_reference"],
+                            math.exp(max(per_round) - base), rel_tol=1e-4), (fmt, path, s)
+
+
 def test_demo_json(tmp_path):
     # A file name with a quote: the report must still be valid JSON naming it.
     out = tmp_path / 'demo"q.json'
@@ -77,6 +109,11 @@ def test_cpu_attention_benches_report_their_roofline(tmp_path, op):
     for c in d["cases"]:
         flops = c["TFLOPS"] * 1e12 * c["time_us"] * 1e-6
         nbytes = c["GBps"] * 1e9 * c["time_us"] * 1e-6
+        if op == "prefill":
+            # The roofline of prefill counts each distinct gathered kv row once (dram_bytes); SPEC
+            # section 8's bytes (GBps) count every gather, so they are at least as many.
+            assert 0 < c["distinct_kv_rows"] <= 4096 and c["dram_bytes"] <= nbytes * (1 + 1e-5), c
+            nbytes = c["dram_bytes"]
         floor_us = max(nbytes / (ceil["read_GBps"] * 1e3), flops / (ceil["fp32_TFLOPS"] * 1e6))
         # (The JSON keeps 6 significant digits.)
         assert math.isclose(c["floor_time_us"], floor_us, rel_tol=1e-4), c

@@ -294,21 +294,21 @@ void trace_case(const std::string& name, const SparseDecodeArgs& a, const Sparse
     std::printf("  trace %s: incomplete stamps\n", name.c_str());
     return;
   }
-  std::sort(per_cta.begin(), per_cta.end());
+  const double cta_median = median(per_cta);
   const double launch = (static_cast<double>(t0) - static_cast<double>(t.before)) * 1e-3;
   const double span = static_cast<double>(t1 - t0) * 1e-3;
   const double tail = (static_cast<double>(t.after) - static_cast<double>(t1)) * 1e-3;
   std::printf("  trace%s %s: %lld CTAs in %zu launch%s; launch %.2f, span %.2f, tail %.2f us; CTA median %.2f us; "
               "phase median/max us:",
               mode == TraceMode::kWarm ? " (warm)" : mode == TraceMode::kCode ? " (code warm)" : "", name.c_str(), static_cast<long long>(t.ctas), t.launches.size(),
-              t.launches.size() == 1 ? "" : "es", launch, span, tail, per_cta[per_cta.size() / 2]);
+              t.launches.size() == 1 ? "" : "es", launch, span, tail, cta_median);
   bc.numbers["trace_warm"] = mode == TraceMode::kWarm ? 1.0 : 0.0;
   bc.numbers["trace_code_warm"] = mode == TraceMode::kCode ? 1.0 : 0.0;
   bc.numbers["trace_launches"] = static_cast<double>(t.launches.size());
   bc.numbers["trace_launch_us"] = launch;
   bc.numbers["trace_span_us"] = span;
   bc.numbers["trace_tail_us"] = tail;
-  bc.numbers["trace_cta_median_us"] = per_cta[per_cta.size() / 2];
+  bc.numbers["trace_cta_median_us"] = cta_median;
   static const char* const kNames[s9::kTracePhases] = {"entry",       "indices",     "block0", "q_wait", "prologue",
                                                        "block0_done", "block1_done", "loop",   "exit"};
   add_phase_stats(bc, t.stamps, t.ctas, s9::kTracePhases, kNames, t0);

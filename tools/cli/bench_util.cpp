@@ -75,6 +75,13 @@ void Args::check_all_used() const {
     LKV_CHECK(used_.count(k), "unknown option --", k);
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 double cpu_time_us(const std::function<void()>& fn, int reps, int warmup) {
   LKV_CHECK(reps >= 1, "cpu_time_us: reps must be >= 1, got ", reps);
   for (int i = 0; i < warmup; ++i) fn();
@@ -85,8 +92,7 @@ double cpu_time_us(const std::function<void()>& fn, int reps, int warmup) {
     const auto b = std::chrono::steady_clock::now();
     t.push_back(std::chrono::duration<double, std::micro>(b - a).count());
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(std::move(t));
 }
 
 namespace {
@@ -185,11 +191,7 @@ void time_stream_forms(const std::function<void(int)>& call, int calls, const st
       per_call[f].push_back(bench_cuda::stream_time_us(call, calls, 1, lead_us, &h));
       host_us = std::max(host_us, h);
     }
-  for (size_t f = 0; f < keys.size(); ++f) {
-    std::vector<double>& v = per_call[f];
-    std::sort(v.begin(), v.end());
-    bc.numbers[keys[f]] = v[v.size() / 2];
-  }
+  for (size_t f = 0; f < keys.size(); ++f) bc.numbers[keys[f]] = median(per_call[f]);
   bc.numbers["stream_host_us_per_call"] = host_us;
   bc.numbers["stream_calls"] = calls;
   bc.numbers["stream_lead_us_per_call"] = kLeadUsPerCall;
@@ -201,8 +203,7 @@ namespace {
 // <key>_median_us and <key>_max_us; nothing for an empty v.
 void add_spread(BenchCase& bc, std::vector<double>& v, const std::string& label, const std::string& key) {
   if (v.empty()) return;
-  std::sort(v.begin(), v.end());
-  const double med = v[v.size() / 2], mx = v.back();
+  const double med = median(v), mx = *std::max_element(v.begin(), v.end());
   std::printf(" %s %.2f/%.2f", label.c_str(), med, mx);
   bc.numbers[key + "_median_us"] = med;
   bc.numbers[key + "_max_us"] = mx;
@@ -425,19 +426,19 @@ void for_each_reference_key(const std::string& path, const char* key, Found foun
 
 }  // namespace
 
-std::map<std::string, double> read_reference_times(const std::string& path) {
+std::map<std::string, double> read_reference_times(const std::string& path, const std::string& key) {
   std::map<std::string, double> out;
-  for_each_reference_key(path, "reference_time_us", [&](const std::string& name, const std::string& s, size_t t) {
+  for_each_reference_key(path, key.c_str(), [&](const std::string& name, const std::string& s, size_t t) {
     out[name] = std::stod(s.substr(s.find(':', t) + 1));
   });
   return out;
 }
 
-std::map<std::string, std::vector<double>> read_reference_rounds(const std::string& path) {
+std::map<std::string, std::vector<double>> read_reference_rounds(const std::string& path, const std::string& key) {
   std::map<std::string, std::vector<double>> out;
-  for_each_reference_key(path, "reference_time_us_rounds", [&](const std::string& name, const std::string& s, size_t t) {
+  for_each_reference_key(path, key.c_str(), [&](const std::string& name, const std::string& s, size_t t) {
     const size_t open = s.find('[', t), close = open == std::string::npos ? open : s.find(']', open);
-    LKV_CHECK(open != std::string::npos && close != std::string::npos, "malformed reference_time_us_rounds in ", path,
+    LKV_CHECK(open != std::string::npos && close != std::string::npos, "malformed ", key, " in ", path,
               " (case ", name, ")");
     std::stringstream list(s.substr(open + 1, close - open - 1));
     std::string item;

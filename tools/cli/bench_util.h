@@ -33,6 +33,10 @@ class Args {
   std::string command_;
 };
 
+// The median of v: the middle value, or the mean of the two middle values when v has an even
+// count (as Python's statistics.median, which the reference drivers use); 0 for an empty v.
+double median(std::vector<double> v);
+
 // Median wall time of fn in microseconds (CPU benchmarks).
 double cpu_time_us(const std::function<void()>& fn, int reps, int warmup = 1);
 
@@ -138,10 +142,11 @@ void write_json(const BenchResult& r, const std::string& path);
 // ceiling `ceiling_name` of r.ceilings (a dashed line; omitted when absent), in `unit`.
 void write_svg(const BenchResult& r, const std::string& metric, const std::string& ceiling_name,
                const std::string& unit, const std::string& path);
-// Reads {"cases": [{"name": ..., "reference_time_us": ...}]} written by bench/compress_reference.py.
-std::map<std::string, double> read_reference_times(const std::string& path);
-// Each case's eager timings per round ("reference_time_us_rounds", bench/compress_reference.py
-// --rounds); cases without them are absent.
-std::map<std::string, std::vector<double>> read_reference_rounds(const std::string& path);
+// Reads {"cases": [{"name": ..., "<key>": ...}]} written by bench/compress_reference.py: key
+// "reference_time_us" (the int8 reference) or "reference_fp8_time_us"; cases without it are absent.
+std::map<std::string, double> read_reference_times(const std::string& path, const std::string& key);
+// Each case's eager timings per round (key "reference_time_us_rounds" or
+// "reference_fp8_time_us_rounds", bench/compress_reference.py --rounds); cases without them are absent.
+std::map<std::string, std::vector<double>> read_reference_rounds(const std::string& path, const std::string& key);
 
 }  // namespace latentkv::cli
