@@ -3,7 +3,8 @@
 # candidate_run.sh, trace_run.sh, h200_benches.sh, group_stage_run.sh, lengths_run.sh,
 # lengths_ab_run.sh, lengths_trace_run.sh, narrow_profile_run.sh, narrow_idx_run.sh,
 # final_check_run.sh, prefetch_run.sh, sorted_indices_run.sh, narrow_ws_run.sh, narrow_form_run.sh,
-# hopper_benches_run.sh, narrow_ws_racecheck_run.sh, narrow_ws_arrive_ab.sh, narrow32_run.sh, far_run.sh): the call's time left, archive unpacking, a
+# hopper_benches_run.sh, narrow_ws_racecheck_run.sh, narrow_ws_arrive_ab.sh, narrow32_run.sh, far_run.sh,
+# compress_record_run.sh): the call's time left, archive unpacking, a
 # binary run under a switch, a test log's summary line, the portable suites and sanitizer runs, a
 # candidate's checks, the portable benches.
 call_start=$(date +%s)
@@ -59,6 +60,24 @@ benches() {
       --json "$OUT/$op-portable-$label.json" >"$log" 2>&1
     echo "bench $op ($label, portable) rc=$?"; tail -2 "$log"
   done
+}
+# compressor TAG DIR: the compressor's record on this GPU: bench/compress_reference.py (the eager
+# PyTorch reference of both formats, three rounds, and the byte comparison of DIR/latentkv's output
+# with it), then `bench compress` of both formats against it; the three JSONs and the logs packed
+# as $OUT/compress-TAG.tgz (the device tool returns at most 8 files).
+compressor() {
+  local tag=$1 dir=$2 fmt d=$OUT/compress-$1
+  mkdir -p "$d"
+  timeout $(( $(left) - 20 )) env PYTHONUNBUFFERED=1 python3 bench/compress_reference.py --device cuda \
+    --out "$d/compress-reference-$tag.json" --latentkv "$dir/latentkv" --dump-dir /tmp/lkv_dump >"$d/reference.log" 2>&1
+  echo "reference rc=$?"; tail -3 "$d/reference.log"
+  for fmt in v4_int8 v4_fp8; do
+    [ "$(left)" -gt 40 ] || break
+    timeout $(( $(left) - 15 )) "$dir/latentkv" bench compress --device cuda --format $fmt --shuffled \
+      --reference "$d/compress-reference-$tag.json" --json "$d/compress-$fmt-$tag.json" >"$d/bench-$fmt.log" 2>&1
+    echo "bench compress $fmt rc=$?"; tail -1 "$d/bench-$fmt.log"
+  done
+  (cd "$OUT" && tar czf "compress-$tag.tgz" "compress-$tag" && rm -rf "compress-$tag")
 }
 # ab_start ROUNDS BASE_LABEL=ARCHIVE NEW_LABEL=ARCHIVE: the A/B scripts' start (narrow_idx_run.sh,
 # final_check_run.sh): OUT, the GPU's line, the new build unpacked into build-gpu-new; sets rounds,
