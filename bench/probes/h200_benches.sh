@@ -2,7 +2,7 @@
 # One device call: the attention benches of one build on an H200 only (on any other GPU it stops at
 # once, so that a call that lands elsewhere costs only its start): decode, dense and prefill with the
 # kernel the device picks (the Hopper kernels), the compressor's record (call_lib.sh's `compressor`)
-# when 330 s are left, then the attention benches with the portable kernel forced, while time is
+# when 230 s are left, then the attention benches with the portable kernel forced, while time is
 # left (LKV_SECONDS: the call's budget, call_lib.sh).
 # Here: the binaries packed as build-pk/NAME.tar.xz (LKV_PREBUILT_SM90=1
 #   LKV_PREBUILT_OUT=build-pk/NAME.tar.xz bash scripts/gpu_prebuild.sh latentkv);
@@ -22,7 +22,7 @@ for op in decode dense prefill; do
 done
 # The compressor's record (reference, both formats) when enough time is left, then the portable
 # attention benches.
-[ "$(left)" -gt 330 ] && compressor h200 build-gpu-h200
+[ "$(left)" -gt 230 ] && compressor h200 build-gpu-h200
 benches h200 build-gpu-h200 decode dense prefill
 # At most 8 files come back from a call: the six JSONs, compress-h200.tgz and the logs as one archive.
 (cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
