@@ -57,8 +57,11 @@ def test_bench_compress_takes_the_reference_of_its_format(tmp_path):
         c["reference_fp8_time_us_rounds"][0] *= 2
     both = tmp_path / "both.json"
     both.write_text(json.dumps(ref))
+    int8_only = tmp_path / "int8_only.json"
+    int8_only.write_text(json.dumps({**ref, "cases": [
+        {k: v for k, v in c.items() if not k.startswith("reference_fp8_")} for c in ref["cases"]]}))
     by = {c["name"]: c for c in ref["cases"]}
-    for fmt, path in (("v4_int8", both), ("v4_fp8", both), ("v4_fp8", REFERENCE)):
+    for fmt, path in (("v4_int8", both), ("v4_fp8", both), ("v4_fp8", int8_only)):
         out = tmp_path / f"{fmt}-{path.stem}.json"
         r = subprocess.run([str(CLI), "bench", "compress", "--device", "cpu", "--cases", "quick", "--reps", "1",
                             "--format", fmt, "--reference", str(path), "--json", str(out)],
