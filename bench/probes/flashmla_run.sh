@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One device call on a Hopper GPU: latentkv's attention benches (the kernel the device picks) each
 # followed at once by FlashMLA's kernels on the same shapes (bench/flashmla/side_by_side.py, vLLM
-# 0.25.0's build of them), op by op while time is left (LKV_SECONDS, call_lib.sh), then, with 150 s
-# left, the compressor's record with the byte comparison against the PyTorch reference
-# (call_lib.sh's `compressor`). Files are named by the GPU (decode-h200.json, flashmla-decode-h200.json).
+# 0.25.0's build of them), op by op while time is left (LKV_SECONDS, call_lib.sh), then the whole
+# lkv_cuda_tests with 200 s left, then, with 150 s left, the compressor's record with the byte
+# comparison against the PyTorch reference (call_lib.sh's `compressor`). Files are named by the GPU (decode-h200.json, flashmla-decode-h200.json).
 # LKV_FLASHMLA_OPS: the ops, in order (default "decode dense prefill").
 # Here: bash bench/flashmla/fetch.sh (PyPI), and the binaries packed as build-pk/NAME.tar.xz
 #   (LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/NAME.tar.xz bash scripts/gpu_prebuild.sh latentkv lkv_cuda_tests);
@@ -27,6 +27,13 @@ for op in ${LKV_FLASHMLA_OPS:-decode dense prefill}; do
   echo "flashmla $op rc=$? ($(left) s left)"
   grep -E '^(check|geomean|summary)' "$OUT/flashmla-$op-$tag.log" | head -20; tail -4 "$OUT/flashmla-$op-$tag.log"
 done
+# The whole CUDA test suite (every kernel against the CPU reference) when 200 s are left.
+if [ "$(left)" -gt 200 ]; then
+  t0=$(date +%s)
+  timeout $(( $(left) - 15 )) build-gpu-fm/lkv_cuda_tests >"$OUT/cuda-tests-$tag.log" 2>&1
+  summary "lkv_cuda_tests" $? $(( $(date +%s) - t0 )) "$OUT/cuda-tests-$tag.log"
+  grep -E "^\[  FAILED|Failure" "$OUT/cuda-tests-$tag.log" | head -20
+fi
 [ "$(left)" -gt 150 ] && compressor "$tag" build-gpu-fm
 (cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
 echo "left $(left) s"
