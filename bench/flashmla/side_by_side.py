@@ -34,6 +34,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import summary  # noqa: E402  (this folder's family geomeans; no torch)
 
 
 def load_flashmla(path):
@@ -391,6 +393,10 @@ def main():
         print(f"{r['op']:8s} {r['name']:38s} {r['flashmla_us']:11.1f} {r['flashmla_TFLOPS']:7.1f} "
               f"{r.get('latentkv_us', float('nan')):11.1f} {r.get('latentkv_TFLOPS', float('nan')):7.1f} "
               f"{r.get('flashmla_time_over_latentkv', float('nan')):22.3f}")
+    result["summary"] = summary.summarize(result["cases"])
+    print("\nratio > 1: latentkv faster (time: FlashMLA us / latentkv us; TFLOPS, the _len prefill cases: "
+          "latentkv / FlashMLA)")
+    print(summary.table(result["summary"]))
     print(f"({time.time() - t0:.0f} s)")
     if a.json:
         with open(a.json, "w") as f:
