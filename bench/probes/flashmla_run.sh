@@ -3,10 +3,12 @@
 # followed at once by FlashMLA's kernels on the same shapes (bench/flashmla/side_by_side.py, vLLM
 # 0.25.0's build of them), op by op while time is left (LKV_SECONDS, call_lib.sh), then the whole
 # lkv_cuda_tests with 200 s left, then, with 150 s left, the compressor's record with the byte
-# comparison against the PyTorch reference (call_lib.sh's `compressor`). Files are named by the GPU (decode-h200.json, flashmla-decode-h200.json).
-# LKV_FLASHMLA_OPS: the ops, in order (default "decode dense prefill").
+# comparison against the PyTorch reference (call_lib.sh's `compressor`). Files are named by the GPU
+# (decode-h200.json, flashmla-decode-h200.json). LKV_FLASHMLA_OPS: the ops, in order (default
+# "decode dense prefill").
 # Here: bash bench/flashmla/fetch.sh (PyPI), and the binaries packed as build-pk/NAME.tar.xz
-#   (LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/NAME.tar.xz bash scripts/gpu_prebuild.sh latentkv lkv_cuda_tests);
+#   (LKV_PREBUILT_SM90=1 LKV_PREBUILT_OUT=build-pk/NAME.tar.xz bash scripts/gpu_prebuild.sh
+#   latentkv lkv_cuda_tests);
 # there (carry the archive and .deps/flashmla): bash bench/probes/flashmla_run.sh build-pk/NAME.tar.xz
 set -u
 source "$(dirname "$0")/call_lib.sh"
