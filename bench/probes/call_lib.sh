@@ -4,7 +4,7 @@
 # lengths_ab_run.sh, lengths_trace_run.sh, narrow_profile_run.sh, narrow_idx_run.sh,
 # final_check_run.sh, prefetch_run.sh, sorted_indices_run.sh, narrow_ws_run.sh, narrow_form_run.sh,
 # hopper_benches_run.sh, narrow_ws_racecheck_run.sh, narrow_ws_arrive_ab.sh, narrow32_run.sh, far_run.sh,
-# compress_record_run.sh): the call's time left, archive unpacking, a
+# compress_record_run.sh, flashmla_run.sh): the call's time left, archive unpacking, a
 # binary run under a switch, a test log's summary line, the portable suites and sanitizer runs, a
 # candidate's checks, the portable benches.
 call_start=$(date +%s)
