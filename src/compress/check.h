@@ -5,7 +5,8 @@
 // lies within the honest fp32 error (OracleRecord::y_tol) of a bf16 rounding boundary; then any byte
 // reachable from the bf16 values in [y - tol, y + tol] is accepted and counted as an ambiguity. A scale
 // byte must equal the oracle's unless the group's maximum is itself ambiguous in that way. RoPE bf16
-// values must be within 1 bf16 ulp of the float64 rotation, and the pad byte must be 0.
+// values must be within 1 bf16 ulp of the float64 rotation of some y within its tolerance
+// (OracleRecord::rope_tol, then the ulp), and the pad byte must be 0.
 #pragma once
 
 #include <cstdint>
