@@ -59,8 +59,7 @@ struct SparseDecodeArgs {
   TensorView attn_sink;          // f32 [h_q]; may be absent
   TensorView extra_k_cache;      // u8 paged cache of extra_format; may be absent
   // The extra cache's format; absent: `format`. The one other pairing is DeepSeek V4.1's:
-  // a v41_fp8 k_cache with a v41_fp4 extra cache (on CUDA the Hopper and portable kernels, not
-  // the compact one).
+  // a v41_fp8 k_cache with a v41_fp4 extra cache (on CUDA every kernel attends it).
   std::optional<CacheFormat> extra_format;
   int64_t extra_page_size = -1;
   TensorView extra_indices;      // i32 [b, s_q, extra_topk]; present iff extra_k_cache is

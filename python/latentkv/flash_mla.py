@@ -36,8 +36,8 @@ Caches: sparse ``k_cache`` is [num_blocks, page_block_size, 1, bytes_per_token] 
 (FlashMLA's float8_e4m3fn views included), its format told by bytes_per_token as FlashMLA tells it:
 656 with head_dim 576 (V3.2, v32_fp8), 584 with head_dim 512 (V4, v4_fp8, page-split pages; any page
 stride), 528 with head_dim 512 (V4.1, v41_fp8). ``extra_k_cache`` is in k_cache's format, or with a
-V4.1 k_cache in V4.1's fp4 format, 288 bytes per token (v41_fp4; on CUDA the Hopper and portable
-kernels attend it). Dense ``k_cache`` is q's
+V4.1 k_cache in V4.1's fp4 format, 288 bytes per token (v41_fp4; every CUDA kernel attends it).
+Dense ``k_cache`` is q's
 dtype (bf16 or f16) [num_blocks, page_block_size, h_k, head_dim], or with ``is_fp8_kvcache=True``
 the v32_fp8 records [num_blocks, page_block_size, 1, 656] of any 1-byte dtype (head_dim 576).
 """

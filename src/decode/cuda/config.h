@@ -64,7 +64,7 @@ inline bool combine_quarter_rows(int64_t rows, int num_sms) {
 inline constexpr int kIdleBatch = 4;
 // CTAs resident per SM. One: the O accumulator alone is 128 registers per thread and the kernel
 // uses 240-255 (x 256 threads: up to 65,280 of 65,536; the 16-row kernels with kShareV, 64
-// accumulators, 197-239), and v32_fp8 needs 161 KB of shared memory (198 KB wide) of an SM's
+// accumulators, 197-239), and v32_fp8 needs 161 KB of shared memory (206 KB wide) of an SM's
 // 228 KB. The kernel's __launch_bounds__ and the split planner (plan_decode:
 // CTAs run in waves of num_sms * kCtasPerSm) both read it.
 inline constexpr int kCtasPerSm = 1;

@@ -1,6 +1,6 @@
 // sparse decode over a v41_fp8 cache with a v41_fp4 extra cache (DeepSeek V4.1's pairing; one
 // instantiation per file so they compile in parallel). KeyStorage::kV41Mixed: the Hopper kernel on
-// sm_90, the portable kernel elsewhere (never the compact one: decode.cpp refuses those GPUs first);
+// sm_90, the portable kernel elsewhere, the compact one where the portable layout does not fit;
 // as v41_fp8.cu, one Source for the Hopper kernel and the portable one's score product by
 // split_dqk_pays.
 #include "decode/cuda/attend_launch.cuh"
