@@ -394,8 +394,7 @@ def main():
               f"{r.get('latentkv_us', float('nan')):11.1f} {r.get('latentkv_TFLOPS', float('nan')):7.1f} "
               f"{r.get('flashmla_time_over_latentkv', float('nan')):22.3f}")
     result["summary"] = summary.summarize(result["cases"])
-    print("\nratio > 1: latentkv faster (time: FlashMLA us / latentkv us; TFLOPS, the _len prefill cases: "
-          "latentkv / FlashMLA)")
+    print("\n" + summary.HEADER)
     print(summary.table(result["summary"]))
     print(f"({time.time() - t0:.0f} s)")
     if a.json:

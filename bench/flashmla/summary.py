@@ -22,6 +22,10 @@ import math
 import re
 import sys
 
+# The line printed above the table (flashmla_run.sh prints from it to the end of the log).
+HEADER = ("ratio > 1: latentkv faster (time: FlashMLA us / latentkv us; TFLOPS, the _len prefill cases: "
+          "latentkv / FlashMLA)")
+
 
 def metric(case):
     """(ratio, kind) for one joined case, or None when it has no latentkv side or was refused."""
@@ -104,7 +108,7 @@ def main(paths):
     for p in paths:
         with open(p) as f:
             cases += json.load(f)["cases"]
-    print("ratio > 1: latentkv faster (time: FlashMLA us / latentkv us; TFLOPS: latentkv / FlashMLA)")
+    print(HEADER)
     print(table(summarize(cases)))
     return 0
 
