@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what latentkv needs to build and test on a Debian machine (idempotent): a C++20
-# compiler, CMake, Ninja, GoogleTest and OpenMP. nvcc is used when present; nothing here installs
-# CUDA (the CPU backend is always built).
+# compiler (g++, whose libgomp is the OpenMP runtime), CMake, Ninja, GoogleTest and python3. nvcc is
+# used when present; nothing here installs CUDA (the CPU backend is always built). The Python
+# suite's packages come from PyPI (scripts/test_python.sh).
 set -euo pipefail
 
 need=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test that this machine can run: the C++ suites (CPU) through
-# ctest, the CLI's oracle verification, and the C++ suites again under ASan and UBSan. CUDA sources
-# are compiled whenever nvcc exists; the CUDA suites run on a GPU machine through scripts/gpu.sh.
+# Sets up, builds and runs every test that this machine can run: the CLI's oracle verification,
+# the C++ suites (CPU) through ctest, the C++ suites again under ASan and UBSan, and the Python
+# suite (scripts/test_python.sh, which installs its packages from PyPI). CUDA sources are compiled
+# whenever nvcc exists; the CUDA suites run on a GPU machine through scripts/gpu.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

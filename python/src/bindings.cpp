@@ -87,7 +87,8 @@ DType dtype_from_tag(const std::string& tag, const nb::dlpack::dtype& t, const c
                        Tag{"e8m0", DType::e8m0, 8}})
     if (tag == k.name) {
       LKV_CHECK_TYPE(integer && t.bits == k.bits, name, ": dtype tag '", tag, "' needs a ",
-                     k.bits, "-bit integer view, got ", int(t.bits), " bits");
+                     k.bits, "-bit integer view, got an array of ", int(t.bits), "-bit ",
+                     integer ? "integer" : "non-integer", " elements");
       return k.dtype;
     }
   LKV_FAIL(ErrorKind::kType, name, ": unknown dtype tag '", tag, "' (bf16, e4m3, e8m0)");

@@ -392,12 +392,14 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
     // (Products with an overflow test: an edited keys_per_split near 2^62 would otherwise wrap and
     // pass, and a split's first candidate wrap back to 0.)
     const int64_t candidates = p.main.topk + p.extra.topk;
-    const bool shape_ok = plan->num_splits >= 1 && plan->num_splits <= 65535 && plan->keys_per_split >= 1;
+    LKV_CHECK(plan->num_splits >= 1 && plan->num_splits <= 65535,
+              "sparse_decode: the plan's num_splits must be in [1, 65535], got ", plan->num_splits);
+    LKV_CHECK(plan->keys_per_split >= 1, "sparse_decode: the plan's keys_per_split must be >= 1, got ",
+              plan->keys_per_split);
     int64_t all = 0, before_last = 0;
-    const bool all_wraps = shape_ok && __builtin_mul_overflow(plan->num_splits, plan->keys_per_split, &all);
-    const bool before_last_wraps =
-        shape_ok && __builtin_mul_overflow(plan->num_splits - 1, plan->keys_per_split, &before_last);
-    LKV_CHECK(shape_ok && (all_wraps || all >= candidates) && !before_last_wraps && before_last < candidates,
+    const bool all_wraps = __builtin_mul_overflow(plan->num_splits, plan->keys_per_split, &all);
+    const bool before_last_wraps = __builtin_mul_overflow(plan->num_splits - 1, plan->keys_per_split, &before_last);
+    LKV_CHECK((all_wraps || all >= candidates) && !before_last_wraps && before_last < candidates,
               "sparse_decode: the plan's ", plan->num_splits, " splits of ", plan->keys_per_split,
               " candidates do not cover topk + extra_topk = ", p.main.topk + p.extra.topk,
               " exactly once");

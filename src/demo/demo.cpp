@@ -119,7 +119,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 DemoReport run_demo(const DemoConfig& c, std::FILE* progress) {
   LKV_CHECK(c.requests >= 1 && c.steps >= 1 && c.heads >= 1 && c.window >= 1 && c.ratio >= 1 &&
                 c.block_size >= 1 && c.page_size >= 1 && c.prefill >= 0 && c.check_every >= 1,
-            "demo: every size must be positive");
+            "demo: requests, steps, heads, window, ratio, block_size, page_size and check_every must be >= 1 "
+            "and prefill >= 0, got ", c.requests, ", ", c.steps, ", ", c.heads, ", ", c.window, ", ", c.ratio, ", ",
+            c.block_size, ", ", c.page_size, ", ", c.check_every, " and ", c.prefill);
   LKV_CHECK(c.fault.empty() || c.fault == "wrong-slot", "demo: unknown fault '", c.fault,
             "' (known: wrong-slot)");
   const Device dev = c.device;

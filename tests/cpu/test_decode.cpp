@@ -1160,9 +1160,18 @@ TEST(DecodePlan, EditedSplitSizesThatWrapAreRefused) {
   // A split count out of range is refused before any product is formed (INT64_MIN - 1 was UB).
   for (const int64_t bad : {INT64_MIN, int64_t{0}, int64_t{65536}}) {
     p.num_splits = bad;
-    EXPECT_NE(latentkv::testing::error_of([&] { sparse_decode(a, nullptr, DecodeImpl::kCpuFast); }).find("do not cover"),
+    EXPECT_NE(latentkv::testing::error_of([&] { sparse_decode(a, nullptr, DecodeImpl::kCpuFast); })
+                  .find("num_splits must be in [1, 65535], got " + std::to_string(bad)),
               std::string::npos) << bad;
   }
+  p.num_splits = 2;
+  for (const int64_t bad : {INT64_MIN, int64_t{0}}) {
+    p.keys_per_split = bad;
+    EXPECT_NE(latentkv::testing::error_of([&] { sparse_decode(a, nullptr, DecodeImpl::kCpuFast); })
+                  .find("keys_per_split must be >= 1, got " + std::to_string(bad)),
+              std::string::npos) << bad;
+  }
+  p.keys_per_split = int64_t{1} << 62;
   // One split of any size >= 128 covers them.
   p.num_splits = 1;
   EXPECT_NO_THROW(sparse_decode(a, nullptr, DecodeImpl::kCpuFast));
@@ -1214,7 +1223,8 @@ TEST(DecodePlan, LimitsOnBothSides) {
   one.keys_per_split = 1;
   one.unsplit_b = 0;
   ab.plan = &one;
-  EXPECT_NE(latentkv::testing::error_of([&] { sparse_decode(ab, nullptr, DecodeImpl::kCpuFast); }).find("do not cover"),
+  EXPECT_NE(latentkv::testing::error_of([&] { sparse_decode(ab, nullptr, DecodeImpl::kCpuFast); })
+                .find("num_splits must be in [1, 65535], got 65536"),
             std::string::npos);
   one.num_splits = 32768;
   one.keys_per_split = 2;

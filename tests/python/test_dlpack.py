@@ -18,8 +18,11 @@ def test_bf16_tag_and_native_bf16_agree(rng):
     latentkv.quantize(x, np.arange(2), a, "v4_fp8")
     _native.quantize("v4_fp8", (x.view(np.uint16), "bf16"), np.arange(2), b)
     np.testing.assert_array_equal(a, b)
-    with pytest.raises(TypeError, match=r"dtype tag 'bf16' needs a 16-bit integer view, got 8 bits"):
+    with pytest.raises(TypeError, match=r"dtype tag 'bf16' needs a 16-bit integer view, got an array of 8-bit integer elements"):
         _native.quantize("v4_fp8", (x.view(np.uint8), "bf16"), np.arange(2), b)
+    # A float16 array has the bits but not the kind: the message says which.
+    with pytest.raises(TypeError, match=r"got an array of 16-bit non-integer elements"):
+        _native.quantize("v4_fp8", (x.view(np.float16), "bf16"), np.arange(2), b)
     with pytest.raises(TypeError, match=r"unknown dtype tag 'fp6'"):
         _native.quantize("v4_fp8", (x.view(np.uint16), "fp6"), np.arange(2), b)
 

@@ -87,18 +87,6 @@ class DeviceCopy {
 };
 #endif
 
-bool want_cuda(const std::string& device) {
-  if (device == "cpu") return false;
-#ifdef LKV_WITH_CUDA
-  if (device == "auto") return bench_cuda::device_count() > 0;
-  LKV_CHECK(bench_cuda::device_count() > 0, "--device ", device, ": no CUDA device is visible");
-  return true;
-#else
-  LKV_CHECK(device == "auto", "--device ", device, ": latentkv was built without CUDA");
-  return false;
-#endif
-}
-
 CacheFormat compressor_format(const std::string& s) {
   const CacheFormat f = parse_format(s);
   LKV_CHECK(f == CacheFormat::v4_int8 || f == CacheFormat::v4_fp8,
@@ -274,7 +262,7 @@ void trace_case(const std::string& name, const CompressArgs& a, BenchCase& bc, c
 }  // namespace
 
 int cmd_bench_compress(const Args& args) {
-  const bool cuda = want_cuda(args.get("device", "auto"));
+  const bool cuda = bench_wants_cuda(args.get("device", "auto"));
   const CacheFormat format = compressor_format(args.get("format", "v4_int8"));
   const std::string which = args.get("cases", "contest");
   const bool shuffled = args.flag("shuffled");
@@ -541,7 +529,7 @@ int cmd_bench_compress(const Args& args) {
 int cmd_verify(const Args& args) {
   const std::string device = args.get("device", "auto");
   args.check_all_used();
-  const bool cuda = want_cuda(device);
+  const bool cuda = bench_wants_cuda(device);
   std::vector<std::pair<std::string, CompressImpl>> impls = {{"cpu", CompressImpl::kCpuFast}};
   if (cuda) impls.push_back({"cuda", CompressImpl::kCuda});
   int failures = 0;
@@ -665,7 +653,7 @@ int cmd_run_compress(const Args& args) {
   const std::string dir = args.get("inputs", "");
   const std::string out_path = args.get("out", "");
   const CacheFormat format = compressor_format(args.get("format", "v4_int8"));
-  const bool cuda = want_cuda(args.get("device", "auto"));
+  const bool cuda = bench_wants_cuda(args.get("device", "auto"));
   args.check_all_used();
   LKV_CHECK(!dir.empty() && !out_path.empty(), "run compress needs --inputs DIR and --out FILE");
   std::ifstream meta(dir + "/meta.txt");

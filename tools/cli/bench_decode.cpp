@@ -372,22 +372,17 @@ int cmd_bench_decode(const Args& args) {
   }
   LKV_CHECK(kernel == "auto" || kernel == "portable" || kernel == "sm90" || kernel == "compact",
             "--kernel must be auto, portable, sm90 or compact, got '", kernel, "'");
-#ifdef LKV_WITH_CUDA
-  const bool cuda = device != "cpu" && bench_cuda::device_count() > 0;
-  LKV_CHECK(cuda || device != "cuda", "--device cuda: no CUDA device is visible");
-#else
-  const bool cuda = false;
-  LKV_CHECK(device != "cuda", "--device cuda: latentkv was built without CUDA");
-#endif
+  const bool cuda = bench_wants_cuda(device);
   LKV_CHECK(forced_splits.empty() || cuda, "--splits needs --device cuda (the CPU paths do not split)");
-  LKV_CHECK(!trace || cuda, "--trace needs --device cuda");
+  const char* trace_flag = trace_warm ? "--trace-warm" : trace_code ? "--trace-code" : "--trace";
+  LKV_CHECK(!trace || cuda, trace_flag, " needs --device cuda");
   LKV_CHECK(!code_warm || cuda, "--code-warm needs --device cuda");
   LKV_CHECK(!stream || cuda, "--stream needs --device cuda");
   LKV_CHECK(int(trace_flushed) + int(trace_warm) + int(trace_code) <= 1,
             "--trace, --trace-warm and --trace-code exclude each other");
 #ifdef LKV_WITH_CUDA
-  LKV_CHECK(!trace || decode::sm90::trace_built(),
-            "--trace needs a build with the CMake option LKV_SM90_TRACE=ON (the Hopper kernel's phase stamps)");
+  LKV_CHECK(!trace || decode::sm90::trace_built(), trace_flag,
+            " needs a build with the CMake option LKV_SM90_TRACE=ON (the Hopper kernel's phase stamps)");
 #endif
   BenchResult res;
   res.op = "sparse_decode";

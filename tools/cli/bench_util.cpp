@@ -301,6 +301,20 @@ void summarise_memory_bound(BenchResult& r) {
   if (nf > 0) r.summary["min_hbm_frac_at_floor"] = lowest_floor;
 }
 
+bool bench_wants_cuda(const std::string& device) {
+  LKV_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device must be auto, cpu or cuda, got '",
+            device, "'");
+  if (device == "cpu") return false;
+#ifdef LKV_WITH_CUDA
+  const bool visible = bench_cuda::device_count() > 0;
+  LKV_CHECK(visible || device == "auto", "--device cuda: no CUDA device is visible");
+  return visible;
+#else
+  LKV_CHECK(device == "auto", "--device cuda: latentkv was built without CUDA");
+  return false;
+#endif
+}
+
 double geomean(const std::vector<double>& v) {
   if (v.empty()) return 0;
   double s = 0;

@@ -61,6 +61,11 @@ CpuRoof measure_cpu_roof();
 
 double geomean(const std::vector<double>& v);
 
+// --device of the benches and `verify`: "auto" (CUDA device 0 when one is visible, else the CPU),
+// "cpu" or "cuda" (device 0; an error when none is visible or the build has no CUDA). Anything else
+// is an error naming the value, rather than a silent choice.
+bool bench_wants_cuda(const std::string& device);
+
 // The H100/H200 SXM dense bf16 tensor-core rate (NVIDIA's datasheet, without sparsity), the
 // compute ceiling of the attention benches' roofline.
 inline constexpr double kDatasheetTFLOPS = 989.0;

@@ -26,13 +26,16 @@ const char* kUsage =
     "               [--json FILE] [--plot FILE.svg]\n"
     "  bench dense [--device auto|cpu|cuda] [--kernel auto|portable|sm90|compact] [--filter TEXT] [--reps N]\n"
     "               [--json FILE] [--plot FILE.svg]\n"
-    "  run compress --inputs DIR --out FILE [--format F] [--device D]\n";
+    "  run compress --inputs DIR --out FILE [--format v4_int8|v4_fp8] [--device auto|cpu|cuda]\n"
+    "  help, --help                           this text (also `latentkv <command> --help`)\n"
+    "Defaults: --device auto (demo: cpu), --format v4_int8, --kernel auto. --splits, --trace*,\n"
+    "--code-warm and --stream need --device cuda. docs/benchmarks.md describes every bench option.\n";
 
 int info() {
   std::printf("latentkv 0.1.0\n");
 #ifdef LKV_WITH_CUDA
   const int n = latentkv::bench_cuda::device_count();
-  std::printf("backends: cpu, cuda (built for sm_80 and sm_90a); CUDA devices visible: %d\n", n);
+  std::printf("backends: cpu, cuda (built for %s); CUDA devices visible: %d\n", LKV_CUDA_TARGETS, n);
   for (int i = 0; i < n; ++i)
     std::printf("  cuda:%d %s, %d SMs\n", i, latentkv::bench_cuda::device_name(i).c_str(),
                 latentkv::bench_cuda::sm_count(i));
@@ -49,6 +52,8 @@ int main(int argc, char** argv) {
   try {
     const std::string a1 = argc > 1 ? argv[1] : "";
     const std::string a2 = argc > 2 ? argv[2] : "";
+    for (int i = 2; i < argc; ++i)
+      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return std::fputs(kUsage, stdout), 0;
     if (a1 == "info") return info();
     if (a1 == "demo") return cmd_demo(Args(argc, argv, 2));
     if (a1 == "verify") return cmd_verify(Args(argc, argv, 2));

@@ -339,8 +339,8 @@ SplitPlan checked_plan(const Params& p, int device) {
   LKV_CHECK(p.num_outputs <= 0x7fffffff, "compress_kv on CUDA supports at most 2^31 - 1 outputs, got ",
             p.num_outputs);
   const SplitPlan plan = plan_for(p, device);
-  LKV_CHECK(plan.ctas_per_output() <= 65535, "compress_kv on CUDA: ", p.num_outputs, " outputs of ",
-            plan.ctas_per_output(), " CTAs exceed the launch limits");
+  LKV_CHECK(plan.ctas_per_output() <= 65535, "compress_kv on CUDA: the plan's ", plan.ctas_per_output(),
+            " CTAs per output exceed the grid's y limit of 65535 (compress_ratio=", p.compress_ratio, ")");
   return plan;
 }
 

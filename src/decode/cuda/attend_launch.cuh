@@ -146,7 +146,8 @@ void launch_attend(const KernelParams<typename Source::Args>& call, Stream strea
   if (p.g.pdl_first && p.g.num_splits <= 1) p.g.early_dependents = 1;  // the call's only kernel
   if (p.g.num_splits <= 1 || p.g.unsplit_r1 <= 0) return launch_attend_once<Source, PortableSource>(p, stream);
   LKV_CHECK(p.g.unsplit_r1 < p.g.n1 && p.g.r1_begin == 0, "the attention launch's unsplit rows (",
-            p.g.unsplit_r1, ") must leave some of its ", p.g.n1, " split");
+            p.g.unsplit_r1, ") must leave some of its ", p.g.n1, " split, and its rows start at 0 (r1_begin=",
+            p.g.r1_begin, ")");
   KernelParams<typename Source::Args> whole = p;
   whole.g.n1 = p.g.unsplit_r1;
   whole.g.keys_per_split = p.g.num_splits * p.g.keys_per_split;  // every candidate

@@ -163,7 +163,8 @@ std::atomic<int>& idle_dequant_flag() {
   }()};
   return flag;
 }
-// LKV_COPY_WARPS: 1, 2, 4 or 8 (anything else is an error when first read); unset: no override.
+// LKV_COPY_WARPS: 1, 2, 4 or 8, or 0 for no override as when unset (anything else is an error when
+// first read).
 int copy_warps_from_env() {
   const char* e = std::getenv("LKV_COPY_WARPS");
   if (!e || !*e) return 0;

@@ -40,9 +40,10 @@ bool use_sm90(int device) {
   const KernelChoice c = kernel_choice();
   if (c == KernelChoice::kPortable || c == KernelChoice::kCompact) return false;
   const bool sm90 = decode::sm90::usable(device);
+  const int cc = cuda_common::compute_capability(device);
   LKV_CHECK(sm90 || c == KernelChoice::kAuto, "the sm90 decode kernel was asked for (LKV_DECODE_KERNEL "
             "or set_kernel_choice) but device ", device, " cannot run it: it needs compute capability "
-            "9.0 (the device has ", cuda_common::compute_capability(device), "), ",
+            "9.0 (the device has ", cc / 10, ".", cc % 10, "), ",
             decode::sm90::Layout<576>::total, " bytes of shared memory per block (the device allows ",
             cuda_common::max_smem_per_block(device), ") and the driver running its sm_90a code (not "
             "the compute_80 PTX, as under CUDA_FORCE_PTX_JIT=1)");
