@@ -94,7 +94,8 @@ void PrefillWorkload::run(PrefillImpl impl) {
 
 PrefillWorkload make_prefill_workload(const PrefillWorkloadOptions& opt) {
   LKV_CHECK(opt.h_q >= 1 && opt.topk >= 1 && opt.d_qk >= kDimV && opt.seq_q.size() == opt.seq_kv.size(),
-            "prefill workload: bad options h_q=", opt.h_q, " topk=", opt.topk, " d_qk=", opt.d_qk);
+            "prefill workload: bad options h_q=", opt.h_q, " topk=", opt.topk, " d_qk=", opt.d_qk,
+            " (seq_q has ", opt.seq_q.size(), " sequences, seq_kv ", opt.seq_kv.size(), ")");
   PrefillWorkload w;
   w.opt = opt;
   const int64_t h_q = opt.h_q, d_qk = opt.d_qk, topk = opt.topk;
@@ -225,8 +226,9 @@ DenseWorkload make_dense_workload(const DenseWorkloadOptions& opt) {
                 opt.page_size >= 1 && opt.max_len >= 0 && opt.spare_pages >= 0 &&
                 (opt.lengths.empty() || static_cast<int64_t>(opt.lengths.size()) == opt.b) &&
                 (!opt.fp8 || (opt.h_kv == 1 && opt.d_qk == 576)),
-            "dense workload: bad options b=", opt.b, " h_q=", opt.h_q, " h_kv=", opt.h_kv,
-            " P=", opt.page_size);
+            "dense workload: bad options b=", opt.b, " s_q=", opt.s_q, " h_q=", opt.h_q, " h_kv=", opt.h_kv,
+            " P=", opt.page_size, " max_len=", opt.max_len, " spare_pages=", opt.spare_pages, " lengths: ",
+            opt.lengths.size(), " fp8=", opt.fp8, " d_qk=", opt.d_qk, " (fp8 needs h_kv 1 and d_qk 576)");
   DenseWorkload w;
   w.opt = opt;
   const int64_t b = opt.b, s_q = opt.s_q, h_q = opt.h_q, h_kv = opt.h_kv, d_qk = opt.d_qk;

@@ -163,7 +163,8 @@ DecodeWorkload make_decode_workload(const DecodeWorkloadOptions& opt) {
   LKV_CHECK(opt.b >= 1 && opt.s_q >= 1 && opt.h_q >= 1 && opt.topk >= 1 && opt.page_size >= 1 &&
                 opt.extra_page_size >= 1 && opt.num_pages >= 0 && opt.page_pad_bytes >= 0,
             "decode workload: bad options b=", opt.b, " s_q=", opt.s_q, " h_q=", opt.h_q,
-            " topk=", opt.topk, " page_size=", opt.page_size);
+            " topk=", opt.topk, " page_size=", opt.page_size, " extra_page_size=", opt.extra_page_size,
+            " num_pages=", opt.num_pages, " page_pad_bytes=", opt.page_pad_bytes);
   DecodeWorkload w;
   w.opt = opt;
   w.d_qk = format_info(opt.format).d_qk;
