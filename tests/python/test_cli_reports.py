@@ -124,7 +124,11 @@ def test_cpu_attention_benches_report_their_roofline(tmp_path, op):
         assert c["memory_bound"] == (1 if c["flops_per_byte"] < ridge else 0), c
         # The CPU cases are compute-bound (29-505 FLOP per byte against a ridge of ~10-20), where
         # the FLOPs counted are multiply-adds the fast path really does: at most the measured rate.
-        assert 0 < c["frac_of_roof"] <= 1.0, c
+        # The roof and the case are wall-timed at different moments, so on a shared machine the
+        # roof can be measured while another process holds a core (1.17 was seen with a second
+        # build running on 2 cores): 1.5 leaves room for that. The cases run at 34-50% of an
+        # undisturbed roof, so a FLOP count four times too high still fails here.
+        assert 0 < c["frac_of_roof"] <= 1.5, c
         fracs.append(c["frac_of_roof"])
     assert math.isclose(d["summary"]["min_frac_of_roof"], min(fracs), rel_tol=1e-5)
 
