@@ -66,7 +66,8 @@ struct SparseDecodeArgs {
   TensorView extra_topk_length;  // i32 [b]; may be absent
   float softmax_scale = 0.0f;    // 0: d_qk^-0.5
   TensorView out;                // bf16 [b, s_q, h_q, 512]
-  TensorView lse;                // f32 [b, h_q, s_q]
+  TensorView lse;                // f32 [b, h_q, s_q], any strides with distinct elements (FlashMLA's:
+                                 // a [b, s_q, h_q] buffer seen transposed)
   const DecodePlan* plan = nullptr;  // GPU: null plans per call
   void* workspace = nullptr;         // GPU: null uses latentkv's cached workspace
   size_t workspace_bytes = 0;

@@ -26,7 +26,7 @@ struct DenseDecodeArgs {
   float softmax_scale = 0.0f;  // 0: d_qk^-0.5
   int64_t d_v = 512;         // must be 512
   TensorView out;            // same dtype as q [b, s_q, h_q, d_v]
-  TensorView lse;            // f32 [b, h_q, s_q]
+  TensorView lse;            // f32 [b, h_q, s_q], any strides with distinct elements
 };
 
 enum class DenseImpl : uint8_t { kAuto, kCpuOracle, kCpuFast, kCuda };

@@ -107,6 +107,13 @@ void check_device(const TensorView& t, const char* name, const Device& device);
 // Throws unless the innermost dimension is contiguous (stride 1) or has size 1.
 void check_inner_contiguous(const TensorView& t, const char* name);
 
+// Throws, naming the strides, unless every element of an output has an address of its own: taken
+// by increasing |stride|, each dimension of size > 1 must step past everything the smaller ones
+// span. (Sufficient, not necessary: a few interleaved layouts with distinct elements are refused
+// too.) Two elements at one address would be written by two threads in an unspecified order. For
+// a view that check_tensor has passed (its span fits int64).
+void check_distinct_elements(const TensorView& t, const char* name);
+
 // Throws, naming both, if an output's byte range meets an input's or another output's on the same
 // device (ranges from each view's extreme elements, so interleaved views count as overlapping). The
 // ops read their index inputs again while writing: an output over them would redirect the writes.

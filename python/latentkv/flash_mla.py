@@ -19,7 +19,9 @@ values with the same shapes (None for dense decode, which needs no plan);
 ``tile_scheduler_metadata`` and ``num_splits`` stay None.
 
 Outputs, units and special values are FlashMLA's: out [b, s_q, h_q, 512] (bf16; q's dtype for dense
-decode), lse f32 [b, h_q, s_q] in natural log; a query with no valid key gets lse = +inf and a zero
+decode), lse f32 [b, h_q, s_q] in natural log (sparse decode's with FlashMLA's strides: a
+[b, s_q, h_q] buffer seen transposed, so ``lse.transpose(1, 2)`` is contiguous; dense decode's
+contiguous, as FlashMLA's dense path allocates it); a query with no valid key gets lse = +inf and a zero
 output; the sink scales the output, never lse (+inf zeroes the output, -inf has no effect).
 ``flash_mla_sparse_fwd`` returns (out bf16 [s_q, h_q, 512], max_logits f32 [s_q, h_q], lse f32
 [s_q, h_q]); a query with no valid index gets out 0, max_logits -inf, lse +inf.
@@ -48,7 +50,7 @@ import dataclasses
 from typing import Any, Optional, Tuple
 
 from . import _arrays, _native
-from . import dense_decode, plan_decode, sparse_decode, sparse_prefill, DecodePlan
+from . import dense_decode, plan_decode, sparse_decode, sparse_prefill, DecodePlan, _torch_ops
 from . import _EXTRA_FORMAT_BY_BPT, _MAIN_FORMAT_BY_BPT
 
 __all__ = ["SchedMeta", "FlashMLASchedMeta", "get_mla_metadata", "flash_mla_with_kvcache",
@@ -231,12 +233,24 @@ def flash_mla_with_kvcache(
     _use_metadata(meta, config, lambda: plan_decode(
         config.b, config.s_q, config.h_q, config.topk, config.extra_topk or 0, _num_sms(q)))
 
-    return sparse_decode(
-        q, k_cache, indices, format=fmt, topk_length=topk_length, attn_sink=attn_sink,
-        extra_k_cache=extra_k_cache, extra_indices=extra_indices_in_kvcache,
-        extra_topk_length=extra_topk_length, extra_format=extra_fmt,
+    kwargs = dict(
+        format=fmt, topk_length=topk_length, attn_sink=attn_sink, extra_k_cache=extra_k_cache,
+        extra_indices=extra_indices_in_kvcache, extra_topk_length=extra_topk_length,
+        extra_format=extra_fmt,
         softmax_scale=float(q.shape[-1]) ** -0.5 if softmax_scale is None else softmax_scale,
         plan=meta.plan)
+    if _torch_ops(q) is None:  # eager: the kernels write lse straight into FlashMLA's layout
+        return sparse_decode(q, k_cache, indices, lse=_token_major_lse(q, config), **kwargs)
+    # Traced by torch.compile: the custom op's lse (s_q contiguous), moved into FlashMLA's layout.
+    out, lse = sparse_decode(q, k_cache, indices, **kwargs)
+    return out, lse.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _token_major_lse(q: Any, config: "SchedMeta.Config") -> Any:
+    """FlashMLA's sparse-decode lse: [b, h_q, s_q] over a [b, s_q, h_q] buffer (heads contiguous,
+    as its kernels write it and as callers that view it per token expect)."""
+    buf = _arrays.empty(q, (config.b, config.s_q, config.h_q), "f32")
+    return buf.permute(0, 2, 1) if _arrays.framework(buf) == "torch" else buf.transpose(0, 2, 1)
 
 
 def flash_mla_sparse_fwd(

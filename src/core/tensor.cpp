@@ -2,6 +2,8 @@
 #include "latentkv/error.h"
 #include "latentkv/tensor.h"
 
+#include <utility>
+
 
 namespace latentkv {
 
@@ -240,6 +242,25 @@ void check_tensor(const TensorView& t, const char* name, std::initializer_list<D
 
 void check_device(const TensorView& t, const char* name, const Device& device) {
   LKV_CHECK_TYPE(t.device == device, name, " is on ", t.device.str(), ", expected ", device.str());
+}
+
+void check_distinct_elements(const TensorView& t, const char* name) {
+  std::pair<int64_t, int64_t> dims[TensorView::kMaxDims];  // (|stride|, size) of the dimensions of size > 1
+  int n = 0;
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] > 1) dims[n++] = {t.strides[i] < 0 ? -t.strides[i] : t.strides[i], t.shape[i]};
+  for (int i = 1; i < n; ++i)  // insertion sort of at most kMaxDims (std::sort trips GCC 12's -Warray-bounds here)
+    for (int j = i; j > 0 && dims[j] < dims[j - 1]; --j) std::swap(dims[j], dims[j - 1]);
+  int64_t span = 1;  // elements from the first to one past the last that the smaller dimensions reach
+  for (int i = 0; i < n; ++i) {
+    if (dims[i].first < span) {
+      std::string strides;
+      for (int d = 0; d < t.ndim; ++d) detail::append(strides, d ? ", " : "", t.strides[d]);
+      LKV_FAIL(ErrorKind::kValue, name, " ", t.shape_str(), " has strides [", strides,
+               "] under which two of its elements share an address");
+    }
+    span += dims[i].first * (dims[i].second - 1);
+  }
 }
 
 void check_inner_contiguous(const TensorView& t, const char* name) {

@@ -317,9 +317,11 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   LKV_CHECK(b >= 1 && s_q >= 1 && h_q >= 1 && env.get("topk") >= 1,
             "sparse_decode: empty problem (b=", b, ", s_q=", s_q, ", h_q=", h_q, ", topk=",
             env.get("topk"), ")");
-  for (const auto& [t, name] : {std::pair{&a.q, "q"}, {&a.indices, "indices"},
-                                {&a.out, "out"}, {&a.lse, "lse"}})
+  // lse may have any strides (FlashMLA's is a transposed [b, s_q, h_q] buffer).
+  for (const auto& [t, name] : {std::pair{&a.q, "q"}, {&a.indices, "indices"}, {&a.out, "out"}})
     check_inner_contiguous(*t, name);
+  check_distinct_elements(a.out, "out");
+  check_distinct_elements(a.lse, "lse");
   if (has_extra) check_inner_contiguous(a.extra_indices, "extra_indices");
   for (const auto& [t, name] : {std::pair{&a.topk_length, "topk_length"},
                                 {&a.extra_topk_length, "extra_topk_length"},
@@ -369,6 +371,7 @@ void sparse_decode(const SparseDecodeArgs& a, Stream stream, DecodeImpl impl) {
   p.lse = a.lse.ptr<float>();
   p.stride_lse_b = a.lse.stride(0);
   p.stride_lse_h = a.lse.stride(1);
+  p.stride_lse_s = a.lse.stride(2);
   p.b = b;
   p.s_q = s_q;
   p.h_q = h_q;

@@ -32,8 +32,8 @@ struct Params {
   const float* sink;            // [h_q]; may be null
   uint16_t* out;                // [b, s_q, h_q, 512] bf16
   int64_t stride_out_b, stride_out_s, stride_out_h;
-  float* lse;                   // [b, h_q, s_q]
-  int64_t stride_lse_b, stride_lse_h;
+  float* lse;                   // [b, h_q, s_q], any strides whose elements are distinct
+  int64_t stride_lse_b, stride_lse_h, stride_lse_s;
   int64_t b, s_q, h_q;
   int d_qk;
   CacheFormat format;           // main.format (the CUDA kernels take extra.format == format)

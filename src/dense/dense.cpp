@@ -123,9 +123,11 @@ void dense_decode(const DenseDecodeArgs& a, Stream stream, DenseImpl impl) {
   // V is the first d_v dims of K, so K must be at least that wide.
   LKV_CHECK(d_qk >= a.d_v && d_qk <= (int64_t{1} << 16),
             "dense_decode needs d_v <= d_qk <= 65536 (V is the first d_v dims of K), got d_qk=", d_qk);
-  for (const auto& [t, name] : {std::pair{&a.q, "q"}, {&a.block_table, "block_table"},
-                                {&a.out, "out"}, {&a.lse, "lse"}})
+  // lse may have any strides (FlashMLA's is a transposed [b, s_q, h_q] buffer).
+  for (const auto& [t, name] : {std::pair{&a.q, "q"}, {&a.block_table, "block_table"}, {&a.out, "out"}})
     check_inner_contiguous(*t, name);
+  check_distinct_elements(a.out, "out");
+  check_distinct_elements(a.lse, "lse");
   LKV_CHECK(a.cache_seqlens.size(0) <= 1 || a.cache_seqlens.stride(0) == 1,
             "cache_seqlens must be contiguous, got stride ", a.cache_seqlens.stride(0));
   check_no_overlap({{&a.out, "out"}, {&a.lse, "lse"}},
@@ -164,6 +166,7 @@ void dense_decode(const DenseDecodeArgs& a, Stream stream, DenseImpl impl) {
   p.lse = a.lse.ptr<float>();
   p.stride_lse_b = a.lse.stride(0);
   p.stride_lse_h = a.lse.stride(1);
+  p.stride_lse_s = a.lse.stride(2);
   p.b = b;
   p.s_q = s_q;
   p.h_q = h_q;

@@ -30,8 +30,8 @@ struct Params {
   const int32_t* cache_seqlens;  // [b]
   uint16_t* out;                 // [b, s_q, h_q, 512], dtype of q
   int64_t stride_out_b, stride_out_s, stride_out_h;
-  float* lse;                    // [b, h_q, s_q]
-  int64_t stride_lse_b, stride_lse_h;
+  float* lse;                    // [b, h_q, s_q], any strides whose elements are distinct
+  int64_t stride_lse_b, stride_lse_h, stride_lse_s;
   int64_t b, s_q, h_q, h_kv, page_size, num_pages, max_pages;
   int d_qk;
   bool causal;

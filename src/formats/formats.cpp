@@ -253,6 +253,7 @@ void dequantize(CacheFormat f, const TensorView& cache, const TensorView& slots,
   check_slots_tensor(slots, env);
   check_tensor(out, "out", {"n", fi.d_qk}, DType::bf16, env);
   check_inner_contiguous(out, "out");
+  check_distinct_elements(out, "out");
   check_device(slots, "slots", device);
   check_device(out, "out", device);
   check_no_overlap({{&out, "out"}}, {{&cache, "cache"}, {&slots, "slots"}}, "dequantize");

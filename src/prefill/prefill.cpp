@@ -42,6 +42,8 @@ prefill::Params make_params(const SparsePrefillArgs& a) {
   for (const auto& [t, name] : {std::pair{&a.q, "q"}, {&a.kv, "kv"}, {&a.indices, "indices"},
                                 {&a.out, "out"}, {&a.max_logits, "max_logits"}, {&a.lse, "lse"}})
     check_inner_contiguous(*t, name);
+  for (const auto& [t, name] : {std::pair{&a.out, "out"}, {&a.max_logits, "max_logits"}, {&a.lse, "lse"}})
+    check_distinct_elements(*t, name);
   for (const auto& [t, name] :
        {std::pair{&a.topk_length, "topk_length"}, {&a.attn_sink, "attn_sink"}})
     LKV_CHECK(!t->data || t->size(0) <= 1 || t->stride(0) == 1, name, " must be contiguous, got stride ",

@@ -32,7 +32,7 @@ void expect_decode_rows(const P& p) {
   EXPECT_EQ(o.stride_out_h, p.stride_out_h);
   EXPECT_EQ(o.lse, p.lse);
   EXPECT_EQ(o.stride_lse_r1, p.stride_lse_b);
-  EXPECT_EQ(o.stride_lse_r2, 1);  // lse is [b, h_q, s_q]: s_q contiguous
+  EXPECT_EQ(o.stride_lse_r2, p.stride_lse_s);
   EXPECT_EQ(o.stride_lse_h, p.stride_lse_h);
 }
 
@@ -56,6 +56,7 @@ P distinct_fields() {
   p.lse = lse;
   p.stride_lse_b = 3001;
   p.stride_lse_h = 3002;
+  p.stride_lse_s = 3003;
   return p;
 }
 

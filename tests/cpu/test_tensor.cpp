@@ -160,3 +160,25 @@ TEST(TensorView, AlignmentStringNamesWhatWasChecked) {
   const TensorView v(buf + 1, DType::bf16, {2, 3}, {5, 1});
   EXPECT_EQ(v.alignment_str(16), "address % 16 = 2, strides [5, 1] x 2 bytes");
 }
+
+// check_distinct_elements: layouts whose elements each have an address of their own pass (in any
+// order of strides, padded, transposed, reversed, length-1 dimensions with any stride); layouts
+// where two elements meet are refused with the strides named.
+TEST(Tensor, DistinctElements) {
+  static float buf[1];
+  const auto view = [](std::vector<int64_t> shape, std::vector<int64_t> strides) {
+    return TensorView(buf, DType::f32, shape, strides);
+  };
+  for (const TensorView& ok : {view({2, 3, 4}, {12, 4, 1}), view({2, 3, 4}, {12, 1, 3}), view({2, 3, 4}, {100, 7, 2}),
+                               view({2, 3, 4}, {-12, 4, -1}), view({2, 1, 4}, {4, 0, 1}), view({1}, {0}),
+                               view({2, 2}, {2, 1}), view({3, 2}, {1, 3})})
+    EXPECT_NO_THROW(check_distinct_elements(ok, "t")) << ok.shape_str();
+  for (const TensorView& bad : {view({2, 3}, {0, 1}), view({2, 2}, {1, 1}), view({2, 3}, {2, 1}), view({3, 2}, {1, 2}),
+                                view({2, 3, 4}, {12, 4, 2}), view({2, 3, 4}, {-3, 4, 1})}) {
+    const std::string e = latentkv::testing::error_of([&] { check_distinct_elements(bad, "t"); });
+    EXPECT_NE(e.find("two of its elements share an address"), std::string::npos) << bad.shape_str() << ": " << e;
+  }
+  EXPECT_NE(latentkv::testing::error_of([&] { check_distinct_elements(view({2, 3}, {2, 1}), "lse"); })
+                .find("lse [2, 3] f32 has strides [2, 1] under which"),
+            std::string::npos);
+}

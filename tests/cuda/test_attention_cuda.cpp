@@ -712,6 +712,37 @@ TEST(DenseCuda, Sm90Narrow32Rows) {
     }
 }
 
+// lse with heads innermost (FlashMLA's sparse layout, which dense callers may pass too): every
+// kernel writes the contiguous run's bytes, for packed query tokens (h_q 16, s_q 3), 128 heads, and
+// a context long enough to split (the combine writes lse), bf16 and v32_fp8 pages.
+TEST(DenseCuda, LseWithHeadsInnermostBitwise) {
+  REQUIRE_GPU();
+  for (KernelChoice kernel : kernels()) {
+    UseKernel use(kernel);
+    for (bool fp8 : {false, true})
+      for (const auto& [h_q, max_len] : {std::pair<int64_t, int64_t>{16, 300}, {128, 300}, {16, 6000}}) {
+        const DenseWorkloadOptions o = variant_dense(3, 3, h_q, max_len, fp8, 90 + h_q + max_len);
+        const std::string label = g_kernel + (fp8 ? " v32_fp8" : " bf16") + " h_q " + std::to_string(h_q) +
+                                  " len " + std::to_string(max_len);
+        DenseWorkload w = latentkv::testing::make_dense_workload(o);
+        const DenseResult ref = rerun_dense(w);
+        const int64_t b = o.b, s_q = o.s_q;
+        DeviceBuffer<float> lse_t(std::vector<float>(static_cast<size_t>(b * s_q * h_q), NAN));
+        w.poison_outputs();
+        const DenseResult got = run_dense_gpu(w, [&](DenseDecodeArgs& a) {
+          a.lse = TensorView(lse_t.get(), DType::f32, {b, h_q, s_q}, {s_q * h_q, 1, h_q}, Device::cuda(0));
+        });
+        EXPECT_EQ(got.out, ref.out) << label;
+        const std::vector<float> lse = lse_t.download();
+        for (int64_t i = 0; i < b; ++i)
+          for (int64_t h = 0; h < h_q; ++h)
+            for (int64_t j = 0; j < s_q; ++j)
+              ASSERT_EQ(0, std::memcmp(&lse[(i * s_q + j) * h_q + h], &ref.lse[(i * h_q + h) * s_q + j], 4))
+                  << label << " request " << i << " head " << h << " token " << j;
+      }
+  }
+}
+
 TEST(DenseCuda, Errors) {
   REQUIRE_GPU();
   // f16 queries with a v32_fp8 cache: refused on CUDA, nothing launched.

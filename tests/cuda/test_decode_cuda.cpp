@@ -537,6 +537,44 @@ TEST(DecodeCuda, PlanReuseSplitsAndDeterminism) {
   }
 }
 
+// lse in FlashMLA's layout (a [b, s_q, h_q] buffer seen as [b, h_q, s_q], heads innermost), as
+// latentkv.flash_mla passes it: every kernel writes the bytes of the contiguous run, unsplit and
+// through the split combine, with wide (h_q 70: a padded second head block) and narrow (h_q 16) CTAs.
+TEST(DecodeCuda, LseInFlashMlaLayoutBitwise) {
+  REQUIRE_GPU();
+  for (KernelChoice k : kernels()) {
+    UseKernel use(k);
+    for (const auto& [f, extra] : kVariantFormats)
+      for (int64_t h_q : {16, 70}) {
+        DecodeWorkloadOptions o = variant_case(f, 3, h_q, 300, true, 40 + h_q);
+        o.extra_format = extra;
+        DecodeWorkload w = latentkv::testing::make_decode_workload(o);
+        const DecodePlan split = splits_of_256(o);
+        for (const DecodePlan* plan : {static_cast<const DecodePlan*>(nullptr), &split}) {
+          const std::string label = std::string(kernel_name(k)) + " " + variant_name(o) + " h_q " +
+                                    std::to_string(h_q) + (plan ? " split" : " planned per call");
+          const GpuResult ref = rerun_gpu(w, plan);
+          w.poison_outputs();
+          OnDevice d(w);
+          const int64_t b = o.b, s_q = o.s_q;
+          DeviceBuffer<float> lse_t(std::vector<float>(static_cast<size_t>(b * s_q * h_q), NAN));
+          SparseDecodeArgs a = d.args;
+          a.plan = plan;
+          a.lse = TensorView(lse_t.get(), DType::f32, {b, h_q, s_q}, {s_q * h_q, 1, h_q}, Device::cuda(0));
+          sparse_decode(a, nullptr, DecodeImpl::kCuda);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << label;
+          EXPECT_EQ(d.out.download(), ref.out) << label;
+          const std::vector<float> got = lse_t.download();
+          for (int64_t i = 0; i < b; ++i)
+            for (int64_t h = 0; h < h_q; ++h)
+              for (int64_t j = 0; j < s_q; ++j)
+                ASSERT_EQ(0, std::memcmp(&got[(i * s_q + j) * h_q + h], &ref.lse[(i * h_q + h) * s_q + j], 4))
+                    << label << " request " << i << " head " << h << " token " << j;
+        }
+      }
+  }
+}
+
 TEST(DecodeCuda, WideAndNarrowLayoutsAgreeBitwise) {
   REQUIRE_GPU();
   // Devices with more than 163 KB of shared memory per CTA dequantize the next tile while the

@@ -46,9 +46,34 @@ def test_matches_sparse_decode(fmt, h_q, topk):
         topk_length=inp["topk_length"], extra_topk_length=inp["extra_topk_length"])
     np.testing.assert_array_equal(out.view(np.uint16), ref_out.view(np.uint16))
     np.testing.assert_array_equal(lse, ref_lse)
+    # FlashMLA's strides: lse is a [b, s_q, h_q] buffer seen as [b, h_q, s_q].
+    assert lse.strides == (2 * h_q * 4, 4, h_q * 4), lse.strides
     assert meta.have_initialized and meta.config.h_q == h_q and meta.config.topk == topk
     assert meta.config.extra_topk == 64 and meta.config.page_block_size == 64
     assert meta.plan.topk == topk and meta.plan.extra_topk == 64
+
+
+def test_lse_in_any_layout_through_sparse_decode():
+    # latentkv.sparse_decode writes into a caller's lse of any strides whose elements are distinct
+    # (FlashMLA's, and a padded one); the values are the contiguous run's, bit for bit. An lse
+    # whose elements would share addresses is refused, naming its strides, with nothing written.
+    inp = decode_inputs("v4_fp8", b=3, s_q=2, h_q=5, topk=40, seed=11, lengths=True, sink=True)
+    args = dict(topk_length=inp["topk_length"], attn_sink=inp["attn_sink"])
+    for impl in ("oracle", "fast"):
+        ref_out, ref_lse = latentkv.sparse_decode(inp["q"], inp["k_cache"], inp["indices"], impl=impl,
+                                                  **args)
+        for lse in (np.full((3, 2, 5), np.nan, np.float32).transpose(0, 2, 1),
+                    np.full((3, 7, 4), np.nan, np.float32)[:, :5, ::2]):
+            out, got = latentkv.sparse_decode(inp["q"], inp["k_cache"], inp["indices"], lse=lse,
+                                              impl=impl, **args)
+            assert got is lse
+            np.testing.assert_array_equal(out.view(np.uint16), ref_out.view(np.uint16))
+            np.testing.assert_array_equal(lse, ref_lse)
+    lse = np.full((3, 5, 2), np.nan, np.float32)
+    bad = np.lib.stride_tricks.as_strided(lse, (3, 5, 2), (40, 4, 4))
+    with pytest.raises(ValueError, match=r"lse \[3, 5, 2\] f32 has strides \[10, 1, 1\] under which two"):
+        latentkv.sparse_decode(inp["q"], inp["k_cache"], inp["indices"], lse=bad, **args)
+    assert np.isnan(lse).all()
 
 
 def test_metadata_reuse_is_checked():

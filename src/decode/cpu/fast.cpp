@@ -90,7 +90,7 @@ void write_lonely(const Params& p, int64_t i, int64_t j) {
   for (int64_t h = 0; h < p.h_q; ++h) {
     uint16_t* out = p.out + i * p.stride_out_b + j * p.stride_out_s + h * p.stride_out_h;
     std::fill(out, out + kDimV, uint16_t{0});
-    p.lse[i * p.stride_lse_b + h * p.stride_lse_h + j] = std::numeric_limits<float>::infinity();
+    p.lse[i * p.stride_lse_b + h * p.stride_lse_h + j * p.stride_lse_s] = std::numeric_limits<float>::infinity();
   }
 }
 
@@ -126,7 +126,7 @@ void head_block(const Params& p, int64_t i, int64_t j, int64_t h0, int nh, const
     const float inv = factor / sum[hh];
     uint16_t* out = p.out + i * p.stride_out_b + j * p.stride_out_s + h * p.stride_out_h;
     for (int d = 0; d < kDimV; ++d) out[d] = num::f32_to_bf16(w.acc[hh][d] * inv);
-    p.lse[i * p.stride_lse_b + h * p.stride_lse_h + j] = lse;
+    p.lse[i * p.stride_lse_b + h * p.stride_lse_h + j * p.stride_lse_s] = lse;
   }
 }
 

@@ -92,7 +92,7 @@ struct KernelParams {
 };
 
 // Decode-shaped rows, row = (request i, query j), from a parameter struct with decode's field names
-// (sparse and dense decode): q and out [b, s_q, h_q, ...], lse [b, h_q, s_q].
+// (sparse and dense decode): q and out [b, s_q, h_q, ...], lse [b, h_q, s_q] (any strides).
 template <class P>
 void set_decode_rows(const P& p, Geometry& g, OutRef& o) {
   g.q = p.q;
@@ -109,7 +109,7 @@ void set_decode_rows(const P& p, Geometry& g, OutRef& o) {
   o.stride_out_h = p.stride_out_h;
   o.lse = p.lse;
   o.stride_lse_r1 = p.stride_lse_b;
-  o.stride_lse_r2 = 1;
+  o.stride_lse_r2 = p.stride_lse_s;
   o.stride_lse_h = p.stride_lse_h;
 }
 

@@ -49,7 +49,7 @@ void head_block(const Params& p, int64_t i, int64_t j, int64_t h0, int nh, const
     const float inv = 1.0f / sum[hh];
     uint16_t* out = p.out + i * p.stride_out_b + j * p.stride_out_s + h * p.stride_out_h;
     for (int d = 0; d < kDimV; ++d) out[d] = f32_to_half(p.dtype, w.acc[hh][d] * inv);
-    p.lse[i * p.stride_lse_b + h * p.stride_lse_h + j] = max[hh] + std::log(sum[hh]);
+    p.lse[i * p.stride_lse_b + h * p.stride_lse_h + j * p.stride_lse_s] = max[hh] + std::log(sum[hh]);
   }
 }
 
@@ -71,7 +71,7 @@ void write_lonely(const Params& p, int64_t i, int64_t j) {
   for (int64_t h = 0; h < p.h_q; ++h) {
     uint16_t* out = p.out + i * p.stride_out_b + j * p.stride_out_s + h * p.stride_out_h;
     std::fill(out, out + kDimV, zero);
-    p.lse[i * p.stride_lse_b + h * p.stride_lse_h + j] = std::numeric_limits<float>::infinity();
+    p.lse[i * p.stride_lse_b + h * p.stride_lse_h + j * p.stride_lse_s] = std::numeric_limits<float>::infinity();
   }
 }
 

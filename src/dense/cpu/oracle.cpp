@@ -28,7 +28,7 @@ void dense_decode_oracle(const Params& p) {
     for (int64_t h = 0; h < p.h_q; ++h) {
       const uint16_t* q = p.q + i * p.stride_q_b + j * p.stride_q_s + h * p.stride_q_h;
       uint16_t* out = p.out + i * p.stride_out_b + j * p.stride_out_s + h * p.stride_out_h;
-      float* lse = p.lse + i * p.stride_lse_b + h * p.stride_lse_h + j;
+      float* lse = p.lse + i * p.stride_lse_b + h * p.stride_lse_h + j * p.stride_lse_s;
 
       // A row that sees no key: out 0 and lse +inf.
       if (n == 0) {
