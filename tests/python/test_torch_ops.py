@@ -165,3 +165,31 @@ def test_torch_compile_argument_plumbing():
     with pytest.raises(Exception, match=r"the plan was made for b=1"):
         torch.compile(lambda q, k, i: latentkv.sparse_decode(q, k, i, plan=bad_plan), fullgraph=True,
                       backend="aot_eager")(t(s["q"]), t(s["k_cache"]), t(s["indices"]))
+
+
+def test_flash_mla_sparse_lse_has_flashmla_strides():
+    # latentkv.flash_mla returns sparse decode's lse as FlashMLA does: [b, h_q, s_q] over a
+    # [b, s_q, h_q] buffer, so lse.transpose(1, 2) is contiguous; eager calls (the kernels write
+    # that layout) and torch.jit.trace (the custom op's lse, moved into it) alike, with the values
+    # of latentkv.sparse_decode's contiguous lse.
+    from latentkv.flash_mla import flash_mla_with_kvcache, get_mla_metadata
+
+    inp = decode_inputs("v32_fp8", b=2, s_q=3, h_q=5, topk=64, seed=35, sink=True)
+    q, k, idx, sink = t(inp["q"]), t(inp["k_cache"]), t(inp["indices"]), t(inp["attn_sink"])
+    ref_out, ref_lse = latentkv.sparse_decode(q, k, idx, attn_sink=sink)
+    assert ref_lse.is_contiguous()
+
+    meta, _ = get_mla_metadata()
+
+    def call(q, k, idx, sink):
+        return flash_mla_with_kvcache(q, k, None, None, 512, meta, None, is_fp8_kvcache=True,
+                                      indices=idx, attn_sink=sink)
+
+    traced = torch.jit.trace(call, (q, k, idx, sink), check_trace=False)
+    assert "latentkv::sparse_decode" in str(traced.graph)
+    for fn in (call, traced):
+        out, lse = fn(q, k, idx, sink)
+        assert lse.shape == (2, 5, 3) and lse.stride() == (15, 1, 5), lse.stride()
+        assert lse.transpose(1, 2).is_contiguous()
+        torch.testing.assert_close(out, ref_out, rtol=0, atol=0)
+        torch.testing.assert_close(lse, ref_lse, rtol=0, atol=0)
