@@ -241,7 +241,8 @@ def flash_mla_with_kvcache(
         plan=meta.plan)
     if _torch_ops(q) is None:  # eager: the kernels write lse straight into FlashMLA's layout
         return sparse_decode(q, k_cache, indices, lse=_token_major_lse(q, config), **kwargs)
-    # Traced by torch.compile: the custom op's lse (s_q contiguous), moved into FlashMLA's layout.
+    # Traced (torch.jit.trace records the custom op): the op's lse (s_q contiguous), moved into
+    # FlashMLA's layout.
     out, lse = sparse_decode(q, k_cache, indices, **kwargs)
     return out, lse.transpose(1, 2).contiguous().transpose(1, 2)
 

@@ -4,7 +4,6 @@
 
 #include <utility>
 
-
 namespace latentkv {
 
 size_t dtype_size(DType t) {
