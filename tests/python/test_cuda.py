@@ -575,6 +575,7 @@ def test_flash_mla_grid(fmt, b, s_q, h_q, topk, P):
                 topk_length=lengths if use_lengths else None,
                 attn_sink=sink if use_sink else None)
             assert out.shape == (b, s_q, h_q, 512) and lse.shape == (b, h_q, s_q)
+            assert lse.stride() == (s_q * h_q, 1, h_q), "FlashMLA's layout, written by the kernels"
             ref_out, ref_lse = reference_decode(
                 q, [(keys, idx, lengths if use_lengths else None)], sink if use_sink else None,
                 d_qk ** -0.5)
