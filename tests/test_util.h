@@ -24,6 +24,20 @@ inline std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// lse [b, h_q, s_q] read from a buffer of any strides (`got`, element (i, h, j) at
+// i * strides[0] + h * strides[1] + j * strides[2]) against a contiguous reference: "" when every
+// element has the reference's bits, else the first (i, h, j) that differs.
+inline std::string lse_layout_mismatch(const std::vector<float>& got, const std::vector<int64_t>& strides,
+                                       const std::vector<float>& ref, int64_t b, int64_t h_q, int64_t s_q) {
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t h = 0; h < h_q; ++h)
+      for (int64_t j = 0; j < s_q; ++j)
+        if (std::memcmp(&got[static_cast<size_t>(i * strides[0] + h * strides[1] + j * strides[2])],
+                        &ref[static_cast<size_t>((i * h_q + h) * s_q + j)], sizeof(float)) != 0)
+          return "request " + std::to_string(i) + " head " + std::to_string(h) + " token " + std::to_string(j);
+  return "";
+}
+
 // The byte offset past which the far-record tests place their data: beyond 2^32, so that any
 // offset computed in 32 bits (signed or not) lands elsewhere.
 inline constexpr size_t kFarOffsetBytes = size_t{9} << 29;  // 4.5 GiB

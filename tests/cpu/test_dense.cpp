@@ -405,10 +405,7 @@ TEST(DenseCorner, LseInAnyLayoutWithDistinctElements) {
     a.lse = TensorView(lse.data(), DType::f32, {b, h_q, s_q}, {s_q * h_q, 1, h_q});
     dense_decode(a, nullptr, impl);
     ASSERT_EQ(w.out, ref.out);
-    for (int64_t i = 0; i < b; ++i)
-      for (int64_t h = 0; h < h_q; ++h)
-        for (int64_t j = 0; j < s_q; ++j)
-          ASSERT_EQ(0, std::memcmp(&lse[(i * s_q + j) * h_q + h], &ref.lse[(i * h_q + h) * s_q + j], sizeof(float)));
+    ASSERT_EQ("", latentkv::testing::lse_layout_mismatch(lse, {s_q * h_q, 1, h_q}, ref.lse, b, h_q, s_q));
     std::fill(lse.begin(), lse.end(), NAN);
     w.poison_outputs();
     a = w.args();

@@ -27,6 +27,7 @@
 #include "latentkv/numerics.h"
 #include "latentkv/prefill.h"
 #include "testing/attention_workload.h"
+#include "test_util.h"
 
 using namespace latentkv;
 using latentkv::testing::AttentionDiff;
@@ -733,12 +734,9 @@ TEST(DenseCuda, LseWithHeadsInnermostBitwise) {
           a.lse = TensorView(lse_t.get(), DType::f32, {b, h_q, s_q}, {s_q * h_q, 1, h_q}, Device::cuda(0));
         });
         EXPECT_EQ(got.out, ref.out) << label;
-        const std::vector<float> lse = lse_t.download();
-        for (int64_t i = 0; i < b; ++i)
-          for (int64_t h = 0; h < h_q; ++h)
-            for (int64_t j = 0; j < s_q; ++j)
-              ASSERT_EQ(0, std::memcmp(&lse[(i * s_q + j) * h_q + h], &ref.lse[(i * h_q + h) * s_q + j], 4))
-                  << label << " request " << i << " head " << h << " token " << j;
+        EXPECT_EQ("", latentkv::testing::lse_layout_mismatch(lse_t.download(), {s_q * h_q, 1, h_q}, ref.lse, b, h_q,
+                                                              s_q))
+            << label;
       }
   }
 }
